@@ -1,0 +1,95 @@
+"""Agent registration and look-up; registration returns an API key bound to the new agent."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import msgspec
+
+from broker import layout
+from broker.activity import AgentActivity
+from broker.auth import Principal, create_api_key
+from broker.clock import Clock
+from broker.errors import MempError
+from broker.keys import validate_namespace
+from broker.models import Agent, Credentials
+from broker.settings import Settings
+from broker.store import Store
+from broker.validation import check_limit, check_message_id
+
+KNOWN_FRAMEWORKS = ("langchain", "crewai", "claude", "autogen", "custom")
+_FRAMEWORK_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+class Registration(msgspec.Struct, kw_only=True):
+    """What `agent.register` returns."""
+
+    agent: Agent
+    credentials: Credentials
+
+
+class AgentService:
+    """Registers agents and reads them back."""
+
+    def __init__(self, settings: Settings, store: Store, activity: AgentActivity,
+                 clock: Clock) -> None:
+        self.settings = settings
+        self.store = store
+        self.activity = activity
+        self.clock = clock
+
+    async def register(self, principal: Principal, namespace: str, name: str, framework: str,
+                       message_id: str | None = None) -> Registration:
+        validate_namespace(namespace)
+        principal.require("write", namespace)
+        check_message_id(message_id)
+        if not isinstance(name, str) or not 0 < len(name) <= 200 or not name.isprintable():
+            raise MempError("invalid_request", "name must be 1-200 printable characters")
+        if not _FRAMEWORK_RE.fullmatch(framework):
+            raise MempError(
+                "invalid_request",
+                f"framework must be one of {', '.join(KNOWN_FRAMEWORKS)} or a lowercase name",
+            )
+        idem = layout.idempotency(namespace, principal.writer_id, message_id) if message_id \
+            else None
+        if idem:
+            first = await self.store.recall_reply(idem)
+            if first is not None:
+                return msgspec.json.decode(first, type=Registration)
+        now = self.clock()
+        agent = Agent(id=str(uuid.uuid4()), name=name, framework=framework,
+                      namespace=namespace, created_at=now, last_seen=now)
+        await self.store.save_agent(agent)
+        api_key, record = await create_api_key(
+            self.store, self.settings.key_env, grants=principal.delegated_grants(namespace),
+            name=f"agent {name}", agent_id=agent.id, created_by=principal.subject, now=now,
+        )
+        result = Registration(agent=agent, credentials=Credentials(
+            api_key=api_key, key_id=record.id, agent_id=agent.id))
+        if idem:
+            first = await self.store.remember_reply(idem, msgspec.json.encode(result))
+            return msgspec.json.decode(first, type=Registration)
+        return result
+
+    async def get(self, principal: Principal, namespace: str, agent_id: str) -> Agent:
+        validate_namespace(namespace)
+        principal.require("read", namespace)
+        self.activity.seen(namespace, principal.agent_id, self.clock())
+        agent = None
+        if isinstance(agent_id, str) and _UUID_RE.fullmatch(agent_id):
+            agent = await self.store.get_agent(namespace, agent_id)
+        if agent is None:
+            raise MempError("not_found", f"no agent {agent_id!r} in namespace {namespace!r}")
+        return agent
+
+    async def list(self, principal: Principal, namespace: str, cursor: str | None,
+                   limit: int | None) -> tuple[list[Agent], str | None]:
+        validate_namespace(namespace)
+        principal.require("read", namespace)
+        limit = check_limit(limit, self.settings.default_query_limit,
+                            self.settings.max_query_limit)
+        if cursor is not None and not re.fullmatch(r"\d{13}:[0-9a-f-]{36}", cursor):
+            raise MempError("invalid_request", "cursor is not one this broker issued")
+        return await self.store.list_agents(namespace, cursor, limit)

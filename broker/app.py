@@ -1,0 +1,127 @@
+"""create_app(settings): wires the store, services, routes and background jobs together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from broker.activity import AgentActivity
+from broker.agents import AgentService
+from broker.auth import Authenticator
+from broker.clock import Clock, system_clock
+from broker.errors import MempError, unavailable
+from broker.http import error_response
+from broker.memory import MemoryService
+from broker.messages import MessageHandler
+from broker.metrics import Metrics, MetricsMiddleware
+from broker.routes import agents, keys, memory, messages, system
+from broker.settings import Settings
+from broker.store import Store
+from broker.sweeper import ExpirySweeper
+
+log = logging.getLogger("memp")
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large",
+               415: "unsupported_media_type"}
+
+
+async def _mempe_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, MempError)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "invalid_request")
+    message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
+    return error_response(MempError(code, message))
+
+
+async def _store_down(request: Request, exc: Exception) -> Response:
+    log.warning("store unavailable: %s", exc)
+    return error_response(unavailable())
+
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(MempError("internal", "internal error"))
+
+
+async def _periodic(interval: float, job: Callable[[], Awaitable[Any]], name: str) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await job()
+        except RedisError as exc:
+            log.warning("%s failed: %s", name, exc)
+
+
+def create_app(settings: Settings, *, clock: Clock = system_clock,
+               store: Store | None = None) -> Starlette:
+    """Build the broker. `store` may be passed in (tests); otherwise one is made from settings."""
+    store = store or Store.connect(
+        settings.redis_url, timeout=settings.redis_timeout_seconds,
+        history_limit=settings.history_limit, changelog_maxlen=settings.changelog_maxlen,
+        idempotency_window_ms=settings.idempotency_window_seconds * 1000,
+    )
+    activity = AgentActivity(store)
+    metrics = Metrics()
+    memory_service = MemoryService(settings, store, activity, clock)
+    agent_service = AgentService(settings, store, activity, clock)
+    sweeper = ExpirySweeper(store, clock, settings.sweep_interval_seconds, settings.sweep_batch)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            await store.ping()
+        except RedisError as exc:
+            log.warning("store not reachable at start (%s); serving 503 until it is", exc)
+        tasks = [
+            asyncio.create_task(sweeper.run(), name="memp-expiry-sweeper"),
+            asyncio.create_task(_periodic(settings.last_seen_flush_seconds, activity.flush,
+                                          "last_seen flush"), name="memp-last-seen"),
+        ]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(RedisError, OSError):
+                await activity.flush()
+            await store.close()
+
+    app = Starlette(
+        routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *keys.routes],
+        exception_handlers={
+            MempError: _mempe_error,
+            HTTPException: _http_error,
+            RedisConnectionError: _store_down,
+            RedisTimeoutError: _store_down,
+            Exception: _internal,
+        },
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.clock = clock
+    app.state.store = store
+    app.state.metrics = metrics
+    app.state.sweeper = sweeper
+    app.state.activity = activity
+    app.state.auth = Authenticator(settings, store)
+    app.state.memory = memory_service
+    app.state.agents = agent_service
+    app.state.messages = MessageHandler(memory_service, agent_service, clock)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

@@ -1,0 +1,210 @@
+"""Who the caller is and what it may do: API keys, JWTs, the admin key, and grants."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+import msgspec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+from broker.errors import MempError
+from broker.keys import glob_covers, glob_match
+from broker.models import ApiKeyRecord, Grant, Permission
+from broker.settings import Settings
+from broker.store import Store
+
+API_KEY_PREFIX = "memp_sk_"
+_ALL: list[Permission] = ["read", "write", "subscribe", "admin"]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller: its grants and, when bound to one, its agent."""
+
+    subject: str
+    grants: tuple[Grant, ...]
+    agent_id: str | None = None
+    key_id: str | None = None
+    superuser: bool = False
+
+    @property
+    def writer_id(self) -> str:
+        """What a write records as its author: the bound agent, else the credential."""
+        return self.agent_id or self.subject
+
+    def can(self, permission: str, namespace: str) -> bool:
+        if self.superuser:
+            return True
+        return any(
+            (permission in g.permissions or "admin" in g.permissions)
+            and glob_match(g.namespace, namespace)
+            for g in self.grants
+        )
+
+    def require(self, permission: str, namespace: str) -> None:
+        if not self.can(permission, namespace):
+            raise MempError(
+                "forbidden",
+                f"this token has no {permission} permission on namespace {namespace!r}",
+                {"namespace": namespace, "permission": permission},
+            )
+
+    def covers(self, grant: Grant) -> bool:
+        """True when this caller administers everything `grant` would hand out."""
+        if self.superuser:
+            return True
+        return any("admin" in g.permissions and glob_covers(g.namespace, grant.namespace)
+                   for g in self.grants)
+
+    def delegated_grants(self, namespace: str) -> list[Grant]:
+        """Grants for an agent this caller registers: its own, without admin."""
+        if self.superuser:
+            return [Grant(namespace, ["read", "write", "subscribe"])]
+        grants = []
+        for g in self.grants:
+            permissions: list[Permission] = [p for p in g.permissions if p != "admin"]
+            if "admin" in g.permissions:
+                permissions = ["read", "write", "subscribe"]
+            if permissions:
+                grants.append(Grant(g.namespace, sorted(set(permissions))))
+        return grants
+
+
+def hash_api_key(api_key: str) -> str:
+    """SHA-256 is enough: keys carry 256 random bits, so there is nothing to brute-force."""
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def new_api_key(env: str) -> str:
+    return f"{API_KEY_PREFIX}{env}_{secrets.token_urlsafe(32)}"
+
+
+def new_key_id() -> str:
+    return f"key_{secrets.token_hex(8)}"
+
+
+def _unauthorized(message: str) -> MempError:
+    return MempError("unauthorized", message, headers={"WWW-Authenticate": 'Bearer realm="memp"'})
+
+
+class _JWTVerifier:
+    """Verifies JWTs. The algorithm allow-list follows the configured key, never the token's
+    header, so an HS256 token cannot be checked against a public key (algorithm confusion) and
+    `alg: none` is never accepted."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.keys: dict[str, Any] = {}
+        if settings.jwt_secret:
+            self.keys["HS256"] = settings.jwt_secret
+        if settings.jwt_public_key:
+            public = load_pem_public_key(settings.jwt_public_key.encode())
+            if isinstance(public, rsa.RSAPublicKey):
+                self.keys["RS256"] = public
+            elif isinstance(public, ec.EllipticCurvePublicKey):
+                self.keys["ES256"] = public
+            else:
+                raise ValueError("MEMP_JWT_PUBLIC_KEY must be an RSA or EC public key")
+        self.audience = settings.jwt_audience
+        self.issuer = settings.jwt_issuer
+
+    def verify(self, token: str) -> dict[str, Any]:
+        try:
+            alg = jwt.get_unverified_header(token).get("alg")
+        except jwt.InvalidTokenError:
+            raise _unauthorized("malformed token") from None
+        key = self.keys.get(alg) if isinstance(alg, str) else None
+        if key is None or not isinstance(alg, str):
+            raise _unauthorized(f"token algorithm {alg!r} is not accepted")
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token, key, algorithms=[alg], audience=self.audience, issuer=self.issuer,
+                options={"require": ["exp"], "verify_aud": self.audience is not None},
+            )
+        except jwt.ExpiredSignatureError:
+            raise _unauthorized("token has expired") from None
+        except jwt.ImmatureSignatureError:
+            raise _unauthorized("token is not valid yet") from None
+        except jwt.InvalidTokenError as exc:
+            raise _unauthorized(f"invalid token: {exc}") from None
+        return claims
+
+
+
+class Authenticator:
+    """Turns an Authorization header into a Principal, caching API key look-ups briefly."""
+
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.store = store
+        self.admin_key = settings.admin_key
+        self.cache_seconds = settings.auth_cache_seconds
+        self.jwt = _JWTVerifier(settings) if (settings.jwt_secret or settings.jwt_public_key) \
+            else None
+        self._cache: dict[str, tuple[float, Principal | None]] = {}
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        if not authorization:
+            raise _unauthorized("missing Authorization: Bearer token")
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise _unauthorized("Authorization must be 'Bearer <token>'")
+        if self.admin_key and hmac.compare_digest(token.encode(), self.admin_key.encode()):
+            return Principal(subject="admin", grants=(Grant("*", list(_ALL)),), superuser=True)
+        cached = self._cache.get(token)
+        if cached is not None and cached[0] > time.monotonic():
+            if cached[1] is None:
+                raise _unauthorized("unknown or revoked API key")
+            return cached[1]
+        principal = await self._resolve(token)
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        ttl = self.cache_seconds if principal is not None else min(self.cache_seconds, 1.0)
+        self._cache[token] = (time.monotonic() + ttl, principal)
+        if principal is None:
+            raise _unauthorized("unknown or revoked API key")
+        return principal
+
+    def forget(self) -> None:
+        """Drop cached look-ups (after a key is revoked through this process)."""
+        self._cache.clear()
+
+    async def _resolve(self, token: str) -> Principal | None:
+        if token.startswith(API_KEY_PREFIX):
+            record = await self.store.load_api_key(hash_api_key(token))
+            if record is None:
+                return None
+            return Principal(subject=record.id, grants=tuple(record.grants),
+                             agent_id=record.agent_id, key_id=record.id)
+        if token.count(".") == 2 and self.jwt is not None:
+            claims = self.jwt.verify(token)
+            return _principal_from_claims(claims)
+        raise _unauthorized("token is neither a MEMP API key nor an accepted JWT")
+
+
+def _principal_from_claims(claims: dict[str, Any]) -> Principal:
+    try:
+        grants = msgspec.convert(claims.get("grants", []), list[Grant])
+    except msgspec.ValidationError as exc:
+        raise _unauthorized(f"invalid grants claim: {exc}") from None
+    subject = claims.get("sub")
+    agent_id = subject if isinstance(subject, str) and subject else None
+    return Principal(subject=f"jwt:{agent_id or 'anonymous'}", grants=tuple(grants),
+                     agent_id=agent_id)
+
+
+async def create_api_key(store: Store, env: str, *, grants: list[Grant], name: str,
+                         agent_id: str | None, created_by: str, now: int
+                         ) -> tuple[str, ApiKeyRecord]:
+    """Create and store a key; the plain key is returned once and never stored."""
+    api_key = new_api_key(env)
+    record = ApiKeyRecord(id=new_key_id(), name=name, grants=grants, agent_id=agent_id,
+                          created_at=now, created_by=created_by)
+    await store.save_api_key(hash_api_key(api_key), record)
+    return api_key, record

@@ -1,0 +1,128 @@
+"""memp-broker: `serve` runs the broker; `keys` manages API keys in Redis."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import secrets
+import sys
+from dataclasses import replace
+
+import msgspec
+
+from broker.auth import create_api_key
+from broker.clock import system_clock
+from broker.errors import MempError
+from broker.models import PERMISSIONS, Grant
+from broker.routes.keys import check_grants
+from broker.settings import Settings, SettingsError
+from broker.store import Store
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memp-broker", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the broker")
+    serve.add_argument("--host", help="address to listen on (MEMP_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (MEMP_PORT, default 8080)")
+    serve.add_argument("--redis-url", help="Redis URL (MEMP_REDIS_URL); embedded store if unset")
+    serve.add_argument("--workers", type=int, default=1,
+                       help="uvicorn worker processes (needs Redis when more than 1)")
+    serve.add_argument("--log-level", default="info")
+
+    keys = commands.add_parser("keys", help="manage API keys (needs MEMP_REDIS_URL)")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = key_commands.add_parser("create", help="create an API key and print it once")
+    create.add_argument("--namespace", action="append", required=True,
+                        help="namespace glob the key may use (repeatable), e.g. 'acme-*'")
+    create.add_argument("--permissions", default="read,write,subscribe",
+                        help=f"comma-separated, from {', '.join(PERMISSIONS)}")
+    create.add_argument("--name", default="")
+    create.add_argument("--agent-id", help="bind the key to a registered agent")
+    key_commands.add_parser("list", help="list API keys (never the keys themselves)")
+    revoke = key_commands.add_parser("revoke", help="revoke an API key by id")
+    revoke.add_argument("key_id")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            settings = Settings.from_env(host=args.host, port=args.port,
+                                         redis_url=args.redis_url)
+            return serve(settings, args.workers, args.log_level)
+        return asyncio.run(manage_keys(Settings.from_env(), args))
+    except (SettingsError, MempError) as exc:
+        message = exc.message if isinstance(exc, MempError) else str(exc)
+        print(f"memp-broker: {message}", file=sys.stderr)
+        return 2
+
+
+def serve(settings: Settings, workers: int, log_level: str) -> int:
+    import uvicorn
+
+    from broker.app import create_app
+
+    if workers > 1 and settings.embedded:
+        raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per process")
+    if settings.embedded and not settings.admin_key:
+        settings = replace(settings, admin_key=f"memp_admin_{secrets.token_urlsafe(24)}")
+        print(f"memp-broker: admin key for this run: {settings.admin_key}", flush=True)
+    where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
+        else f"in Redis at {_redacted(settings.redis_url or '')}"
+    print(f"memp-broker: listening on http://{settings.host}:{settings.port}; data lives {where}",
+          flush=True)
+    if workers > 1:
+        uvicorn.run("broker.asgi:build", factory=True, host=settings.host, port=settings.port,
+                    workers=workers,
+                    log_level=log_level, proxy_headers=False)
+    else:
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+                    log_level=log_level, proxy_headers=False)
+    return 0
+
+
+def _redacted(url: str) -> str:
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.split('@', 1)[1]}"
+
+
+async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
+    if settings.embedded:
+        raise SettingsError("keys needs MEMP_REDIS_URL; with the embedded store, use the admin "
+                            "key printed by 'memp-broker serve' and POST /v1/keys")
+    store = Store.connect(settings.redis_url, timeout=settings.redis_timeout_seconds,
+                          history_limit=settings.history_limit,
+                          changelog_maxlen=settings.changelog_maxlen, idempotency_window_ms=1)
+    try:
+        if args.keys_command == "create":
+            permissions = [p.strip() for p in args.permissions.split(",") if p.strip()]
+            try:
+                grants = msgspec.convert(
+                    [{"namespace": ns, "permissions": permissions} for ns in args.namespace],
+                    list[Grant])
+            except msgspec.ValidationError as exc:
+                raise SettingsError(f"invalid grant: {exc}") from None
+            api_key, record = await create_api_key(
+                store, settings.key_env, grants=check_grants(grants), name=args.name,
+                agent_id=args.agent_id, created_by="cli", now=system_clock())
+            print(json.dumps({"api_key": api_key, "key": msgspec.to_builtins(record)}))
+        elif args.keys_command == "list":
+            for record in await store.list_api_keys():
+                print(json.dumps(msgspec.to_builtins(record)))
+        elif args.keys_command == "revoke":
+            if not await store.delete_api_key(args.key_id):
+                print(f"memp-broker: no API key {args.key_id}", file=sys.stderr)
+                return 1
+            print(f"revoked {args.key_id}")
+    finally:
+        await store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

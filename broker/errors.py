@@ -1,0 +1,64 @@
+"""Error codes and their one JSON shape: {"error": {"code", "message", "details"}}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+STATUS_BY_CODE: dict[str, int] = {
+    "invalid_request": 400,
+    "invalid_json": 400,
+    "invalid_key": 400,
+    "invalid_namespace": 400,
+    "invalid_pattern": 400,
+    "invalid_ttl": 400,
+    "invalid_schema": 400,
+    "invalid_timestamp": 400,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "write_conflict": 409,
+    "precondition_failed": 412,
+    "payload_too_large": 413,
+    "unsupported_media_type": 415,
+    "schema_violation": 422,
+    "rate_limited": 429,
+    "internal": 500,
+    "unavailable": 503,
+}
+
+
+class MempError(Exception):
+    """An error the broker reports to the client with a code and an HTTP status."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if code not in STATUS_BY_CODE:
+            raise ValueError(f"unknown error code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details or {}
+        self.headers = headers or {}
+
+    @property
+    def status(self) -> int:
+        return STATUS_BY_CODE[self.code]
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+
+    def encode(self) -> bytes:
+        return msgspec.json.encode(self.body())
+
+
+def unavailable(reason: str = "the store is unreachable") -> MempError:
+    """The 503 every request gets while Redis cannot be reached."""
+    return MempError("unavailable", reason, headers={"Retry-After": "1"})

@@ -1,0 +1,70 @@
+"""Redis key layout. Every key of a namespace carries `{namespace}` as its Cluster hash tag,
+so one script can touch all of a write's keys atomically on one shard."""
+
+from __future__ import annotations
+
+PREFIX = "memp"
+
+
+def _ns(namespace: str) -> str:
+    return f"{PREFIX}:{{{namespace}}}"
+
+
+def entry(namespace: str, key: str) -> str:
+    """Hash holding the current version of one entry (or its tombstone, to keep versions rising)."""
+    return f"{_ns(namespace)}:e:{key}"
+
+
+def entry_prefix(namespace: str) -> str:
+    """What `entry()` puts before the user's key; used to map scanned keys back."""
+    return f"{_ns(namespace)}:e:"
+
+
+def history(namespace: str, key: str) -> str:
+    """List of the key's recent versions, newest first, capped at the history limit."""
+    return f"{_ns(namespace)}:h:{key}"
+
+
+def index(namespace: str) -> str:
+    """Sorted set of live keys, all scored 0, so ZRANGEBYLEX serves prefix queries in key order."""
+    return f"{_ns(namespace)}:index"
+
+
+def expiries(namespace: str) -> str:
+    """Sorted set of keys with a TTL, scored by expiry (ms), for the sweeper."""
+    return f"{_ns(namespace)}:ttl"
+
+
+def changelog(namespace: str) -> str:
+    """Capped stream of every change in the namespace; subscriptions read and resume from it."""
+    return f"{_ns(namespace)}:log"
+
+
+def idempotency(namespace: str, agent_id: str, message_id: str) -> str:
+    """First reply to a message id, kept for the retry window."""
+    return f"{_ns(namespace)}:msg:{agent_id}:{message_id}"
+
+
+def agent(namespace: str, agent_id: str) -> str:
+    """Hash holding one registered agent."""
+    return f"{_ns(namespace)}:agent:{agent_id}"
+
+
+def agents(namespace: str) -> str:
+    """Sorted set of `created_at:id` members (all scored 0): agents in registration order."""
+    return f"{_ns(namespace)}:agents"
+
+
+def namespaces() -> str:
+    """Set of namespaces that hold data; the sweeper walks it. Not namespace-tagged on purpose."""
+    return f"{PREFIX}:namespaces"
+
+
+def api_key(digest: str) -> str:
+    """An API key's record, found by the SHA-256 of the key; the key itself is never stored."""
+    return f"{PREFIX}:apikey:{digest}"
+
+
+def api_key_ids() -> str:
+    """Hash from API key id to its digest, for listing and revoking keys."""
+    return f"{PREFIX}:apikeys"

@@ -1,0 +1,74 @@
+-- Shared helpers, prepended to every write script. Values only ever arrive as KEYS/ARGV.
+
+local FIELDS = {'id', 'agent', 'val', 'ver', 'ca', 'ua', 'ts', 'ttl', 'exp', 'del', 'sv', 'cf'}
+
+local function load_entry(entry_key)
+  local values = redis.call('HMGET', entry_key, unpack(FIELDS))
+  if not values[4] then
+    return nil
+  end
+  local entry = {}
+  for i, name in ipairs(FIELDS) do
+    entry[name] = values[i] or ''
+  end
+  return entry
+end
+
+local function is_expired(entry, now)
+  return entry.del ~= '1' and entry.exp ~= '' and tonumber(entry.exp) <= now
+end
+
+local function is_live(entry, now)
+  return entry ~= nil and entry.del ~= '1' and not is_expired(entry, now)
+end
+
+local function flatten(entry)
+  local out = {}
+  for _, name in ipairs(FIELDS) do
+    out[#out + 1] = name
+    out[#out + 1] = entry[name] or ''
+  end
+  return out
+end
+
+-- Store a new version: entry hash, history, and one change-log record, all in this call.
+local function commit(ctx, entry, change_type)
+  redis.call('HSET', ctx.entry_key, unpack(flatten(entry)))
+  if ctx.history_limit > 0 then
+    redis.call('LPUSH', ctx.history_key, cjson.encode(entry))
+    redis.call('LTRIM', ctx.history_key, 0, ctx.history_limit - 1)
+  else
+    redis.call('DEL', ctx.history_key)
+  end
+  local record = {'type', change_type, 'key', ctx.key}
+  for _, name in ipairs(FIELDS) do
+    if entry[name] ~= '' and name ~= 'del' then
+      record[#record + 1] = name
+      record[#record + 1] = entry[name]
+    end
+  end
+  return redis.call('XADD', ctx.log_key, 'MAXLEN', '~', ctx.log_maxlen, '*', unpack(record))
+end
+
+-- Turn a due entry into a tombstone with its own version and an `expire` change. Expiry is
+-- not a write, so the tombstone has no timestamp and any later write may follow it.
+local function expire_entry(ctx, entry, now)
+  local tomb = {
+    id = entry.id, agent = entry.agent, val = '', ver = tostring(tonumber(entry.ver) + 1),
+    ca = entry.ca, ua = string.format('%d', now), ts = '', ttl = '', exp = '', del = '1',
+    sv = '', cf = ''
+  }
+  redis.call('ZREM', ctx.index_key, ctx.key)
+  redis.call('ZREM', ctx.ttl_key, ctx.key)
+  commit(ctx, tomb, 'expire')
+  return tomb
+end
+
+-- Last-write-wins order: (timestamp, agent id); a write that sorts before the stored one loses.
+local function loses_to(entry, ts, agent)
+  local stored_ts = tonumber(entry.ts) or 0
+  if ts ~= stored_ts then
+    return ts < stored_ts
+  end
+  return agent < entry.agent
+end

@@ -1,0 +1,58 @@
+-- KEYS: entry, history, index, ttl, log, idempotency ('' when the message has no id)
+-- ARGV: key, now, agent, ts, if_version, history_limit, log_maxlen, idem_window_ms,
+--       ts_from_client ('1' or '0')
+local ctx = {
+  entry_key = KEYS[1], history_key = KEYS[2], index_key = KEYS[3], ttl_key = KEYS[4],
+  log_key = KEYS[5], key = ARGV[1], history_limit = tonumber(ARGV[6]), log_maxlen = ARGV[7]
+}
+local idem_key = KEYS[6]
+if idem_key ~= '' then
+  local first = redis.call('GET', idem_key)
+  if first then
+    return {'replay', first}
+  end
+end
+
+local now = tonumber(ARGV[2])
+local agent = ARGV[3]
+local ts = tonumber(ARGV[4])
+local if_version = ARGV[5]
+
+local function reply(status, entry, with_value)
+  local copy = {}
+  for k, v in pairs(entry) do copy[k] = v end
+  if not with_value then copy.val = '' end
+  local encoded = cjson.encode({status, copy})
+  if idem_key ~= '' then
+    redis.call('SET', idem_key, encoded, 'PX', ARGV[8])
+  end
+  return {status, encoded}
+end
+
+local current = load_entry(ctx.entry_key)
+if current and is_expired(current, now) then
+  current = expire_entry(ctx, current, now)
+end
+if not is_live(current, now) then
+  return reply('not_found', {ver = current and current.ver or '0', del = '1'}, false)
+end
+if if_version ~= '' and current.ver ~= if_version then
+  return reply('precondition_failed', current, true)
+end
+local ts_text = ARGV[4]
+if ARGV[9] == '1' then
+  if loses_to(current, ts, agent) then
+    return reply('write_conflict', current, true)
+  end
+elseif current.ts ~= '' and ts <= tonumber(current.ts) then
+  ts_text = string.format('%d', tonumber(current.ts) + 1)
+end
+
+local tomb = {
+  id = current.id, agent = agent, val = '', ver = tostring(tonumber(current.ver) + 1),
+  ca = current.ca, ua = ARGV[2], ts = ts_text, ttl = '', exp = '', del = '1', sv = '', cf = ''
+}
+redis.call('ZREM', ctx.index_key, ctx.key)
+redis.call('ZREM', ctx.ttl_key, ctx.key)
+tomb.log_id = commit(ctx, tomb, 'delete')
+return reply('ok', tomb, false)

@@ -1,0 +1,82 @@
+-- KEYS: entry, history, index, ttl, log, idempotency ('' when the message has no id)
+-- ARGV: key, now, new_id, agent, value, ts, ttl, exp, if_version, if_absent,
+--       history_limit, log_maxlen, idem_window_ms, sv, cf, ts_from_client ('1' or '0')
+local ctx = {
+  entry_key = KEYS[1], history_key = KEYS[2], index_key = KEYS[3], ttl_key = KEYS[4],
+  log_key = KEYS[5], key = ARGV[1], history_limit = tonumber(ARGV[11]), log_maxlen = ARGV[12]
+}
+local idem_key = KEYS[6]
+if idem_key ~= '' then
+  local first = redis.call('GET', idem_key)
+  if first then
+    return {'replay', first}
+  end
+end
+
+local now = tonumber(ARGV[2])
+local agent = ARGV[4]
+local ts = tonumber(ARGV[6])
+local if_version = ARGV[9]
+local if_absent = ARGV[10] == '1'
+
+local function reply(status, entry, with_value)
+  local copy = {}
+  for k, v in pairs(entry) do copy[k] = v end
+  if not with_value then copy.val = '' end
+  local encoded = cjson.encode({status, copy})
+  if idem_key ~= '' then
+    redis.call('SET', idem_key, encoded, 'PX', ARGV[13])
+  end
+  return {status, encoded}
+end
+
+local current = load_entry(ctx.entry_key)
+if current and is_expired(current, now) then
+  current = expire_entry(ctx, current, now)
+end
+local live = is_live(current, now)
+
+if if_absent and live then
+  return reply('precondition_failed', current, true)
+end
+if if_version ~= '' and (not live or current.ver ~= if_version) then
+  if live then
+    return reply('precondition_failed', current, true)
+  end
+  return reply('precondition_failed', {ver = current and current.ver or '0', del = '1'}, false)
+end
+-- A write the broker stamped arrived after the stored one, so it sorts after it even when
+-- another broker process's clock runs ahead; a client's own timestamp is taken as given.
+local ts_text = ARGV[6]
+if current and current.ts ~= '' then
+  if ARGV[16] == '1' then
+    if loses_to(current, ts, agent) then
+      return reply('write_conflict', current, true)
+    end
+  elseif ts <= tonumber(current.ts) then
+    ts_text = string.format('%d', tonumber(current.ts) + 1)
+  end
+end
+
+local entry = {
+  id = live and current.id or ARGV[3],
+  agent = agent,
+  val = ARGV[5],
+  ver = tostring(current and tonumber(current.ver) + 1 or 1),
+  ca = live and current.ca or ARGV[2],
+  ua = ARGV[2],
+  ts = ts_text,
+  ttl = ARGV[7],
+  exp = ARGV[8],
+  del = '',
+  sv = ARGV[14],
+  cf = ARGV[15],
+}
+redis.call('ZADD', ctx.index_key, 0, ctx.key)
+if entry.exp ~= '' then
+  redis.call('ZADD', ctx.ttl_key, entry.exp, ctx.key)
+else
+  redis.call('ZREM', ctx.ttl_key, ctx.key)
+end
+entry.log_id = commit(ctx, entry, 'put')
+return reply('ok', entry, false)

@@ -1,0 +1,128 @@
+"""Protocol messages: decode, check the sender, dispatch to the services, build the reply."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgspec
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from broker import PROTOCOL_VERSION
+from broker.agents import AgentService
+from broker.auth import Principal
+from broker.clock import Clock
+from broker.errors import MempError, unavailable
+from broker.memory import MemoryService, PutOptions
+from broker.models import (
+    AgentGetMessage,
+    AgentListMessage,
+    AnyMessage,
+    DeleteMessage,
+    GetMessage,
+    HistoryMessage,
+    PutMessage,
+    QueryMessage,
+    RegisterMessage,
+    message_decoder,
+)
+
+
+class MessageHandler:
+    """Runs one protocol message and returns its reply (`ack`, `result` or `error`)."""
+
+    def __init__(self, memory: MemoryService, agents: AgentService, clock: Clock) -> None:
+        self.memory = memory
+        self.agents = agents
+        self.clock = clock
+
+    def decode(self, raw: bytes) -> AnyMessage:
+        try:
+            return message_decoder.decode(raw)
+        except msgspec.ValidationError as exc:
+            raise MempError("invalid_request", f"invalid message: {exc}") from None
+        except msgspec.DecodeError as exc:
+            raise MempError("invalid_json", f"message is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise MempError("invalid_json", "JSON is nested too deeply") from None
+
+    async def handle_raw(self, principal: Principal, raw: bytes) -> tuple[int, dict[str, Any]]:
+        """Reply to one encoded message; returns the HTTP status it would have alone."""
+        message_id = None
+        try:
+            message = self.decode(raw)
+            message_id = message.id
+            return 200, await self.handle(principal, message)
+        except MempError as error:
+            return error.status, self.error_reply(error, message_id)
+        except (RedisConnectionError, RedisTimeoutError):
+            down = unavailable()
+            return down.status, self.error_reply(down, message_id)
+
+    async def handle(self, principal: Principal, message: AnyMessage) -> dict[str, Any]:
+        if message.memp != PROTOCOL_VERSION:
+            raise MempError("invalid_request",
+                            f"unsupported protocol version {message.memp!r}; this broker speaks "
+                            f"{PROTOCOL_VERSION}")
+        if message.agent_id is not None and message.agent_id != principal.writer_id:
+            raise MempError("forbidden", "agent_id does not match the agent this token is for",
+                            {"agent_id": message.agent_id})
+        if message.namespace is None:
+            raise MempError("invalid_namespace", "the message has no namespace")
+        return await self._dispatch(principal, message, message.namespace)
+
+    async def _dispatch(self, principal: Principal, message: AnyMessage, ns: str
+                        ) -> dict[str, Any]:
+        match message:
+            case PutMessage():
+                entry = await self.memory.put(principal, ns, message.key, message.value, PutOptions(
+                    ttl_seconds=message.ttl_seconds, timestamp=message.timestamp,
+                    message_id=message.id, if_version=message.if_version,
+                    if_absent=message.if_absent))
+                return self.reply("ack", message, entry=entry)
+            case DeleteMessage():
+                entry = await self.memory.delete(
+                    principal, ns, message.key, timestamp=message.timestamp,
+                    message_id=message.id, if_version=message.if_version)
+                return self.reply("ack", message, entry=entry)
+            case GetMessage():
+                entry = await self.memory.get(principal, ns, message.key)
+                return self.reply("result", message, entry=entry)
+            case QueryMessage():
+                page = await self.memory.query(principal, ns, message.pattern, message.cursor,
+                                               message.limit)
+                return self.reply("result", message, entries=page.entries,
+                                  next_cursor=page.next_cursor)
+            case HistoryMessage():
+                versions = await self.memory.history(principal, ns, message.key, message.limit)
+                return self.reply("result", message, key=message.key, versions=versions)
+            case RegisterMessage():
+                registration = await self.agents.register(principal, ns, message.name,
+                                                          message.framework, message.id)
+                return self.reply("ack", message, agent=registration.agent,
+                                  credentials=registration.credentials)
+            case AgentGetMessage():
+                agent = await self.agents.get(principal, ns, message.agent)
+                return self.reply("result", message, agent=agent)
+            case AgentListMessage():
+                agents, cursor = await self.agents.list(principal, ns, message.cursor,
+                                                        message.limit)
+                return self.reply("result", message, agents=agents, next_cursor=cursor)
+        raise MempError("invalid_request", "unknown message type")  # pragma: no cover
+
+    def reply(self, kind: str, message: AnyMessage | None, **payload: Any) -> dict[str, Any]:
+        return {
+            "memp": PROTOCOL_VERSION,
+            "type": kind,
+            "id": str(uuid.uuid4()),
+            "reply_to": message.id if message is not None else None,
+            "timestamp": self.clock(),
+            "namespace": message.namespace if message is not None else None,
+            **payload,
+        }
+
+    def error_reply(self, error: MempError, message_id: str | None) -> dict[str, Any]:
+        reply = self.reply("error", None, **error.body())
+        reply["reply_to"] = message_id
+        return reply

@@ -1,0 +1,180 @@
+"""The wire format, defined once as msgspec Structs: entries, agents, request bodies, messages."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import Raw, Struct
+
+Permission = Literal["read", "write", "subscribe", "admin"]
+PERMISSIONS: tuple[str, ...] = ("read", "write", "subscribe", "admin")
+
+
+class Entry(Struct, kw_only=True):
+    """One version of a memory entry as clients see it; `value` is kept as raw JSON."""
+
+    id: str
+    agent_id: str
+    namespace: str
+    key: str
+    value: Raw | None
+    ttl_seconds: int | None
+    version: int
+    created_at: int
+    updated_at: int
+    timestamp: int | None
+    expires_at: int | None
+    schema_violation: bool = False
+    deleted: bool = False
+
+
+class Agent(Struct, kw_only=True):
+    """A registered agent (MEMP draft, Data Schema)."""
+
+    id: str
+    name: str
+    framework: str
+    namespace: str
+    created_at: int
+    last_seen: int
+
+
+class Grant(Struct, forbid_unknown_fields=True):
+    """Permissions on the namespaces a glob names (`acme-*`, `acme-crm`, `*`)."""
+
+    namespace: str
+    permissions: list[Permission]
+
+
+class ApiKeyRecord(Struct, kw_only=True):
+    """What the broker stores about an API key; the key itself is stored only as a hash."""
+
+    id: str
+    name: str
+    grants: list[Grant]
+    agent_id: str | None = None
+    created_at: int
+    created_by: str
+
+
+class Credentials(Struct, kw_only=True):
+    """A token handed out once, at registration or key creation."""
+
+    api_key: str
+    key_id: str
+    agent_id: str | None = None
+
+
+class Page(Struct, kw_only=True):
+    """One page of a query."""
+
+    entries: list[Entry]
+    next_cursor: str | None
+
+
+# ---- request bodies (REST) ----
+
+
+class PutBody(Struct, forbid_unknown_fields=True):
+    """Body of `PUT /v1/namespaces/{ns}/memory/{key}`; conditions travel in If-Match and
+    If-None-Match, the message id in Idempotency-Key."""
+
+    value: Raw
+    ttl_seconds: int | None = None
+    timestamp: int | None = None
+
+
+class RegisterBody(Struct, forbid_unknown_fields=True):
+    """Body of `POST /v1/agents`."""
+
+    name: str
+    namespace: str
+    framework: str = "custom"
+
+
+class CreateKeyBody(Struct, forbid_unknown_fields=True):
+    """Body of `POST /v1/keys`."""
+
+    grants: list[Grant]
+    name: str = ""
+    agent_id: str | None = None
+
+
+# ---- protocol messages ----
+
+
+class Message(Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True):
+    """Fields common to every protocol message."""
+
+    memp: str = "1.0"
+    id: str | None = None
+    timestamp: int | None = None
+    agent_id: str | None = None
+    namespace: str | None = None
+
+
+class RegisterMessage(Message, tag="agent.register"):
+    name: str
+    framework: str = "custom"
+
+
+class AgentGetMessage(Message, tag="agent.get"):
+    agent: str
+
+
+class AgentListMessage(Message, tag="agent.list"):
+    cursor: str | None = None
+    limit: int | None = None
+
+
+class PutMessage(Message, tag="memory.put"):
+    key: str
+    value: Raw
+    ttl_seconds: int | None = None
+    if_version: int | None = None
+    if_absent: bool = False
+
+
+class GetMessage(Message, tag="memory.get"):
+    key: str
+
+
+class QueryMessage(Message, tag="memory.query"):
+    pattern: str
+    cursor: str | None = None
+    limit: int | None = None
+
+
+class DeleteMessage(Message, tag="memory.delete"):
+    key: str
+    if_version: int | None = None
+
+
+class HistoryMessage(Message, tag="memory.history"):
+    key: str
+    limit: int | None = None
+
+
+AnyMessage = (
+    RegisterMessage
+    | AgentGetMessage
+    | AgentListMessage
+    | PutMessage
+    | GetMessage
+    | QueryMessage
+    | DeleteMessage
+    | HistoryMessage
+)
+MESSAGE_TYPES: tuple[str, ...] = (
+    "agent.register", "agent.get", "agent.list", "memory.put", "memory.get",
+    "memory.query", "memory.delete", "memory.history",
+)
+
+message_decoder: msgspec.json.Decoder[AnyMessage] = msgspec.json.Decoder(AnyMessage)
+encoder = msgspec.json.Encoder()
+
+
+def encode(obj: Any) -> bytes:
+    """Encode any wire object (Structs, dicts, Raw) to JSON."""
+    return encoder.encode(obj)

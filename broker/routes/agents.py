@@ -1,0 +1,50 @@
+"""REST resources for agents: register, get one, list a namespace's agents."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from broker.agents import AgentService
+from broker.http import authenticate, decode_json, int_param, json_response, read_body
+from broker.models import RegisterBody
+from broker.validation import check_message_id
+
+
+def _service(request: Request) -> AgentService:
+    service: AgentService = request.app.state.agents
+    return service
+
+
+async def register_agent(request: Request) -> Response:
+    principal = await authenticate(request)
+    service = _service(request)
+    body = decode_json(await read_body(request, 64 * 1024), RegisterBody)
+    registration = await service.register(
+        principal, body.namespace, body.name, body.framework,
+        check_message_id(request.headers.get("idempotency-key")),
+    )
+    return json_response(registration, 201)
+
+
+async def get_agent(request: Request) -> Response:
+    principal = await authenticate(request)
+    agent = await _service(request).get(principal, request.path_params["namespace"],
+                                        request.path_params["agent_id"])
+    return json_response(agent)
+
+
+async def list_agents(request: Request) -> Response:
+    principal = await authenticate(request)
+    agents, cursor = await _service(request).list(
+        principal, request.path_params["namespace"], request.query_params.get("cursor"),
+        int_param(request, "limit"))
+    return json_response({"agents": agents, "next_cursor": cursor})
+
+
+routes = [
+    Route("/v1/agents", register_agent, methods=["POST"]),
+    Route("/v1/namespaces/{namespace}/agents", list_agents, methods=["GET"]),
+    Route("/v1/namespaces/{namespace}/agents/{agent_id}", get_agent, methods=["GET"]),
+]

@@ -1,0 +1,77 @@
+"""Admin resources for API keys: create, list, revoke."""
+
+from __future__ import annotations
+
+import re
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from broker.auth import Principal, create_api_key
+from broker.errors import MempError
+from broker.http import authenticate, decode_json, json_response, read_body
+from broker.models import ApiKeyRecord, CreateKeyBody, Grant
+
+_GRANT_NAMESPACE_RE = re.compile(r"[a-z0-9*][a-z0-9._*-]{0,62}")
+
+
+def check_grants(grants: list[Grant]) -> list[Grant]:
+    """Grants name namespace globs and at least one permission each."""
+    if not grants:
+        raise MempError("invalid_request", "a key needs at least one grant")
+    for grant in grants:
+        if not _GRANT_NAMESPACE_RE.fullmatch(grant.namespace):
+            raise MempError("invalid_namespace",
+                            f"grant namespace {grant.namespace!r} is not a namespace glob")
+        if not grant.permissions:
+            raise MempError("invalid_request", "every grant needs at least one permission")
+    return grants
+
+
+def _visible(principal: Principal, record: ApiKeyRecord) -> bool:
+    return all(principal.covers(g) for g in record.grants)
+
+
+async def create_key(request: Request) -> Response:
+    principal = await authenticate(request)
+    body = decode_json(await read_body(request, 64 * 1024), CreateKeyBody)
+    grants = check_grants(body.grants)
+    for grant in grants:
+        if not principal.covers(grant):
+            raise MempError("forbidden",
+                            f"creating this key needs admin permission on {grant.namespace!r}")
+    state = request.app.state
+    api_key, record = await create_api_key(
+        state.store, state.settings.key_env, grants=grants, name=body.name[:200],
+        agent_id=body.agent_id, created_by=principal.subject, now=state.clock(),
+    )
+    return json_response({"api_key": api_key, "key": record}, 201)
+
+
+async def list_keys(request: Request) -> Response:
+    principal = await authenticate(request)
+    if not principal.superuser and not any("admin" in g.permissions for g in principal.grants):
+        raise MempError("forbidden", "listing keys needs admin permission")
+    records = await request.app.state.store.list_api_keys()
+    return json_response({"keys": [r for r in records if _visible(principal, r)]})
+
+
+async def revoke_key(request: Request) -> Response:
+    principal = await authenticate(request)
+    store = request.app.state.store
+    key_id = request.path_params["key_id"]
+    records = {r.id: r for r in await store.list_api_keys()}
+    record = records.get(key_id)
+    if record is None or not _visible(principal, record):
+        raise MempError("not_found", f"no API key {key_id!r}")
+    await store.delete_api_key(key_id)
+    request.app.state.auth.forget()
+    return Response(status_code=204)
+
+
+routes = [
+    Route("/v1/keys", create_key, methods=["POST"]),
+    Route("/v1/keys", list_keys, methods=["GET"]),
+    Route("/v1/keys/{key_id}", revoke_key, methods=["DELETE"]),
+]

@@ -1,0 +1,82 @@
+"""REST resources for memory entries: put, get, delete, query and history."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from broker.http import authenticate, decode_json, int_header, int_param, json_response, read_body
+from broker.memory import MemoryService, PutOptions
+from broker.models import Entry, PutBody
+from broker.validation import check_message_id
+
+
+def _service(request: Request) -> MemoryService:
+    service: MemoryService = request.app.state.memory
+    return service
+
+
+def _entry_response(entry: Entry, status: int = 200) -> Response:
+    return json_response(entry, status, {"ETag": f'"{entry.version}"'})
+
+
+async def put_entry(request: Request) -> Response:
+    principal = await authenticate(request)
+    service = _service(request)
+    body = decode_json(await read_body(request, service.settings.max_request_bytes), PutBody)
+    options = PutOptions(
+        ttl_seconds=body.ttl_seconds,
+        timestamp=body.timestamp,
+        message_id=check_message_id(request.headers.get("idempotency-key")),
+        if_version=int_header(request, "if-match"),
+        if_absent=request.headers.get("if-none-match", "").strip() == "*",
+    )
+    entry = await service.put(principal, request.path_params["namespace"],
+                              request.path_params["key"], body.value, options)
+    return _entry_response(entry, 201 if entry.created_at == entry.updated_at else 200)
+
+
+async def get_entry(request: Request) -> Response:
+    principal = await authenticate(request)
+    entry = await _service(request).get(principal, request.path_params["namespace"],
+                                        request.path_params["key"])
+    return _entry_response(entry)
+
+
+async def delete_entry(request: Request) -> Response:
+    principal = await authenticate(request)
+    entry = await _service(request).delete(
+        principal, request.path_params["namespace"], request.path_params["key"],
+        timestamp=int_param(request, "timestamp"),
+        message_id=check_message_id(request.headers.get("idempotency-key")),
+        if_version=int_header(request, "if-match"),
+    )
+    return _entry_response(entry)
+
+
+async def query_entries(request: Request) -> Response:
+    principal = await authenticate(request)
+    page = await _service(request).query(
+        principal, request.path_params["namespace"], request.query_params.get("pattern", "*"),
+        request.query_params.get("cursor"), int_param(request, "limit"),
+    )
+    return json_response(page)
+
+
+async def entry_history(request: Request) -> Response:
+    principal = await authenticate(request)
+    key = request.path_params["key"]
+    versions = await _service(request).history(
+        principal, request.path_params["namespace"], key, int_param(request, "limit"))
+    return json_response({"namespace": request.path_params["namespace"], "key": key,
+                          "versions": versions})
+
+
+routes = [
+    Route("/v1/namespaces/{namespace}/memory", query_entries, methods=["GET"]),
+    Route("/v1/namespaces/{namespace}/memory/{key:path}", get_entry, methods=["GET"]),
+    Route("/v1/namespaces/{namespace}/memory/{key:path}", put_entry, methods=["PUT"]),
+    Route("/v1/namespaces/{namespace}/memory/{key:path}", delete_entry, methods=["DELETE"]),
+    Route("/v1/namespaces/{namespace}/history/{key:path}", entry_history, methods=["GET"]),
+]

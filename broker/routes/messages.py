@@ -1,0 +1,43 @@
+"""The message endpoint: one protocol message, or a batch of them, per request."""
+
+from __future__ import annotations
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from broker.errors import MempError
+from broker.http import authenticate, decode_json, json_response, read_body
+from broker.messages import MessageHandler
+
+
+async def post_messages(request: Request) -> Response:
+    """A JSON object is one message (HTTP status follows its reply); a JSON array is a batch,
+    run in order, answered with 200 and one reply per message."""
+    principal = await authenticate(request)
+    handler: MessageHandler = request.app.state.messages
+    settings = request.app.state.settings
+    body = await read_body(request, settings.max_request_bytes)
+    if body.lstrip()[:1] != b"[":
+        status, reply = await handler.handle_raw(principal, body)
+        return json_response(reply, status, _headers(reply))
+    items = decode_json(body, list[msgspec.Raw])
+    if not items:
+        raise MempError("invalid_request", "a batch holds at least one message")
+    if len(items) > settings.max_batch:
+        raise MempError("payload_too_large",
+                        f"a batch holds at most {settings.max_batch} messages, not {len(items)}",
+                        {"limit": settings.max_batch})
+    replies = [(await handler.handle_raw(principal, bytes(item)))[1] for item in items]
+    return json_response(replies)
+
+
+def _headers(reply: dict[str, object]) -> dict[str, str] | None:
+    error = reply.get("error")
+    if isinstance(error, dict) and error.get("code") == "unavailable":
+        return {"Retry-After": "1"}
+    return None
+
+
+routes = [Route("/v1/messages", post_messages, methods=["POST"])]

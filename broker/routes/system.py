@@ -1,0 +1,56 @@
+"""Unauthenticated endpoints: health, readiness, metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from broker.errors import unavailable
+from broker.http import error_response, json_response
+
+
+@lru_cache(maxsize=1)
+def openapi_text() -> str:
+    return resources.files("broker").joinpath("openapi.yaml").read_text()
+
+
+async def healthz(request: Request) -> Response:
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    store = request.app.state.store
+    try:
+        await store.ping()
+    except (RedisError, OSError):
+        return error_response(unavailable("the store is not reachable"))
+    return json_response({"status": "ready", "store": "embedded" if store.embedded else "redis"})
+
+
+async def metrics(request: Request) -> Response:
+    return PlainTextResponse(request.app.state.metrics.render(),
+                             media_type="text/plain; version=0.0.4")
+
+
+async def openapi_yaml(request: Request) -> Response:
+    return Response(openapi_text(), media_type="application/yaml")
+
+
+async def openapi_json(request: Request) -> Response:
+    return Response(json.dumps(yaml.safe_load(openapi_text())), media_type="application/json")
+
+
+routes = [
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+    Route("/openapi.yaml", openapi_yaml, methods=["GET"]),
+    Route("/openapi.json", openapi_json, methods=["GET"]),
+]

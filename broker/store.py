@@ -1,0 +1,346 @@
+"""The only module that talks to Redis: connection, scripts and reads, for both backends."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, cast
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
+from broker import layout
+from broker.keys import Pattern
+from broker.models import Agent, ApiKeyRecord, Entry
+
+LuaFields = dict[str, str]
+RawHash = Mapping[bytes, bytes]
+
+
+def _lua(name: str) -> str:
+    return resources.files("broker").joinpath("lua", name).read_text()
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return str(value)
+
+
+def _opt_int(value: str) -> int | None:
+    return int(value) if value else None
+
+
+def entry_from_fields(namespace: str, key: str, fields: Mapping[str, Any]) -> Entry:
+    """Build an Entry from an entry hash or a script's record (all values are text)."""
+    value = fields.get("val") or b""
+    deleted = _text(fields.get("del", "")) == "1"
+    return Entry(
+        id=_text(fields.get("id", "")),
+        agent_id=_text(fields.get("agent", "")),
+        namespace=namespace,
+        key=key,
+        value=None if deleted or not value else msgspec.Raw(value),
+        ttl_seconds=_opt_int(_text(fields.get("ttl", ""))),
+        version=int(_text(fields.get("ver", "0"))),
+        created_at=int(_text(fields.get("ca", "0")) or 0),
+        updated_at=int(_text(fields.get("ua", "0")) or 0),
+        timestamp=_opt_int(_text(fields.get("ts", ""))),
+        expires_at=_opt_int(_text(fields.get("exp", ""))),
+        schema_violation=bool(_text(fields.get("sv", ""))),
+        deleted=deleted,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRequest:
+    """Everything a put or delete script needs besides the namespace and key."""
+
+    agent_id: str
+    now: int
+    timestamp: int
+    timestamp_from_client: bool
+    idempotency_key: str = ""
+    value: bytes = b""
+    entry_id: str = ""
+    ttl_seconds: int | None = None
+    if_version: int | None = None
+    if_absent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    """A script's verdict: `ok`, `precondition_failed`, `write_conflict` or `not_found`."""
+
+    status: str
+    record: LuaFields
+    replayed: bool
+
+    def entry(self, namespace: str, key: str, value: bytes | None = None) -> Entry:
+        fields: dict[str, Any] = dict(self.record)
+        if value is not None and self.status == "ok" and not fields.get("del"):
+            fields["val"] = value
+        return entry_from_fields(namespace, key, fields)
+
+
+_outcome_decoder = msgspec.json.Decoder(tuple[str, dict[str, str]])
+
+
+class Store:
+    """Memory entries, agents and API keys in Redis (or the embedded fakeredis server)."""
+
+    def __init__(self, client: aioredis.Redis, *, history_limit: int, changelog_maxlen: int,
+                 idempotency_window_ms: int, embedded: bool) -> None:
+        self.redis = client
+        self.embedded = embedded
+        self.history_limit = history_limit
+        self.changelog_maxlen = changelog_maxlen
+        self.idempotency_window_ms = max(idempotency_window_ms, 1)
+        common = _lua("common.lua")
+        self._put: AsyncScript = client.register_script(common + _lua("put.lua"))
+        self._delete: AsyncScript = client.register_script(common + _lua("delete.lua"))
+        self._expire: AsyncScript = client.register_script(common + _lua("expire.lua"))
+        self._known_namespaces: set[str] = set()
+
+    @classmethod
+    def connect(cls, redis_url: str | None, *, timeout: float, history_limit: int,
+                changelog_maxlen: int, idempotency_window_ms: int) -> Store:
+        """A store on `redis_url`, or on a fresh embedded in-process server when it is None."""
+        client: aioredis.Redis
+        if redis_url:
+            client = aioredis.Redis.from_url(
+                redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                retry_on_timeout=False, max_connections=512,
+            )
+        else:
+            import fakeredis
+
+            client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        return cls(client, history_limit=history_limit, changelog_maxlen=changelog_maxlen,
+                   idempotency_window_ms=idempotency_window_ms, embedded=not redis_url)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())
+
+    # ---- namespaces ----
+
+    async def note_namespace(self, namespace: str) -> None:
+        """Record that a namespace holds data (once per process), so the sweeper visits it."""
+        if namespace not in self._known_namespaces:
+            await self.redis.sadd(layout.namespaces(), namespace)
+            self._known_namespaces.add(namespace)
+
+    async def namespaces(self) -> list[str]:
+        return sorted(_text(n) for n in await self.redis.smembers(layout.namespaces()))
+
+    # ---- memory writes ----
+
+    def _write_keys(self, namespace: str, key: str, idempotency_key: str) -> list[str]:
+        return [
+            layout.entry(namespace, key), layout.history(namespace, key),
+            layout.index(namespace), layout.expiries(namespace), layout.changelog(namespace),
+            idempotency_key,
+        ]
+
+    async def put(self, namespace: str, key: str, req: WriteRequest,
+                  schema_violation: str = "", conflicts: str = "") -> WriteOutcome:
+        await self.note_namespace(namespace)
+        expires_at = req.now + req.ttl_seconds * 1000 if req.ttl_seconds is not None else None
+        args: list[Any] = [
+            key, req.now, req.entry_id, req.agent_id, req.value, req.timestamp,
+            "" if req.ttl_seconds is None else req.ttl_seconds,
+            "" if expires_at is None else expires_at,
+            "" if req.if_version is None else req.if_version, "1" if req.if_absent else "0",
+            self.history_limit, self.changelog_maxlen, self.idempotency_window_ms,
+            schema_violation, conflicts, "1" if req.timestamp_from_client else "0",
+        ]
+        raw = await self._put(self._write_keys(namespace, key, req.idempotency_key), args)
+        return self._outcome(raw)
+
+    async def delete(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
+        args: list[Any] = [
+            key, req.now, req.agent_id, req.timestamp,
+            "" if req.if_version is None else req.if_version,
+            self.history_limit, self.changelog_maxlen, self.idempotency_window_ms,
+            "1" if req.timestamp_from_client else "0",
+        ]
+        raw = await self._delete(self._write_keys(namespace, key, req.idempotency_key), args)
+        return self._outcome(raw)
+
+    @staticmethod
+    def _outcome(raw: list[bytes]) -> WriteOutcome:
+        status, payload = _text(raw[0]), raw[1]
+        stored_status, record = _outcome_decoder.decode(payload)
+        return WriteOutcome(stored_status, record, replayed=status == "replay")
+
+    async def expire_due(self, namespace: str, now: int, batch: int) -> int:
+        """Expire up to `batch` due entries of a namespace; returns how many it expired."""
+        due = await self.redis.zrangebyscore(layout.expiries(namespace), "-inf", now, 0, batch)
+        if not due:
+            return 0
+        keys = [layout.index(namespace), layout.expiries(namespace), layout.changelog(namespace)]
+        names = [_text(k) for k in due]
+        for name in names:
+            keys += [layout.entry(namespace, name), layout.history(namespace, name)]
+        args: list[Any] = [now, self.history_limit, self.changelog_maxlen, *names]
+        return int(await self._expire(keys, args))
+
+    # ---- memory reads ----
+
+    async def get(self, namespace: str, key: str, now: int) -> Entry | None:
+        fields = await self.redis.hgetall(layout.entry(namespace, key))
+        return self._live_entry(namespace, key, cast(RawHash, fields), now)
+
+    @staticmethod
+    def _live_entry(namespace: str, key: str, raw: RawHash, now: int
+                    ) -> Entry | None:
+        if not raw or raw.get(b"del") == b"1":
+            return None
+        expires = raw.get(b"exp")
+        if expires and int(expires) <= now:
+            return None
+        return entry_from_fields(namespace, key, {_text(k): v for k, v in raw.items()})
+
+    async def scan_keys(self, namespace: str, pattern: Pattern, after: str | None,
+                        count: int) -> tuple[list[str], bool]:
+        """Up to `count` live keys after `after` that share the pattern's literal prefix, in
+        key order; the flag says whether the index may hold more."""
+        prefix = pattern.literal_prefix.encode()
+        if pattern.is_exact:
+            if after is not None:
+                return [], False
+            start = stop = b"[" + prefix
+        else:
+            begins_after = after is not None and after.encode() >= prefix
+            start = b"(" + after.encode() if after is not None and begins_after else b"[" + prefix
+            # UTF-8 never contains 0xff, so prefix + 0xff bounds every key with that prefix.
+            stop = b"[" + prefix + b"\xff" if prefix else b"+"
+        found = await self.redis.zrangebylex(layout.index(namespace), start, stop, 0, count)
+        names = [_text(k) for k in found]
+        return names, len(names) == count
+
+    async def get_many(self, namespace: str, keys: list[str], now: int) -> list[Entry]:
+        if not keys:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hgetall(layout.entry(namespace, key))
+            rows = await pipe.execute()
+        entries = (self._live_entry(namespace, k, row, now) for k, row in zip(keys, rows,
+                                                                               strict=True))
+        return [e for e in entries if e is not None]
+
+    async def history(self, namespace: str, key: str, limit: int) -> list[Entry]:
+        rows = await self.redis.lrange(layout.history(namespace, key), 0, limit - 1)
+        decode = msgspec.json.Decoder(dict[str, str]).decode
+        return [entry_from_fields(namespace, key, decode(row)) for row in rows]
+
+    # ---- idempotency for operations that are not scripts ----
+
+    async def recall_reply(self, key: str) -> bytes | None:
+        reply = cast(bytes | None, await self.redis.get(key))
+        return reply
+
+    async def remember_reply(self, key: str, reply: bytes) -> bytes:
+        """Keep the first reply for the window; returns whichever reply was first."""
+        stored = await self.redis.set(key, reply, px=self.idempotency_window_ms, nx=True)
+        if stored:
+            return reply
+        return await self.recall_reply(key) or reply
+
+    # ---- agents ----
+
+    async def save_agent(self, agent: Agent) -> None:
+        await self.note_namespace(agent.namespace)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(layout.agent(agent.namespace, agent.id), mapping={
+                "id": agent.id, "name": agent.name, "framework": agent.framework,
+                "namespace": agent.namespace, "created_at": agent.created_at,
+                "last_seen": agent.last_seen,
+            })
+            pipe.zadd(layout.agents(agent.namespace), {agent_index_member(agent): 0})
+            await pipe.execute()
+
+    async def get_agent(self, namespace: str, agent_id: str) -> Agent | None:
+        raw = await self.redis.hgetall(layout.agent(namespace, agent_id))
+        return _agent(cast(RawHash, raw)) if raw else None
+
+    async def list_agents(self, namespace: str, after: str | None, limit: int
+                          ) -> tuple[list[Agent], str | None]:
+        """Agents in registration order; the cursor is the last member of the agents index."""
+        start = b"(" + after.encode() if after else b"-"
+        found = await self.redis.zrangebylex(layout.agents(namespace), start, b"+", 0, limit)
+        members = [_text(m) for m in found]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for member in members:
+                pipe.hgetall(layout.agent(namespace, member.split(":", 1)[1]))
+            rows = await pipe.execute()
+        agents = [_agent(row) for row in rows if row]
+        return agents, members[-1] if len(members) == limit else None
+
+    async def touch_agents(self, seen: Mapping[tuple[str, str], int]) -> None:
+        """Raise `last_seen` of the given agents (never lowers it)."""
+        if not seen:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for (namespace, agent_id), when in seen.items():
+                pipe.eval(_RAISE_LAST_SEEN, 1, layout.agent(namespace, agent_id), when)
+            await pipe.execute()
+
+    # ---- API keys ----
+
+    async def save_api_key(self, digest: str, record: ApiKeyRecord) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(layout.api_key(digest), msgspec.json.encode(record))
+            pipe.hset(layout.api_key_ids(), record.id, digest)
+            await pipe.execute()
+
+    async def load_api_key(self, digest: str) -> ApiKeyRecord | None:
+        raw = await self.redis.get(layout.api_key(digest))
+        return msgspec.json.decode(raw, type=ApiKeyRecord) if raw else None
+
+    async def list_api_keys(self) -> list[ApiKeyRecord]:
+        digests = await self.redis.hvals(layout.api_key_ids())
+        if not digests:
+            return []
+        rows = await self.redis.mget([layout.api_key(_text(d)) for d in digests])
+        records = [msgspec.json.decode(r, type=ApiKeyRecord) for r in rows if r]
+        return sorted(records, key=lambda r: (r.created_at, r.id))
+
+    async def delete_api_key(self, key_id: str) -> bool:
+        digest = await self.redis.hget(layout.api_key_ids(), key_id)
+        if digest is None:
+            return False
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(layout.api_key(_text(digest)))
+            pipe.hdel(layout.api_key_ids(), key_id)
+            await pipe.execute()
+        return True
+
+
+_RAISE_LAST_SEEN = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local seen = tonumber(redis.call('HGET', KEYS[1], 'last_seen') or '0')
+  if tonumber(ARGV[1]) > seen then redis.call('HSET', KEYS[1], 'last_seen', ARGV[1]) end
+end
+return 0
+"""
+
+
+def agent_index_member(agent: Agent) -> str:
+    """Members sort by registration time, then id, so listing pages are stable."""
+    return f"{agent.created_at:013d}:{agent.id}"
+
+
+def _agent(raw: RawHash) -> Agent:
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    return Agent(
+        id=fields["id"], name=fields["name"], framework=fields["framework"],
+        namespace=fields["namespace"], created_at=int(fields["created_at"]),
+        last_seen=int(fields["last_seen"]),
+    )

@@ -1,0 +1,221 @@
+"""Shared fixtures: a real redis-server on a free port, and real brokers over real HTTP.
+
+Set MEMP_TEST_REDIS_URL to use an existing Redis instead (its database is flushed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from broker.app import create_app
+from broker.settings import Settings
+
+ADMIN_KEY = "test-admin-key-0123456789"
+BACKENDS = ["embedded", "redis"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.02)
+    raise TimeoutError(f"nothing listening on port {port}")
+
+
+@dataclass
+class RedisServer:
+    """A redis-server process the tests own; can be stopped and restarted on the same port."""
+
+    port: int
+    workdir: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (see .ci/run)")
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(self.port)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def flush(self) -> None:
+        import redis
+
+        client = redis.Redis.from_url(self.url)
+        client.flushdb()
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer | str]:
+    """A redis-server on a free port (or the URL in MEMP_TEST_REDIS_URL)."""
+    external = os.environ.get("MEMP_TEST_REDIS_URL")
+    if external:
+        import redis
+
+        client = redis.Redis.from_url(external)
+        client.flushdb()
+        client.close()
+        yield external
+        return
+    with tempfile.TemporaryDirectory() as workdir:
+        server = RedisServer(free_port(), Path(workdir))
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer | str) -> str:
+    return redis_server if isinstance(redis_server, str) else redis_server.url
+
+
+@dataclass
+class Broker:
+    """A broker served by uvicorn in a thread, reachable over real HTTP."""
+
+    url: str
+    app: Any
+    server: uvicorn.Server
+    thread: threading.Thread
+    backend: str
+    admin_headers: dict[str, str] = field(
+        default_factory=lambda: {"Authorization": f"Bearer {ADMIN_KEY}"})
+
+    def client(self, token: str | None = ADMIN_KEY, **kwargs: Any) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=15, **kwargs)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+def start_broker(backend: str, redis_url: str, **overrides: Any) -> Broker:
+    """Start a broker on a free port with the given backend and settings overrides."""
+    port = free_port()
+    settings = Settings.from_env(
+        environ={}, port=port, admin_key=ADMIN_KEY,
+        redis_url=redis_url if backend == "redis" else None, **overrides,
+    )
+    app = create_app(settings)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                            ws="none", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("broker did not start")
+        time.sleep(0.01)
+    return Broker(f"http://127.0.0.1:{port}", app, server, thread, backend)
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def broker(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Broker]:
+    """One broker per backend for the session; tests isolate themselves by namespace."""
+    handle = start_broker(request.param, redis_url)
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture
+def broker_factory(redis_url: str) -> Iterator[Callable[..., Broker]]:
+    """Start extra brokers with custom settings; they are stopped after the test."""
+    started: list[Broker] = []
+
+    def factory(backend: str, **overrides: Any) -> Broker:
+        handle = start_broker(backend, redis_url, **overrides)
+        started.append(handle)
+        return handle
+
+    yield factory
+    for handle in started:
+        handle.stop()
+
+
+@pytest.fixture
+def ns() -> str:
+    """A namespace no other test uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def admin(broker: Broker) -> Iterator[httpx.Client]:
+    with broker.client() as client:
+        yield client
+
+
+@dataclass
+class BrokerProcess:
+    """A broker in its own OS process (`memp-broker serve`), for multi-process tests."""
+
+    url: str
+    port: int
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=15)
+
+
+@pytest.fixture
+def broker_process(redis_url: str) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start `memp-broker serve` processes on the test Redis; stopped after the test."""
+    started: list[BrokerProcess] = []
+
+    def factory(**env: str) -> BrokerProcess:
+        port = free_port()
+        environment = {**os.environ, "MEMP_REDIS_URL": redis_url, "MEMP_ADMIN_KEY": ADMIN_KEY,
+                       "MEMP_PORT": str(port), **env}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "broker.cli", "serve", "--log-level", "warning"],
+            env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(port, timeout=20)
+        handle = BrokerProcess(f"http://127.0.0.1:{port}", port, process)
+        started.append(handle)
+        return handle
+
+    yield factory
+    for handle in started:
+        handle.stop()
