@@ -19,13 +19,15 @@ from starlette.responses import Response
 from broker.activity import AgentActivity
 from broker.agents import AgentService
 from broker.auth import Authenticator
+from broker.changelog import ChangeLog
 from broker.clock import Clock, system_clock
 from broker.errors import MempError, unavailable
 from broker.http import error_response
+from broker.hub import Hub
 from broker.memory import MemoryService
 from broker.messages import MessageHandler
 from broker.metrics import Metrics, MetricsMiddleware
-from broker.routes import agents, keys, memory, messages, system
+from broker.routes import agents, keys, memory, messages, subscribe, system
 from broker.settings import Settings
 from broker.store import Store
 from broker.sweeper import ExpirySweeper
@@ -79,7 +81,11 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     metrics = Metrics()
     memory_service = MemoryService(settings, store, activity, clock)
     agent_service = AgentService(settings, store, activity, clock)
-    sweeper = ExpirySweeper(store, clock, settings.sweep_interval_seconds, settings.sweep_batch)
+    sweeper = ExpirySweeper(store, clock, settings.sweep_interval_seconds, settings.sweep_batch,
+                            settings.changelog_max_age_seconds * 1000)
+    reader_client = store.new_client()
+    changelog = ChangeLog(reader_client)
+    hub = Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -95,15 +101,18 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         try:
             yield
         finally:
+            await hub.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             with contextlib.suppress(RedisError, OSError):
                 await activity.flush()
+            await reader_client.aclose()
             await store.close()
 
     app = Starlette(
-        routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *keys.routes],
+        routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *keys.routes,
+                *subscribe.routes],
         exception_handlers={
             MempError: _mempe_error,
             HTTPException: _http_error,
@@ -118,6 +127,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.store = store
     app.state.metrics = metrics
     app.state.sweeper = sweeper
+    app.state.changelog = changelog
+    app.state.hub = hub
     app.state.activity = activity
     app.state.auth = Authenticator(settings, store)
     app.state.memory = memory_service

@@ -10,6 +10,7 @@ import sys
 from dataclasses import replace
 
 import msgspec
+from redis.exceptions import RedisError
 
 from broker.auth import create_api_key
 from broker.clock import system_clock
@@ -58,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         message = exc.message if isinstance(exc, MempError) else str(exc)
         print(f"memp-broker: {message}", file=sys.stderr)
         return 2
+    except RedisError as exc:
+        print(f"memp-broker: Redis failed: {exc}", file=sys.stderr)
+        return 1
 
 
 def serve(settings: Settings, workers: int, log_level: str) -> int:

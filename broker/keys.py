@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from broker.errors import MempError
 
 NAMESPACE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc: C0, DEL, C1
 MAX_KEY_BYTES = 1024
 
 
@@ -103,8 +103,8 @@ def compile_pattern(pattern: object, max_bytes: int = MAX_KEY_BYTES) -> Pattern:
     for index, segment in enumerate(segments):
         last = index == len(segments) - 1
         if last and segment.endswith("*") and "*" not in segment[:-1]:
-            stem = segment[:-1]
-            if stem and _segment_problem(stem):
+            stem = segment[:-1]  # the start of a segment: '.' and '..' begin '.x' and '..x'
+            if stem not in ("", ".", "..") and _segment_problem(stem):
                 raise _bad_pattern(pattern, _segment_problem(stem))
             parts.append(re.escape(stem) + r".*" if stem else r"[^/].*")
             continue

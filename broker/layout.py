@@ -68,3 +68,8 @@ def api_key(digest: str) -> str:
 def api_key_ids() -> str:
     """Hash from API key id to its digest, for listing and revoking keys."""
     return f"{PREFIX}:apikeys"
+
+
+def meta(namespace: str) -> str:
+    """Hash of namespace-wide bookkeeping, such as how far the change log has been trimmed."""
+    return f"{_ns(namespace)}:meta"

@@ -113,9 +113,10 @@ class MemoryService:
         return entry
 
     async def query(self, principal: Principal, namespace: str, pattern_text: str,
-                    cursor: str | None = None, limit: int | None = None) -> Page:
+                    cursor: str | None = None, limit: int | None = None,
+                    permission: str = "read") -> Page:
         validate_namespace(namespace)
-        principal.require("read", namespace)
+        principal.require(permission, namespace)
         pattern = compile_pattern(pattern_text, self.settings.max_key_bytes)
         limit = check_limit(limit, self.settings.default_query_limit,
                             self.settings.max_query_limit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -42,6 +43,13 @@ class Settings:
     auth_cache_seconds: float = 5.0
     last_seen_flush_seconds: float = 5.0
     redis_timeout_seconds: float = 2.0
+    changelog_max_age_seconds: int = 7 * 24 * 3600
+    subscriber_queue_size: int = 1000
+    heartbeat_seconds: float = 15.0
+    sse_retry_ms: int = 2000
+    sse_send_timeout_seconds: float = 30.0
+    max_stream_patterns: int = 32
+    reader_block_ms: int = 1000
 
     @property
     def embedded(self) -> bool:
@@ -59,12 +67,18 @@ class Settings:
             "max_value_bytes", "max_request_bytes", "max_key_bytes", "max_query_limit",
             "default_query_limit", "max_batch", "max_ttl_seconds", "changelog_maxlen",
             "sweep_batch", "redis_timeout_seconds", "sweep_interval_seconds",
+            "subscriber_queue_size", "heartbeat_seconds", "sse_retry_ms",
+            "sse_send_timeout_seconds", "max_stream_patterns", "reader_block_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be positive, not {getattr(self, name)}")
         if self.history_limit < 0 or self.idempotency_window_seconds < 0:
             raise SettingsError("history_limit and idempotency_window_seconds must be >= 0")
+        if self.changelog_max_age_seconds < 0:
+            raise SettingsError("changelog_max_age_seconds must be >= 0 (0 = no age limit)")
+        if self.reader_block_ms >= self.redis_timeout_seconds * 1000:
+            raise SettingsError("reader_block_ms must be shorter than redis_timeout_seconds")
         if self.max_key_bytes > 1024:
             raise SettingsError("max_key_bytes cannot exceed the protocol limit of 1024")
         if self.default_query_limit > self.max_query_limit:
@@ -98,7 +112,21 @@ class Settings:
             if not path.is_file():
                 raise SettingsError(f"MEMP_JWT_PUBLIC_KEY is neither a PEM key nor a file: {path}")
             settings = replace(settings, jwt_public_key=path.read_text())
+        if settings.jwt_public_key:
+            _check_public_key(settings.jwt_public_key)
         return settings.validate()
+
+
+def _check_public_key(pem: str) -> None:
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    try:
+        key = load_pem_public_key(pem.encode())
+    except ValueError:
+        raise SettingsError("MEMP_JWT_PUBLIC_KEY is not a readable PEM public key") from None
+    if not isinstance(key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
+        raise SettingsError("MEMP_JWT_PUBLIC_KEY must be an RSA or EC public key")
 
 
 def _convert(name: str, kind: object, raw: str) -> Any:
@@ -106,8 +134,11 @@ def _convert(name: str, kind: object, raw: str) -> Any:
     try:
         if kind_text.startswith("int"):
             return int(raw)
-        if kind_text.startswith("float"):
-            return float(raw)
+        number = float(raw) if kind_text.startswith("float") else None
     except ValueError:
         raise SettingsError(f"MEMP_{name.upper()} must be a number, not {raw!r}") from None
-    return raw
+    if number is None:
+        return raw
+    if not math.isfinite(number):
+        raise SettingsError(f"MEMP_{name.upper()} must be a finite number, not {raw!r}")
+    return number

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, cast
@@ -91,9 +91,10 @@ _outcome_decoder = msgspec.json.Decoder(tuple[str, dict[str, str]])
 class Store:
     """Memory entries, agents and API keys in Redis (or the embedded fakeredis server)."""
 
-    def __init__(self, client: aioredis.Redis, *, history_limit: int, changelog_maxlen: int,
-                 idempotency_window_ms: int, embedded: bool) -> None:
-        self.redis = client
+    def __init__(self, connect: Callable[[], aioredis.Redis], *, history_limit: int,
+                 changelog_maxlen: int, idempotency_window_ms: int, embedded: bool) -> None:
+        self._connect = connect
+        self.redis = client = connect()
         self.embedded = embedded
         self.history_limit = history_limit
         self.changelog_maxlen = changelog_maxlen
@@ -102,24 +103,36 @@ class Store:
         self._put: AsyncScript = client.register_script(common + _lua("put.lua"))
         self._delete: AsyncScript = client.register_script(common + _lua("delete.lua"))
         self._expire: AsyncScript = client.register_script(common + _lua("expire.lua"))
+        self._trim: AsyncScript = client.register_script(_lua("trim.lua"))
         self._known_namespaces: set[str] = set()
 
     @classmethod
     def connect(cls, redis_url: str | None, *, timeout: float, history_limit: int,
                 changelog_maxlen: int, idempotency_window_ms: int) -> Store:
         """A store on `redis_url`, or on a fresh embedded in-process server when it is None."""
-        client: aioredis.Redis
+        connect: Callable[[], aioredis.Redis]
         if redis_url:
-            client = aioredis.Redis.from_url(
-                redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                retry_on_timeout=False, max_connections=512,
-            )
+            url = redis_url
+
+            def connect() -> aioredis.Redis:
+                pool = aioredis.BlockingConnectionPool.from_url(
+                    url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                    max_connections=1024, timeout=timeout,
+                )
+                return aioredis.Redis.from_pool(pool)
         else:
             import fakeredis
 
-            client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
-        return cls(client, history_limit=history_limit, changelog_maxlen=changelog_maxlen,
+            server = fakeredis.FakeServer()
+
+            def connect() -> aioredis.Redis:
+                return fakeredis.FakeAsyncRedis(server=server)
+        return cls(connect, history_limit=history_limit, changelog_maxlen=changelog_maxlen,
                    idempotency_window_ms=idempotency_window_ms, embedded=not redis_url)
+
+    def new_client(self) -> aioredis.Redis:
+        """Another client on the same backend, with its own connections (for blocking reads)."""
+        return self._connect()
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -144,7 +157,7 @@ class Store:
         return [
             layout.entry(namespace, key), layout.history(namespace, key),
             layout.index(namespace), layout.expiries(namespace), layout.changelog(namespace),
-            idempotency_key,
+            idempotency_key, layout.meta(namespace),
         ]
 
     async def put(self, namespace: str, key: str, req: WriteRequest,
@@ -183,12 +196,18 @@ class Store:
         due = await self.redis.zrangebyscore(layout.expiries(namespace), "-inf", now, 0, batch)
         if not due:
             return 0
-        keys = [layout.index(namespace), layout.expiries(namespace), layout.changelog(namespace)]
+        keys = [layout.index(namespace), layout.expiries(namespace), layout.changelog(namespace),
+                layout.meta(namespace)]
         names = [_text(k) for k in due]
         for name in names:
             keys += [layout.entry(namespace, name), layout.history(namespace, name)]
         args: list[Any] = [now, self.history_limit, self.changelog_maxlen, *names]
         return int(await self._expire(keys, args))
+
+    async def trim_changelog(self, namespace: str, before_ms: int, batch: int) -> int:
+        """Drop up to `batch` change-log records logged before `before_ms`."""
+        keys = [layout.changelog(namespace), layout.meta(namespace)]
+        return int(await self._trim(keys, [max(before_ms - 1, 0), batch]))
 
     # ---- memory reads ----
 

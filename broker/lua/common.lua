@@ -31,6 +31,22 @@ local function flatten(entry)
   return out
 end
 
+-- Drop the oldest change-log records beyond `maxlen`, in steps of about 1% so most writes skip
+-- it, and remember the newest dropped id: a cursor before it has lost changes (a `reset`).
+local function trim_log(log_key, meta_key, maxlen)
+  local excess = redis.call('XLEN', log_key) - maxlen
+  if excess <= 0 or excess < math.max(1, math.floor(maxlen / 100)) then
+    return
+  end
+  local old = redis.call('XRANGE', log_key, '-', '+', 'COUNT', math.min(excess, 1000))
+  local ids = {}
+  for i, record in ipairs(old) do
+    ids[i] = record[1]
+  end
+  redis.call('XDEL', log_key, unpack(ids))
+  redis.call('HSET', meta_key, 'trimmed', ids[#ids])
+end
+
 -- Store a new version: entry hash, history, and one change-log record, all in this call.
 local function commit(ctx, entry, change_type)
   redis.call('HSET', ctx.entry_key, unpack(flatten(entry)))
@@ -47,7 +63,9 @@ local function commit(ctx, entry, change_type)
       record[#record + 1] = entry[name]
     end
   end
-  return redis.call('XADD', ctx.log_key, 'MAXLEN', '~', ctx.log_maxlen, '*', unpack(record))
+  local id = redis.call('XADD', ctx.log_key, '*', unpack(record))
+  trim_log(ctx.log_key, ctx.meta_key, tonumber(ctx.log_maxlen))
+  return id
 end
 
 -- Turn a due entry into a tombstone with its own version and an `expire` change. Expiry is

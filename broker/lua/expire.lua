@@ -1,4 +1,4 @@
--- Expire due entries. KEYS: index, ttl, log, then (entry, history) per candidate key.
+-- Expire due entries. KEYS: index, ttl, log, meta, then (entry, history) per candidate key.
 -- ARGV: now, history_limit, log_maxlen, then the candidate keys in the same order.
 -- Safe when several broker processes sweep at once: an entry is only expired while still due.
 local now = tonumber(ARGV[1])
@@ -6,8 +6,8 @@ local expired = 0
 local candidates = #ARGV - 3
 for i = 1, candidates do
   local ctx = {
-    entry_key = KEYS[3 + 2 * i - 1], history_key = KEYS[3 + 2 * i], index_key = KEYS[1],
-    ttl_key = KEYS[2], log_key = KEYS[3], key = ARGV[3 + i],
+    entry_key = KEYS[4 + 2 * i - 1], history_key = KEYS[4 + 2 * i], index_key = KEYS[1],
+    ttl_key = KEYS[2], log_key = KEYS[3], meta_key = KEYS[4], key = ARGV[3 + i],
     history_limit = tonumber(ARGV[2]), log_maxlen = ARGV[3]
   }
   local entry = load_entry(ctx.entry_key)

@@ -1,9 +1,10 @@
--- KEYS: entry, history, index, ttl, log, idempotency ('' when the message has no id)
+-- KEYS: entry, history, index, ttl, log, idempotency ('' when the message has no id), meta
 -- ARGV: key, now, new_id, agent, value, ts, ttl, exp, if_version, if_absent,
 --       history_limit, log_maxlen, idem_window_ms, sv, cf, ts_from_client ('1' or '0')
 local ctx = {
   entry_key = KEYS[1], history_key = KEYS[2], index_key = KEYS[3], ttl_key = KEYS[4],
-  log_key = KEYS[5], key = ARGV[1], history_limit = tonumber(ARGV[11]), log_maxlen = ARGV[12]
+  log_key = KEYS[5], key = ARGV[1], history_limit = tonumber(ARGV[11]), log_maxlen = ARGV[12],
+  meta_key = KEYS[7]
 }
 local idem_key = KEYS[6]
 if idem_key ~= '' then

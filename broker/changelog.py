@@ -1,0 +1,86 @@
+"""Reads of the per-namespace change log (a Redis Stream written by the write scripts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import msgspec
+import redis.asyncio as aioredis
+
+from broker import layout
+from broker.models import Entry
+from broker.store import entry_from_fields
+
+StreamRecord = tuple[bytes, dict[bytes, bytes]]
+
+
+class ChangePayload(Entry, kw_only=True):
+    """What a subscriber receives for one change: the entry version plus the change type."""
+
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One decoded change-log record; `data` is its JSON payload, encoded once for everyone."""
+
+    namespace: str
+    position: str
+    type: str
+    key: str
+    version: int
+    data: bytes
+
+
+def decode_change(namespace: str, record: StreamRecord) -> Change:
+    raw_id, raw_fields = record
+    fields = {k.decode(): v for k, v in raw_fields.items()}
+    kind = fields.pop("type", b"put").decode()
+    key = fields.pop("key", b"").decode()
+    if kind != "put":
+        fields["del"] = b"1"
+    entry = entry_from_fields(namespace, key, fields)
+    return Change(namespace, raw_id.decode(), kind, key, entry.version, encode_payload(entry, kind))
+
+
+def encode_payload(entry: Entry, kind: str) -> bytes:
+    """The JSON a subscriber gets: the entry's fields plus `type`."""
+    fields = {f: getattr(entry, f) for f in entry.__struct_fields__}
+    return msgspec.json.encode(ChangePayload(**fields, type=kind))
+
+
+def position_key(position: str) -> tuple[int, int]:
+    """Stream ids as comparable numbers (`ms-seq`)."""
+    ms, _, seq = position.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class ChangeLog:
+    """Reads one namespace's change log: its end, ranges after a position, blocking reads."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.redis = client
+
+    async def last_position(self, namespace: str) -> str:
+        records = await self.redis.xrevrange(layout.changelog(namespace), "+", "-", count=1)
+        return cast(bytes, records[0][0]).decode() if records else "0-0"
+
+    async def trimmed_through(self, namespace: str) -> str:
+        """The newest position removed by retention ("0-0" when nothing was trimmed)."""
+        raw = await self.redis.hget(layout.meta(namespace), "trimmed")
+        return cast(bytes, raw).decode() if raw else "0-0"
+
+    async def after(self, namespace: str, position: str, count: int) -> list[Change]:
+        records: Any = await self.redis.xrange(layout.changelog(namespace), f"({position}", "+",
+                                               count=count)
+        return [decode_change(namespace, cast(StreamRecord, r)) for r in records or []]
+
+    async def wait(self, namespace: str, position: str, block_ms: int, count: int
+                   ) -> list[Change]:
+        """Changes after `position`, waiting up to `block_ms` for the first one."""
+        found: Any = await self.redis.xread({layout.changelog(namespace): position},
+                                            count=count, block=block_ms)
+        if not found:
+            return []
+        return [decode_change(namespace, cast(StreamRecord, r)) for r in found[0][1]]

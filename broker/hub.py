@@ -1,0 +1,154 @@
+"""Per-process fan-out: one change-log reader per namespace in use, bounded queues per subscriber.
+
+A reader decodes and encodes each change once and offers it to its namespace's subscribers; a
+subscriber whose queue is full is marked overflowed instead of slowing the reader down."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from redis.exceptions import RedisError
+
+from broker.changelog import Change, ChangeLog, position_key
+from broker.errors import unavailable
+from broker.keys import Pattern
+
+log = logging.getLogger("memp.hub")
+
+
+class Subscription:
+    """One subscriber: what it wants, its bounded queue, and flags the hub sets."""
+
+    def __init__(self, patterns: dict[str, list[Pattern]], queue_size: int) -> None:
+        self.patterns = patterns
+        self.queue: asyncio.Queue[Change | None] = asyncio.Queue(queue_size)
+        self.overflowed = False
+        self.closing = False
+        self.resets: set[str] = set()
+
+    def wants(self, change: Change) -> bool:
+        patterns = self.patterns.get(change.namespace)
+        return patterns is not None and any(p.matches(change.key) for p in patterns)
+
+    def offer(self, change: Change) -> None:
+        if self.overflowed or not self.wants(change):
+            return
+        try:
+            self.queue.put_nowait(change)
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+    def rearm(self) -> None:
+        """Forget queued changes after an overflow; the caller re-reads them from the log."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.overflowed = False
+
+    def nudge(self) -> None:
+        """Wake the consumer so it looks at the flags."""
+        with contextlib.suppress(asyncio.QueueFull):
+            self.queue.put_nowait(None)
+
+
+class NamespaceReader:
+    """Follows one namespace's change log and hands each change to the subscribers."""
+
+    def __init__(self, changelog: ChangeLog, namespace: str, block_ms: int) -> None:
+        self.changelog = changelog
+        self.namespace = namespace
+        self.block_ms = block_ms
+        self.subscribers: set[Subscription] = set()
+        self.ready = asyncio.Event()
+        self.position = "0-0"
+        self.task = asyncio.create_task(self.run(), name=f"memp-reader-{namespace}")
+
+    async def run(self) -> None:
+        backoff = 0.05
+        while True:
+            try:
+                if not self.ready.is_set():
+                    self.position = await self.changelog.last_position(self.namespace)
+                    self.ready.set()
+                changes = await self.changelog.wait(self.namespace, self.position,
+                                                    self.block_ms, 1000)
+                if not changes:
+                    await self._check_restarted()
+                backoff = 0.05
+            except RedisError as exc:
+                log.warning("change-log reader for %s: %s; retrying in %.2fs",
+                            self.namespace, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            for change in changes:
+                for subscriber in self.subscribers:
+                    subscriber.offer(change)
+            if changes:
+                self.position = changes[-1].position
+
+    async def _check_restarted(self) -> None:
+        """A log whose end is behind what was read was recreated (Redis lost its data)."""
+        end = await self.changelog.last_position(self.namespace)
+        if position_key(end) < position_key(self.position):
+            log.warning("change log of %s went back from %s to %s; resetting subscribers",
+                        self.namespace, self.position, end)
+            self.position = "0-0"
+            for subscriber in self.subscribers:
+                subscriber.resets.add(self.namespace)
+                subscriber.nudge()
+
+
+class Hub:
+    """Starts a reader when a namespace gets its first subscriber and stops it after its last."""
+
+    def __init__(self, changelog: ChangeLog, block_ms: int, ready_timeout: float) -> None:
+        self.changelog = changelog
+        self.block_ms = block_ms
+        self.ready_timeout = ready_timeout
+        self.readers: dict[str, NamespaceReader] = {}
+
+    async def join(self, subscription: Subscription) -> None:
+        """Register the subscription; returns once every reader it needs is following its log."""
+        readers = []
+        for namespace in subscription.patterns:
+            reader = self.readers.get(namespace)
+            if reader is None:
+                reader = NamespaceReader(self.changelog, namespace, self.block_ms)
+                self.readers[namespace] = reader
+            reader.subscribers.add(subscription)
+            readers.append(reader)
+        try:
+            async with asyncio.timeout(self.ready_timeout):
+                for reader in readers:
+                    await reader.ready.wait()
+        except TimeoutError:
+            self.leave(subscription)
+            raise unavailable("the change log is not reachable") from None
+
+    def leave(self, subscription: Subscription) -> None:
+        for namespace in subscription.patterns:
+            reader = self.readers.get(namespace)
+            if reader is None:
+                continue
+            reader.subscribers.discard(subscription)
+            if not reader.subscribers:
+                reader.task.cancel()
+                del self.readers[namespace]
+
+    @property
+    def subscriber_count(self) -> int:
+        return len({s for r in self.readers.values() for s in r.subscribers})
+
+    async def close(self) -> None:
+        """Tell every subscriber to finish, then stop the readers."""
+        for reader in self.readers.values():
+            for subscriber in reader.subscribers:
+                subscriber.closing = True
+                subscriber.nudge()
+        tasks = [r.task for r in self.readers.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.readers.clear()

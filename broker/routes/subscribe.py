@@ -1,0 +1,62 @@
+"""The subscription endpoint: Server-Sent Events for one or several namespace/pattern pairs."""
+
+from __future__ import annotations
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from broker.auth import Principal
+from broker.errors import MempError
+from broker.http import authenticate
+from broker.keys import Pattern, compile_pattern, validate_namespace
+from broker.subscriptions import EventStream, StreamRequest, parse_cursor
+
+
+def _targets(request: Request, principal: Principal, limit: int, max_key_bytes: int
+             ) -> dict[str, list[Pattern]]:
+    pairs: list[tuple[str, str]] = []
+    for item in request.query_params.getlist("sub"):
+        namespace, sep, pattern = item.partition(":")
+        if not sep:
+            raise MempError("invalid_request", "sub must be 'namespace:pattern'",
+                            {"sub": item[:200]})
+        pairs.append((namespace, pattern))
+    single = request.query_params.get("namespace")
+    if single is not None:
+        patterns = request.query_params.getlist("pattern") or ["*"]
+        pairs += [(single, pattern) for pattern in patterns]
+    if not pairs:
+        raise MempError("invalid_request", "name what to follow: ?namespace=&pattern= or ?sub=")
+    if len(pairs) > limit:
+        raise MempError("invalid_request", f"a stream follows at most {limit} patterns")
+    targets: dict[str, list[Pattern]] = {}
+    for namespace, text in pairs:
+        validate_namespace(namespace)
+        principal.require("subscribe", namespace)
+        targets.setdefault(namespace, []).append(compile_pattern(text, max_key_bytes))
+    return targets
+
+
+async def subscribe(request: Request) -> Response:
+    principal = await authenticate(request)
+    state = request.app.state
+    settings = state.settings
+    targets = _targets(request, principal, settings.max_stream_patterns, settings.max_key_bytes)
+    cursor_text = request.headers.get("last-event-id") or request.query_params.get(
+        "last_event_id")
+    snapshot = request.query_params.get("snapshot", "").lower() in ("1", "true", "yes")
+    stream = EventStream(
+        state.hub, state.changelog, state.memory, principal,
+        StreamRequest(targets, parse_cursor(cursor_text), snapshot),
+        settings.subscriber_queue_size, settings.sse_retry_ms,
+    )
+    return EventSourceResponse(
+        stream.frames(), ping=settings.heartbeat_seconds,
+        send_timeout=settings.sse_send_timeout_seconds,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+routes = [Route("/v1/subscribe", subscribe, methods=["GET"])]
