@@ -27,7 +27,8 @@ from broker.hub import Hub
 from broker.memory import MemoryService
 from broker.messages import MessageHandler
 from broker.metrics import Metrics, MetricsMiddleware
-from broker.routes import agents, keys, memory, messages, subscribe, system
+from broker.namespaces import NamespaceRegistry
+from broker.routes import agents, keys, memory, messages, namespaces, subscribe, system
 from broker.settings import Settings
 from broker.store import Store
 from broker.sweeper import ExpirySweeper
@@ -79,7 +80,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     )
     activity = AgentActivity(store)
     metrics = Metrics()
-    memory_service = MemoryService(settings, store, activity, clock)
+    registry = NamespaceRegistry(store.redis, settings.namespace_cache_seconds)
+    memory_service = MemoryService(settings, store, registry, activity, clock)
     agent_service = AgentService(settings, store, activity, clock)
     sweeper = ExpirySweeper(store, clock, settings.sweep_interval_seconds, settings.sweep_batch,
                             settings.changelog_max_age_seconds * 1000)
@@ -97,6 +99,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             asyncio.create_task(sweeper.run(), name="memp-expiry-sweeper"),
             asyncio.create_task(_periodic(settings.last_seen_flush_seconds, activity.flush,
                                           "last_seen flush"), name="memp-last-seen"),
+            asyncio.create_task(registry.listen(reader_client), name="memp-invalidations"),
         ]
         try:
             yield
@@ -112,7 +115,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
 
     app = Starlette(
         routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *keys.routes,
-                *subscribe.routes],
+                *subscribe.routes, *namespaces.routes],
         exception_handlers={
             MempError: _mempe_error,
             HTTPException: _http_error,
@@ -129,6 +132,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.sweeper = sweeper
     app.state.changelog = changelog
     app.state.hub = hub
+    app.state.namespaces = registry
     app.state.activity = activity
     app.state.auth = Authenticator(settings, store)
     app.state.memory = memory_service

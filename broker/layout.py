@@ -73,3 +73,18 @@ def api_key_ids() -> str:
 def meta(namespace: str) -> str:
     """Hash of namespace-wide bookkeeping, such as how far the change log has been trimmed."""
     return f"{_ns(namespace)}:meta"
+
+
+def config(namespace: str) -> str:
+    """The namespace's configuration (conflict strategies, priorities, shares...), as JSON."""
+    return f"{_ns(namespace)}:config"
+
+
+def schemas(namespace: str) -> str:
+    """Hash of the namespace's JSON Schemas by id."""
+    return f"{_ns(namespace)}:schemas"
+
+
+def invalidations() -> str:
+    """Pub/sub channel naming a namespace whose configuration or schemas changed."""
+    return f"{PREFIX}:invalidate"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import random
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import msgspec
 
@@ -11,9 +14,11 @@ from broker import layout
 from broker.activity import AgentActivity
 from broker.auth import Principal
 from broker.clock import Clock
+from broker.conflicts import MISSING, Conflict, merge
 from broker.errors import MempError
 from broker.keys import compile_pattern, validate_key, validate_namespace
 from broker.models import Entry, Page
+from broker.namespaces import NamespaceRegistry, NamespaceState
 from broker.settings import Settings
 from broker.store import Store, WriteOutcome, WriteRequest
 from broker.validation import (
@@ -37,15 +42,21 @@ class PutOptions:
     message_id: str | None = None
     if_version: int | None = None
     if_absent: bool = False
+    base_version: int | None = None
+
+
+_MODES = {"last-write-wins": "lww", "agent-priority": "priority", "merge": "merge"}
+_MERGE_ATTEMPTS = 50
 
 
 class MemoryService:
     """Checks, authorises and runs memory operations against the store."""
 
-    def __init__(self, settings: Settings, store: Store, activity: AgentActivity,
-                 clock: Clock) -> None:
+    def __init__(self, settings: Settings, store: Store, namespaces: NamespaceRegistry,
+                 activity: AgentActivity, clock: Clock) -> None:
         self.settings = settings
         self.store = store
+        self.namespaces = namespaces
         self.activity = activity
         self.clock = clock
 
@@ -56,9 +67,18 @@ class MemoryService:
         validate_key(key, self.settings.max_key_bytes)
         return namespace, key
 
-    def _write_request(self, principal: Principal, namespace: str, now: int,
-                       timestamp: int | None, message_id: str | None) -> WriteRequest:
+    async def _readable(self, principal: Principal, namespace: str, key: str | None,
+                        permission: str = "read") -> None:
+        validate_namespace(namespace)
+        await self.namespaces.require(principal, permission, namespace)
+        if key is not None:
+            validate_key(key, self.settings.max_key_bytes)
+
+    def _write_request(self, principal: Principal, namespace: str, state: NamespaceState,
+                       strategy: str, timestamp: int | None, message_id: str | None,
+                       **fields: Any) -> WriteRequest:
         check_message_id(message_id)
+        now = self.clock()
         check_timestamp(timestamp, now, self.settings)
         self.activity.seen(namespace, principal.agent_id, now)
         idem = layout.idempotency(namespace, principal.writer_id, message_id) if message_id \
@@ -67,7 +87,24 @@ class MemoryService:
             agent_id=principal.writer_id, now=now,
             timestamp=timestamp if timestamp is not None else now,
             timestamp_from_client=timestamp is not None, idempotency_key=idem,
+            mode=_MODES[strategy], priority=state.priority_of(principal.writer_id),
+            default_priority=state.config.default_priority,
+            history_limit=state.config.history_limit, **fields,
         )
+
+    @staticmethod
+    def _schema_errors(state: NamespaceState, key: str, value: Any) -> str:
+        """Validate against every matching schema: raise for an enforcing one, else return the
+        errors to store with the entry ("" when it conforms)."""
+        if not state.schemas_for(key):
+            return ""
+        if isinstance(value, msgspec.Raw):
+            value = msgspec.json.decode(value)
+        errors, enforced = state.validate(key, value)
+        if enforced:
+            raise MempError("schema_violation", "the value does not conform to an enforcing "
+                            "schema; nothing was written", {"errors": errors})
+        return msgspec.json.encode(errors).decode() if errors else ""
 
     async def put(self, principal: Principal, namespace: str, key: str, value: msgspec.Raw,
                   options: PutOptions) -> Entry:
@@ -75,36 +112,87 @@ class MemoryService:
         check_value_size(len(value), self.settings)
         check_ttl(options.ttl_seconds, self.settings)
         check_version(options.if_version)
-        now = self.clock()
-        base = self._write_request(principal, namespace, now, options.timestamp,
-                                   options.message_id)
-        request = WriteRequest(
-            agent_id=base.agent_id, now=now, timestamp=base.timestamp,
-            timestamp_from_client=base.timestamp_from_client,
-            idempotency_key=base.idempotency_key, value=bytes(value),
-            entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
+        check_version(options.base_version)
+        state = await self.namespaces.state(namespace)
+        strategy = state.strategy_for(key)
+        if options.ttl_seconds is None and state.config.default_ttl_seconds is not None:
+            options = replace(options, ttl_seconds=state.config.default_ttl_seconds)
+        if strategy == "merge":
+            return await self._merge_put(principal, namespace, key, value, options, state)
+        request = self._write_request(
+            principal, namespace, state, strategy, options.timestamp, options.message_id,
+            value=bytes(value), entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
             if_version=options.if_version, if_absent=options.if_absent,
+            schema_errors=self._schema_errors(state, key, value),
         )
         outcome = await self.store.put(namespace, key, request)
         return _settle(outcome, namespace, key, bytes(value))
+
+    async def _merge_put(self, principal: Principal, namespace: str, key: str,
+                         value: msgspec.Raw, options: PutOptions, state: NamespaceState
+                         ) -> Entry:
+        """Read, merge and write with compare-and-set on the version read; retry on a race."""
+        try:
+            incoming = msgspec.json.decode(value)
+        except RecursionError:
+            raise MempError("invalid_json", "JSON is nested too deeply") from None
+        for _ in range(_MERGE_ATTEMPTS):
+            current = await self.store.get(namespace, key, self.clock())
+            if options.if_absent and current is not None:
+                raise _precondition(current)
+            if options.if_version is not None and (
+                    current is None or current.version != options.if_version):
+                raise _precondition(current)
+            merged: Any = incoming
+            conflicts: list[Conflict] = []
+            if current is not None:
+                merged, conflicts = await self._merge_with(namespace, key, current, incoming,
+                                                           principal.writer_id, options, state)
+            encoded = msgspec.json.encode(merged)
+            check_value_size(len(encoded), self.settings)
+            request = self._write_request(
+                principal, namespace, state, "merge", options.timestamp, options.message_id,
+                value=encoded, entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
+                if_version=current.version if current else None, if_absent=current is None,
+                internal_cas=True, schema_errors=self._schema_errors(state, key, merged),
+                conflicts=msgspec.json.encode(conflicts).decode() if conflicts else "",
+            )
+            outcome = await self.store.put(namespace, key, request)
+            if outcome.status != "precondition_failed" or outcome.replayed:
+                return _settle(outcome, namespace, key, encoded)
+            await asyncio.sleep(random.uniform(0, 0.002))
+        raise MempError("write_conflict", f"could not merge after {_MERGE_ATTEMPTS} attempts "
+                        "under contention; retry the write", {"key": key})
+
+    async def _merge_with(self, namespace: str, key: str, current: Entry, incoming: Any,
+                          writer: str, options: PutOptions, state: NamespaceState
+                          ) -> tuple[Any, list[Conflict]]:
+        stored = msgspec.json.decode(current.value) if current.value is not None else None
+        base: Any = MISSING
+        if options.base_version is not None:
+            if options.base_version == current.version:
+                base = stored
+            else:
+                for version in await self.store.history(namespace, key, 1_000):
+                    if version.version == options.base_version and version.value is not None:
+                        base = msgspec.json.decode(version.value)
+        return merge(stored, incoming, base=base, base_known=options.base_version is not None,
+                     stored_agent=current.agent_id, incoming_agent=writer,
+                     arrays=state.config.merge_arrays)
 
     async def delete(self, principal: Principal, namespace: str, key: str, *,
                      timestamp: int | None = None, message_id: str | None = None,
                      if_version: int | None = None) -> Entry:
         self._target(principal, "write", namespace, key)
         check_version(if_version)
-        now = self.clock()
-        base = self._write_request(principal, namespace, now, timestamp, message_id)
-        request = WriteRequest(
-            agent_id=base.agent_id, now=now, timestamp=base.timestamp,
-            timestamp_from_client=base.timestamp_from_client,
-            idempotency_key=base.idempotency_key, if_version=if_version,
-        )
+        state = await self.namespaces.state(namespace)
+        request = self._write_request(principal, namespace, state, state.strategy_for(key),
+                                      timestamp, message_id, if_version=if_version)
         outcome = await self.store.delete(namespace, key, request)
         return _settle(outcome, namespace, key, None)
 
     async def get(self, principal: Principal, namespace: str, key: str) -> Entry:
-        self._target(principal, "read", namespace, key)
+        await self._readable(principal, namespace, key)
         now = self.clock()
         self.activity.seen(namespace, principal.agent_id, now)
         entry = await self.store.get(namespace, key, now)
@@ -115,8 +203,7 @@ class MemoryService:
     async def query(self, principal: Principal, namespace: str, pattern_text: str,
                     cursor: str | None = None, limit: int | None = None,
                     permission: str = "read") -> Page:
-        validate_namespace(namespace)
-        principal.require(permission, namespace)
+        await self._readable(principal, namespace, None, permission)
         pattern = compile_pattern(pattern_text, self.settings.max_key_bytes)
         limit = check_limit(limit, self.settings.default_query_limit,
                             self.settings.max_query_limit)
@@ -144,10 +231,20 @@ class MemoryService:
 
     async def history(self, principal: Principal, namespace: str, key: str,
                       limit: int | None = None) -> list[Entry]:
-        self._target(principal, "read", namespace, key)
+        await self._readable(principal, namespace, key)
         limit = check_limit(limit, max(self.settings.history_limit, 1),
                             max(self.settings.history_limit, 1))
         return await self.store.history(namespace, key, limit)
+
+
+def entry_warnings(entry: Entry) -> list[str]:
+    """What a writer should look at: schema violations and flagged merge conflicts."""
+    warnings = []
+    if entry.schema_violation:
+        warnings.append("schema_violation")
+    if entry.conflicts is not msgspec.UNSET:
+        warnings.append("conflicts")
+    return warnings
 
 
 def _settle(outcome: WriteOutcome, namespace: str, key: str, value: bytes | None) -> Entry:
@@ -158,13 +255,20 @@ def _settle(outcome: WriteOutcome, namespace: str, key: str, value: bytes | None
     if outcome.status == "write_conflict":
         raise MempError(
             "write_conflict",
-            "a newer write is stored; this write was not applied",
+            "the stored entry wins (newer timestamp or higher agent priority); this write was "
+            "not applied",
             {"winner": current},
         )
     if outcome.status == "not_found":
         raise MempError("not_found", f"no entry at key {key!r}", {"key": key})
-    details: dict[str, object] = {"current_version": current.version}
-    if not current.deleted:
+    raise _precondition(None if current.deleted else current, current.version)
+
+
+def _precondition(current: Entry | None, version: int | None = None) -> MempError:
+    details: dict[str, object] = {
+        "current_version": version if version is not None else (current.version if current
+                                                                 else 0)}
+    if current is not None:
         details["current"] = current
-    raise MempError("precondition_failed", "the entry's version does not match the condition",
-                    details)
+    return MempError("precondition_failed", "the entry's version does not match the condition",
+                     details)

@@ -14,7 +14,7 @@ from broker.agents import AgentService
 from broker.auth import Principal
 from broker.clock import Clock
 from broker.errors import MempError, unavailable
-from broker.memory import MemoryService, PutOptions
+from broker.memory import MemoryService, PutOptions, entry_warnings
 from broker.models import (
     AgentGetMessage,
     AgentListMessage,
@@ -79,8 +79,8 @@ class MessageHandler:
                 entry = await self.memory.put(principal, ns, message.key, message.value, PutOptions(
                     ttl_seconds=message.ttl_seconds, timestamp=message.timestamp,
                     message_id=message.id, if_version=message.if_version,
-                    if_absent=message.if_absent))
-                return self.reply("ack", message, entry=entry)
+                    if_absent=message.if_absent, base_version=message.base_version))
+                return self.reply("ack", message, entry=entry, warnings=entry_warnings(entry))
             case DeleteMessage():
                 entry = await self.memory.delete(
                     principal, ns, message.key, timestamp=message.timestamp,

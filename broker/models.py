@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
-from msgspec import Raw, Struct
+from msgspec import UNSET, Raw, Struct, UnsetType
 
 Permission = Literal["read", "write", "subscribe", "admin"]
 PERMISSIONS: tuple[str, ...] = ("read", "write", "subscribe", "admin")
@@ -27,6 +27,8 @@ class Entry(Struct, kw_only=True):
     expires_at: int | None
     schema_violation: bool = False
     deleted: bool = False
+    schema_errors: Raw | UnsetType = UNSET
+    conflicts: Raw | UnsetType = UNSET
 
 
 class Agent(Struct, kw_only=True):
@@ -83,6 +85,7 @@ class PutBody(Struct, forbid_unknown_fields=True):
     value: Raw
     ttl_seconds: int | None = None
     timestamp: int | None = None
+    base_version: int | None = None
 
 
 class RegisterBody(Struct, forbid_unknown_fields=True):
@@ -134,6 +137,7 @@ class PutMessage(Message, tag="memory.put"):
     ttl_seconds: int | None = None
     if_version: int | None = None
     if_absent: bool = False
+    base_version: int | None = None
 
 
 class GetMessage(Message, tag="memory.get"):

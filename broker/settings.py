@@ -50,6 +50,8 @@ class Settings:
     sse_send_timeout_seconds: float = 30.0
     max_stream_patterns: int = 32
     reader_block_ms: int = 1000
+    namespace_cache_seconds: float = 5.0
+    max_schema_bytes: int = 64 * 1024
 
     @property
     def embedded(self) -> bool:
@@ -69,6 +71,7 @@ class Settings:
             "sweep_batch", "redis_timeout_seconds", "sweep_interval_seconds",
             "subscriber_queue_size", "heartbeat_seconds", "sse_retry_ms",
             "sse_send_timeout_seconds", "max_stream_patterns", "reader_block_ms",
+            "namespace_cache_seconds", "max_schema_bytes",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -37,6 +37,8 @@ def entry_from_fields(namespace: str, key: str, fields: Mapping[str, Any]) -> En
     """Build an Entry from an entry hash or a script's record (all values are text)."""
     value = fields.get("val") or b""
     deleted = _text(fields.get("del", "")) == "1"
+    schema_errors = fields.get("sv") or b""
+    conflicts = fields.get("cf") or b""
     return Entry(
         id=_text(fields.get("id", "")),
         agent_id=_text(fields.get("agent", "")),
@@ -49,8 +51,10 @@ def entry_from_fields(namespace: str, key: str, fields: Mapping[str, Any]) -> En
         updated_at=int(_text(fields.get("ua", "0")) or 0),
         timestamp=_opt_int(_text(fields.get("ts", ""))),
         expires_at=_opt_int(_text(fields.get("exp", ""))),
-        schema_violation=bool(_text(fields.get("sv", ""))),
+        schema_violation=bool(schema_errors),
         deleted=deleted,
+        schema_errors=msgspec.Raw(schema_errors) if schema_errors else msgspec.UNSET,
+        conflicts=msgspec.Raw(conflicts) if conflicts else msgspec.UNSET,
     )
 
 
@@ -68,6 +72,13 @@ class WriteRequest:
     ttl_seconds: int | None = None
     if_version: int | None = None
     if_absent: bool = False
+    mode: str = "lww"
+    priority: int = 0
+    default_priority: int = 0
+    internal_cas: bool = False
+    history_limit: int | None = None
+    schema_errors: str = ""
+    conflicts: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +171,10 @@ class Store:
             idempotency_key, layout.meta(namespace),
         ]
 
-    async def put(self, namespace: str, key: str, req: WriteRequest,
-                  schema_violation: str = "", conflicts: str = "") -> WriteOutcome:
+    def _history_limit(self, req: WriteRequest) -> int:
+        return self.history_limit if req.history_limit is None else req.history_limit
+
+    async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
         await self.note_namespace(namespace)
         expires_at = req.now + req.ttl_seconds * 1000 if req.ttl_seconds is not None else None
         args: list[Any] = [
@@ -169,8 +182,9 @@ class Store:
             "" if req.ttl_seconds is None else req.ttl_seconds,
             "" if expires_at is None else expires_at,
             "" if req.if_version is None else req.if_version, "1" if req.if_absent else "0",
-            self.history_limit, self.changelog_maxlen, self.idempotency_window_ms,
-            schema_violation, conflicts, "1" if req.timestamp_from_client else "0",
+            self._history_limit(req), self.changelog_maxlen, self.idempotency_window_ms,
+            req.schema_errors, req.conflicts, "1" if req.timestamp_from_client else "0",
+            req.mode, req.priority, "1" if req.internal_cas else "0", req.default_priority,
         ]
         raw = await self._put(self._write_keys(namespace, key, req.idempotency_key), args)
         return self._outcome(raw)
@@ -179,8 +193,9 @@ class Store:
         args: list[Any] = [
             key, req.now, req.agent_id, req.timestamp,
             "" if req.if_version is None else req.if_version,
-            self.history_limit, self.changelog_maxlen, self.idempotency_window_ms,
-            "1" if req.timestamp_from_client else "0",
+            self._history_limit(req), self.changelog_maxlen, self.idempotency_window_ms,
+            "1" if req.timestamp_from_client else "0", req.mode, req.priority,
+            req.default_priority,
         ]
         raw = await self._delete(self._write_keys(namespace, key, req.idempotency_key), args)
         return self._outcome(raw)

@@ -1,6 +1,6 @@
 -- Shared helpers, prepended to every write script. Values only ever arrive as KEYS/ARGV.
 
-local FIELDS = {'id', 'agent', 'val', 'ver', 'ca', 'ua', 'ts', 'ttl', 'exp', 'del', 'sv', 'cf'}
+local FIELDS = {'id', 'agent', 'val', 'ver', 'ca', 'ua', 'ts', 'ttl', 'exp', 'del', 'sv', 'cf', 'pr'}
 
 local function load_entry(entry_key)
   local values = redis.call('HMGET', entry_key, unpack(FIELDS))
@@ -74,7 +74,7 @@ local function expire_entry(ctx, entry, now)
   local tomb = {
     id = entry.id, agent = entry.agent, val = '', ver = tostring(tonumber(entry.ver) + 1),
     ca = entry.ca, ua = string.format('%d', now), ts = '', ttl = '', exp = '', del = '1',
-    sv = '', cf = ''
+    sv = '', cf = '', pr = ''
   }
   redis.call('ZREM', ctx.index_key, ctx.key)
   redis.call('ZREM', ctx.ttl_key, ctx.key)

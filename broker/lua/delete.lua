@@ -1,6 +1,7 @@
 -- KEYS: entry, history, index, ttl, log, idempotency ('' when the message has no id), meta
 -- ARGV: key, now, agent, ts, if_version, history_limit, log_maxlen, idem_window_ms,
---       ts_from_client ('1' or '0')
+--       ts_from_client ('1' or '0'), mode ('lww', 'priority' or 'merge'), writer priority,
+--       priority of entries written before priorities were set
 local ctx = {
   entry_key = KEYS[1], history_key = KEYS[2], index_key = KEYS[3], ttl_key = KEYS[4],
   log_key = KEYS[5], key = ARGV[1], history_limit = tonumber(ARGV[6]), log_maxlen = ARGV[7],
@@ -41,7 +42,17 @@ if if_version ~= '' and current.ver ~= if_version then
   return reply('precondition_failed', current, true)
 end
 local ts_text = ARGV[4]
-if ARGV[9] == '1' then
+local outranks = false
+if ARGV[10] == 'priority' then
+  local stored_priority = tonumber(current.pr) or tonumber(ARGV[12])
+  if tonumber(ARGV[11]) < stored_priority then
+    return reply('write_conflict', current, true)
+  end
+  outranks = tonumber(ARGV[11]) > stored_priority
+end
+if ARGV[10] == 'merge' or outranks then
+  -- no timestamp contest: merge combines writes, a higher priority always wins
+elseif ARGV[9] == '1' then
   if loses_to(current, ts, agent) then
     return reply('write_conflict', current, true)
   end
@@ -51,7 +62,8 @@ end
 
 local tomb = {
   id = current.id, agent = agent, val = '', ver = tostring(tonumber(current.ver) + 1),
-  ca = current.ca, ua = ARGV[2], ts = ts_text, ttl = '', exp = '', del = '1', sv = '', cf = ''
+  ca = current.ca, ua = ARGV[2], ts = ts_text, ttl = '', exp = '', del = '1', sv = '', cf = '',
+  pr = ARGV[11]
 }
 redis.call('ZREM', ctx.index_key, ctx.key)
 redis.call('ZREM', ctx.ttl_key, ctx.key)

@@ -1,6 +1,9 @@
 -- KEYS: entry, history, index, ttl, log, idempotency ('' when the message has no id), meta
 -- ARGV: key, now, new_id, agent, value, ts, ttl, exp, if_version, if_absent,
---       history_limit, log_maxlen, idem_window_ms, sv, cf, ts_from_client ('1' or '0')
+--       history_limit, log_maxlen, idem_window_ms, sv, cf, ts_from_client ('1' or '0'),
+--       mode ('lww', 'priority' or 'merge'), writer priority, internal_cas ('1' when if_version
+--       is the broker's own merge check: its failure is retried, so it is not remembered),
+--       priority of entries written before priorities were set
 local ctx = {
   entry_key = KEYS[1], history_key = KEYS[2], index_key = KEYS[3], ttl_key = KEYS[4],
   log_key = KEYS[5], key = ARGV[1], history_limit = tonumber(ARGV[11]), log_maxlen = ARGV[12],
@@ -20,12 +23,15 @@ local ts = tonumber(ARGV[6])
 local if_version = ARGV[9]
 local if_absent = ARGV[10] == '1'
 
+local mode = ARGV[17]
+local internal_cas = ARGV[19] == '1'
+
 local function reply(status, entry, with_value)
   local copy = {}
   for k, v in pairs(entry) do copy[k] = v end
   if not with_value then copy.val = '' end
   local encoded = cjson.encode({status, copy})
-  if idem_key ~= '' then
+  if idem_key ~= '' and not (internal_cas and status == 'precondition_failed') then
     redis.call('SET', idem_key, encoded, 'PX', ARGV[13])
   end
   return {status, encoded}
@@ -49,7 +55,16 @@ end
 -- A write the broker stamped arrived after the stored one, so it sorts after it even when
 -- another broker process's clock runs ahead; a client's own timestamp is taken as given.
 local ts_text = ARGV[6]
-if current and current.ts ~= '' then
+local outranks = false
+if mode == 'priority' and current and current.ts ~= '' then
+  local stored_priority = tonumber(current.pr) or tonumber(ARGV[20])
+  local priority = tonumber(ARGV[18])
+  if priority < stored_priority then
+    return reply('write_conflict', current, true)
+  end
+  outranks = priority > stored_priority
+end
+if mode ~= 'merge' and not outranks and current and current.ts ~= '' then
   if ARGV[16] == '1' then
     if loses_to(current, ts, agent) then
       return reply('write_conflict', current, true)
@@ -72,6 +87,7 @@ local entry = {
   del = '',
   sv = ARGV[14],
   cf = ARGV[15],
+  pr = ARGV[18],
 }
 redis.call('ZADD', ctx.index_key, 0, ctx.key)
 if entry.exp ~= '' then

@@ -7,7 +7,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from broker.http import authenticate, decode_json, int_header, int_param, json_response, read_body
-from broker.memory import MemoryService, PutOptions
+from broker.memory import MemoryService, PutOptions, entry_warnings
 from broker.models import Entry, PutBody
 from broker.validation import check_message_id
 
@@ -18,7 +18,11 @@ def _service(request: Request) -> MemoryService:
 
 
 def _entry_response(entry: Entry, status: int = 200) -> Response:
-    return json_response(entry, status, {"ETag": f'"{entry.version}"'})
+    headers = {"ETag": f'"{entry.version}"'}
+    warnings = entry_warnings(entry)
+    if warnings:
+        headers["MEMP-Warning"] = ", ".join(warnings)
+    return json_response(entry, status, headers)
 
 
 async def put_entry(request: Request) -> Response:
@@ -31,6 +35,7 @@ async def put_entry(request: Request) -> Response:
         message_id=check_message_id(request.headers.get("idempotency-key")),
         if_version=int_header(request, "if-match"),
         if_absent=request.headers.get("if-none-match", "").strip() == "*",
+        base_version=body.base_version,
     )
     entry = await service.put(principal, request.path_params["namespace"],
                               request.path_params["key"], body.value, options)

@@ -14,8 +14,8 @@ from broker.keys import Pattern, compile_pattern, validate_namespace
 from broker.subscriptions import EventStream, StreamRequest, parse_cursor
 
 
-def _targets(request: Request, principal: Principal, limit: int, max_key_bytes: int
-             ) -> dict[str, list[Pattern]]:
+async def _targets(request: Request, principal: Principal, limit: int, max_key_bytes: int
+                   ) -> dict[str, list[Pattern]]:
     pairs: list[tuple[str, str]] = []
     for item in request.query_params.getlist("sub"):
         namespace, sep, pattern = item.partition(":")
@@ -34,7 +34,7 @@ def _targets(request: Request, principal: Principal, limit: int, max_key_bytes: 
     targets: dict[str, list[Pattern]] = {}
     for namespace, text in pairs:
         validate_namespace(namespace)
-        principal.require("subscribe", namespace)
+        await request.app.state.namespaces.require(principal, "subscribe", namespace)
         targets.setdefault(namespace, []).append(compile_pattern(text, max_key_bytes))
     return targets
 
@@ -43,7 +43,8 @@ async def subscribe(request: Request) -> Response:
     principal = await authenticate(request)
     state = request.app.state
     settings = state.settings
-    targets = _targets(request, principal, settings.max_stream_patterns, settings.max_key_bytes)
+    targets = await _targets(request, principal, settings.max_stream_patterns,
+                             settings.max_key_bytes)
     cursor_text = request.headers.get("last-event-id") or request.query_params.get(
         "last_event_id")
     snapshot = request.query_params.get("snapshot", "").lower() in ("1", "true", "yes")

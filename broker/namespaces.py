@@ -1,0 +1,226 @@
+"""Namespace configuration and schemas: the model, Redis storage, a per-process cache kept fresh
+across processes by pub/sub, and authorization that honours shares."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from broker import layout
+from broker.auth import Principal
+from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_pattern
+from broker.errors import MempError
+from broker.keys import compile_pattern, glob_covers
+from broker.schemas import CompiledSchema, SchemaErrorDetail, SchemaRecord, compile_schema
+
+log = logging.getLogger("memp.namespaces")
+
+
+class StrategyRule(msgspec.Struct, forbid_unknown_fields=True):
+    """Use `strategy` for keys matching `pattern` (the most specific matching rule wins)."""
+
+    pattern: str
+    strategy: Strategy
+
+
+class PriorityRule(msgspec.Struct, forbid_unknown_fields=True):
+    """An agent id, or a pattern of ids with `*`, and its priority (higher wins)."""
+
+    agent: str
+    priority: int
+
+
+class Share(msgspec.Struct, forbid_unknown_fields=True):
+    """Lets tokens granted on namespaces matching `namespace` read and/or subscribe here."""
+
+    namespace: str
+    permissions: list[Literal["read", "subscribe"]]
+
+
+class NamespaceConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What admins of a namespace set (`PUT /v1/namespaces/{ns}/config`)."""
+
+    strategy: Strategy = "last-write-wins"
+    rules: list[StrategyRule] = []
+    priorities: list[PriorityRule] = []
+    default_priority: int = 0
+    merge_arrays: ArrayMode = "replace"
+    history_limit: int | None = None
+    default_ttl_seconds: int | None = None
+    shares: list[Share] = []
+
+
+class StoredConfig(NamespaceConfig, kw_only=True):
+    """The configuration with who changed it last, when, and its revision."""
+
+    namespace: str = ""
+    revision: int = 0
+    updated_at: int | None = None
+    updated_by: str | None = None
+
+
+@dataclass(slots=True)
+class NamespaceState:
+    """A namespace's configuration and compiled schemas, as cached by one process."""
+
+    config: StoredConfig
+    schemas: list[CompiledSchema]
+    loaded_at: float = field(default_factory=time.monotonic)
+
+    def strategy_for(self, key: str) -> Strategy:
+        chosen = pick_by_pattern([(r.pattern, r.strategy) for r in self.config.rules], key)
+        return chosen or self.config.strategy
+
+    def priority_of(self, agent_id: str) -> int:
+        rules = [(r.agent, r.priority) for r in self.config.priorities]
+        return agent_priority(rules, self.config.default_priority, agent_id)
+
+    def schemas_for(self, key: str) -> list[CompiledSchema]:
+        return [s for s in self.schemas if s.pattern.matches(key)]
+
+    def validate(self, key: str, value: Any) -> tuple[list[SchemaErrorDetail], bool]:
+        """All errors of every schema matching the key, and whether an enforcing one failed."""
+        errors: list[SchemaErrorDetail] = []
+        enforced = False
+        for schema in self.schemas_for(key):
+            found = schema.errors(value)
+            errors += found
+            enforced = enforced or (bool(found) and schema.record.enforce)
+        return errors, enforced
+
+    def shares_with(self, principal: Principal, permission: str) -> bool:
+        return any(
+            permission in share.permissions
+            and any(permission in g.permissions or "admin" in g.permissions for g in
+                    principal.grants if glob_covers(share.namespace, g.namespace))
+            for share in self.config.shares
+        )
+
+
+def check_config(config: NamespaceConfig, max_history: int) -> None:
+    """Refuse configurations that cannot work, with the field named."""
+    for rule in config.rules:
+        try:
+            compile_pattern(rule.pattern)
+        except MempError as exc:
+            raise MempError("invalid_pattern", f"rules: {exc.message}",
+                            {"pattern": rule.pattern[:200]}) from None
+    for priority in config.priorities:
+        if not priority.agent or len(priority.agent) > 200:
+            raise MempError("invalid_request", "priorities: agent must be 1-200 characters")
+    if config.history_limit is not None and not 0 <= config.history_limit <= max_history:
+        raise MempError("invalid_request", f"history_limit must be between 0 and {max_history}")
+    if config.default_ttl_seconds is not None and config.default_ttl_seconds <= 0:
+        raise MempError("invalid_ttl", "default_ttl_seconds must be positive or null")
+    for share in config.shares:
+        if not share.permissions or not all(c.isalnum() or c in "._-*" for c in share.namespace):
+            raise MempError("invalid_namespace", f"shares: bad namespace {share.namespace!r}")
+
+
+class NamespaceRegistry:
+    """Loads, caches and saves namespace configuration and schemas."""
+
+    def __init__(self, client: aioredis.Redis, ttl: float = 5.0) -> None:
+        self.redis = client
+        self.ttl = ttl
+        self._cache: dict[str, NamespaceState] = {}
+
+    async def state(self, namespace: str) -> NamespaceState:
+        cached = self._cache.get(namespace)
+        if cached is not None and time.monotonic() - cached.loaded_at < self.ttl:
+            return cached
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(layout.config(namespace))
+            pipe.hvals(layout.schemas(namespace))
+            raw_config, raw_schemas = await pipe.execute()
+        config = (msgspec.json.decode(raw_config, type=StoredConfig) if raw_config
+                  else StoredConfig(namespace=namespace))
+        records = sorted((msgspec.json.decode(r, type=SchemaRecord) for r in raw_schemas),
+                         key=lambda r: r.id)
+        state = NamespaceState(config, [compile_schema(r) for r in records])
+        self._cache[namespace] = state
+        return state
+
+    def invalidate(self, namespace: str) -> None:
+        self._cache.pop(namespace, None)
+
+    async def _changed(self, namespace: str) -> None:
+        self.invalidate(namespace)
+        await self.redis.publish(layout.invalidations(), namespace)
+
+    async def save_config(self, namespace: str, config: NamespaceConfig, *, by: str, now: int,
+                          if_revision: int | None) -> StoredConfig:
+        """Replace the configuration; with `if_revision`, only if it is still that revision."""
+        key = layout.config(namespace)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(key)
+                    raw = await pipe.get(key)
+                    current = msgspec.json.decode(raw, type=StoredConfig) if raw else None
+                    revision = current.revision if current else 0
+                    if if_revision is not None and if_revision != revision:
+                        raise MempError("precondition_failed", "the configuration changed",
+                                        {"current_revision": revision})
+                    fields = msgspec.structs.asdict(config)
+                    stored = StoredConfig(**fields, namespace=namespace, revision=revision + 1,
+                                          updated_at=now, updated_by=by)
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.set(key, msgspec.json.encode(stored))
+                    await pipe.execute()
+                    break
+                except aioredis.WatchError:
+                    continue
+        await self._changed(namespace)
+        return stored
+
+    async def schema_records(self, namespace: str) -> list[SchemaRecord]:
+        raw = await self.redis.hvals(layout.schemas(namespace))
+        return sorted((msgspec.json.decode(r, type=SchemaRecord) for r in raw),
+                      key=lambda r: r.id)
+
+    async def schema_record(self, namespace: str, schema_id: str) -> SchemaRecord | None:
+        raw = await self.redis.hget(layout.schemas(namespace), schema_id)
+        return msgspec.json.decode(raw, type=SchemaRecord) if raw else None
+
+    async def save_schema(self, record: SchemaRecord) -> None:
+        await self.redis.hset(layout.schemas(record.namespace), record.id,
+                              msgspec.json.encode(record))
+        await self._changed(record.namespace)
+
+    async def delete_schema(self, namespace: str, schema_id: str) -> bool:
+        removed = await self.redis.hdel(layout.schemas(namespace), schema_id)
+        await self._changed(namespace)
+        return bool(removed)
+
+    async def require(self, principal: Principal, permission: str, namespace: str) -> None:
+        """Like Principal.require, but read and subscribe may also come from a share."""
+        if principal.can(permission, namespace):
+            return
+        if permission in ("read", "subscribe"):
+            state = await self.state(namespace)
+            if state.shares_with(principal, permission):
+                return
+        principal.require(permission, namespace)
+
+    async def listen(self, client: aioredis.Redis) -> None:
+        """Drop cached namespaces that another process changed; reconnect on failure."""
+        while True:
+            try:
+                async with client.pubsub() as pubsub:
+                    await pubsub.subscribe(layout.invalidations())
+                    self._cache.clear()
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            data = message["data"]
+                            self.invalidate(data.decode() if isinstance(data, bytes) else data)
+            except (RedisError, OSError) as exc:
+                log.warning("invalidation listener: %s; retrying", exc)
+                await asyncio.sleep(1.0)

@@ -1,0 +1,98 @@
+"""Namespace administration: configuration (conflict strategies, priorities, shares, retention)
+and JSON Schemas."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from broker.errors import MempError
+from broker.http import authenticate, decode_json, int_header, json_response, read_body
+from broker.keys import compile_pattern, validate_namespace
+from broker.namespaces import NamespaceConfig, NamespaceRegistry, check_config
+from broker.schemas import SCHEMA_ID_RE, SchemaBody, SchemaRecord, check_schema
+
+
+def _registry(request: Request) -> NamespaceRegistry:
+    registry: NamespaceRegistry = request.app.state.namespaces
+    return registry
+
+
+async def _namespace(request: Request, permission: str) -> tuple[str, str]:
+    """Authorise the caller on the path's namespace; returns it and the caller's subject."""
+    principal = await authenticate(request)
+    namespace = validate_namespace(request.path_params["namespace"])
+    await _registry(request).require(principal, permission, namespace)
+    return namespace, principal.writer_id
+
+
+async def get_config(request: Request) -> Response:
+    namespace, _ = await _namespace(request, "admin")
+    state = await _registry(request).state(namespace)
+    return json_response(state.config, headers={"ETag": f'"{state.config.revision}"'})
+
+
+async def put_config(request: Request) -> Response:
+    namespace, subject = await _namespace(request, "admin")
+    config = decode_json(await read_body(request, 256 * 1024), NamespaceConfig)
+    check_config(config, max_history=1000)
+    stored = await _registry(request).save_config(
+        namespace, config, by=subject, now=request.app.state.clock(),
+        if_revision=int_header(request, "if-match"))
+    return json_response(stored, headers={"ETag": f'"{stored.revision}"'})
+
+
+def _schema_id(request: Request) -> str:
+    schema_id: str = request.path_params["schema_id"]
+    if not SCHEMA_ID_RE.fullmatch(schema_id):
+        raise MempError("invalid_request", "schema id must match [a-z0-9][a-z0-9._-]{0,63}")
+    return schema_id
+
+
+async def list_schemas(request: Request) -> Response:
+    namespace, _ = await _namespace(request, "read")
+    return json_response({"schemas": await _registry(request).schema_records(namespace)})
+
+
+async def get_schema(request: Request) -> Response:
+    namespace, _ = await _namespace(request, "read")
+    schema_id = _schema_id(request)
+    record = await _registry(request).schema_record(namespace, schema_id)
+    if record is None:
+        raise MempError("not_found", f"no schema {schema_id!r} in namespace {namespace!r}")
+    return json_response(record)
+
+
+async def put_schema(request: Request) -> Response:
+    namespace, subject = await _namespace(request, "admin")
+    schema_id = _schema_id(request)
+    limit = request.app.state.settings.max_schema_bytes
+    body = decode_json(await read_body(request, limit), SchemaBody)
+    compile_pattern(body.pattern)
+    draft = check_schema(body.schema)
+    registry = _registry(request)
+    existed = await registry.schema_record(namespace, schema_id) is not None
+    record = SchemaRecord(id=schema_id, namespace=namespace, pattern=body.pattern,
+                          schema=body.schema, enforce=body.enforce, draft=draft,
+                          created_at=request.app.state.clock(), created_by=subject)
+    await registry.save_schema(record)
+    return json_response(record, 200 if existed else 201)
+
+
+async def delete_schema(request: Request) -> Response:
+    namespace, _ = await _namespace(request, "admin")
+    schema_id = _schema_id(request)
+    if not await _registry(request).delete_schema(namespace, schema_id):
+        raise MempError("not_found", f"no schema {schema_id!r} in namespace {namespace!r}")
+    return Response(status_code=204)
+
+
+routes = [
+    Route("/v1/namespaces/{namespace}/config", get_config, methods=["GET"]),
+    Route("/v1/namespaces/{namespace}/config", put_config, methods=["PUT"]),
+    Route("/v1/namespaces/{namespace}/schemas", list_schemas, methods=["GET"]),
+    Route("/v1/namespaces/{namespace}/schemas/{schema_id}", get_schema, methods=["GET"]),
+    Route("/v1/namespaces/{namespace}/schemas/{schema_id}", put_schema, methods=["PUT"]),
+    Route("/v1/namespaces/{namespace}/schemas/{schema_id}", delete_schema, methods=["DELETE"]),
+]

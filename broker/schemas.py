@@ -1,0 +1,134 @@
+"""JSON Schemas: compile (draft chosen by `$schema`), refuse remote refs, validate values."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from jsonschema import (
+    Draft4Validator,
+    Draft6Validator,
+    Draft7Validator,
+    Draft201909Validator,
+    Draft202012Validator,
+)
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+from referencing import Registry
+from referencing.exceptions import NoSuchResource
+
+from broker.errors import MempError
+from broker.keys import Pattern, compile_pattern
+
+SCHEMA_ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+MAX_ERRORS = 10
+_DRAFTS: dict[str, type[Validator]] = {
+    "http://json-schema.org/draft-04/schema": Draft4Validator,
+    "http://json-schema.org/draft-06/schema": Draft6Validator,
+    "http://json-schema.org/draft-07/schema": Draft7Validator,
+    "https://json-schema.org/draft/2019-09/schema": Draft201909Validator,
+    "https://json-schema.org/draft/2020-12/schema": Draft202012Validator,
+}
+_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
+class SchemaBody(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of `PUT /v1/namespaces/{ns}/schemas/{id}`."""
+
+    pattern: str
+    schema: dict[str, Any] | bool
+    enforce: bool = False
+
+
+class SchemaRecord(msgspec.Struct, kw_only=True):
+    """A registered schema as stored and listed."""
+
+    id: str
+    namespace: str
+    pattern: str
+    schema: dict[str, Any] | bool
+    enforce: bool
+    draft: str
+    created_at: int
+    created_by: str
+
+
+class SchemaErrorDetail(msgspec.Struct):
+    """One validation error: where in the value (JSON Pointer), and what."""
+
+    schema_id: str
+    path: str
+    message: str
+
+
+def _refuse_retrieval(uri: str) -> Any:
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
+
+
+_NO_REMOTE: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
+
+
+def _draft_of(schema: dict[str, Any] | bool) -> tuple[str, type[Validator]]:
+    if isinstance(schema, bool) or "$schema" not in schema:
+        return "https://json-schema.org/draft/2020-12/schema", Draft202012Validator
+    uri = schema["$schema"]
+    normalised = uri.rstrip("#") if isinstance(uri, str) else ""
+    if normalised not in _DRAFTS:
+        raise MempError("invalid_schema", f"unsupported $schema {uri!r}; use draft 4, 6, 7, "
+                        "2019-09 or 2020-12")
+    return normalised, _DRAFTS[normalised]
+
+
+def _remote_refs(node: Any) -> list[str]:
+    found = []
+    if isinstance(node, dict):
+        for name, value in node.items():
+            if name in _REF_KEYWORDS and isinstance(value, str) and not value.startswith("#"):
+                found.append(value)
+            else:
+                found += _remote_refs(value)
+    elif isinstance(node, list):
+        for item in node:
+            found += _remote_refs(item)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSchema:
+    """A registered schema ready to validate values."""
+
+    record: SchemaRecord
+    pattern: Pattern
+    validator: Validator
+
+    def errors(self, value: Any) -> list[SchemaErrorDetail]:
+        found = []
+        for error in self.validator.iter_errors(value):
+            path = "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
+                           for p in error.absolute_path)
+            found.append(SchemaErrorDetail(self.record.id, path, error.message[:500]))
+            if len(found) >= MAX_ERRORS:
+                break
+        return found
+
+
+def check_schema(schema: dict[str, Any] | bool) -> str:
+    """Return the schema's draft URI, or raise `invalid_schema`."""
+    draft, validator_class = _draft_of(schema)
+    try:
+        validator_class.check_schema(schema)
+    except SchemaError as exc:
+        raise MempError("invalid_schema", f"not a valid schema: {exc.message}") from None
+    remote = _remote_refs(schema)
+    if remote:
+        raise MempError("invalid_schema", "schemas may only use local references ('#...'); "
+                        "remote $ref is never fetched", {"refs": remote[:10]})
+    return draft
+
+
+def compile_schema(record: SchemaRecord) -> CompiledSchema:
+    _, validator_class = _draft_of(record.schema)
+    validator = validator_class(record.schema, registry=_NO_REMOTE)
+    return CompiledSchema(record, compile_pattern(record.pattern), validator)
