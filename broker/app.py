@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match, Route
 
 from broker.activity import AgentActivity
 from broker.agents import AgentService
@@ -48,7 +49,21 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, "invalid_request")
     message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
-    return error_response(MempError(code, message))
+    headers = {}
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+    return error_response(MempError(code, message, headers=headers))
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path (GET, PUT and DELETE are separate routes)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches({**request.scope, "method": next(iter(route.methods))})
+            if match == Match.FULL:
+                methods |= route.methods
+    return sorted(methods)
 
 
 async def _store_down(request: Request, exc: Exception) -> Response:

@@ -107,7 +107,8 @@ class MemoryService:
         return msgspec.json.encode(errors).decode() if errors else ""
 
     async def put(self, principal: Principal, namespace: str, key: str, value: msgspec.Raw,
-                  options: PutOptions) -> Entry:
+                  options: PutOptions) -> tuple[Entry, bool]:
+        """Write a value; returns the entry written and whether the write created it."""
         self._target(principal, "write", namespace, key)
         check_value_size(len(value), self.settings)
         check_ttl(options.ttl_seconds, self.settings)
@@ -126,11 +127,11 @@ class MemoryService:
             schema_errors=self._schema_errors(state, key, value),
         )
         outcome = await self.store.put(namespace, key, request)
-        return _settle(outcome, namespace, key, bytes(value))
+        return _settle(outcome, namespace, key, bytes(value)), outcome.created
 
     async def _merge_put(self, principal: Principal, namespace: str, key: str,
                          value: msgspec.Raw, options: PutOptions, state: NamespaceState
-                         ) -> Entry:
+                         ) -> tuple[Entry, bool]:
         """Read, merge and write with compare-and-set on the version read; retry on a race."""
         try:
             incoming = msgspec.json.decode(value)
@@ -159,7 +160,7 @@ class MemoryService:
             )
             outcome = await self.store.put(namespace, key, request)
             if outcome.status != "precondition_failed" or outcome.replayed:
-                return _settle(outcome, namespace, key, encoded)
+                return _settle(outcome, namespace, key, encoded), outcome.created
             await asyncio.sleep(random.uniform(0, 0.002))
         raise MempError("write_conflict", f"could not merge after {_MERGE_ATTEMPTS} attempts "
                         "under contention; retry the write", {"key": key})

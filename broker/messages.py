@@ -76,10 +76,12 @@ class MessageHandler:
                         ) -> dict[str, Any]:
         match message:
             case PutMessage():
-                entry = await self.memory.put(principal, ns, message.key, message.value, PutOptions(
+                options = PutOptions(
                     ttl_seconds=message.ttl_seconds, timestamp=message.timestamp,
                     message_id=message.id, if_version=message.if_version,
-                    if_absent=message.if_absent, base_version=message.base_version))
+                    if_absent=message.if_absent, base_version=message.base_version)
+                entry, _ = await self.memory.put(principal, ns, message.key, message.value,
+                                                 options)
                 return self.reply("ack", message, entry=entry, warnings=entry_warnings(entry))
             case DeleteMessage():
                 entry = await self.memory.delete(

@@ -89,6 +89,11 @@ class WriteOutcome:
     record: LuaFields
     replayed: bool
 
+    @property
+    def created(self) -> bool:
+        """True when the write created the entry (no live entry was there before)."""
+        return self.record.get("created") == "1"
+
     def entry(self, namespace: str, key: str, value: bytes | None = None) -> Entry:
         fields: dict[str, Any] = dict(self.record)
         if value is not None and self.status == "ok" and not fields.get("del"):

@@ -76,6 +76,7 @@ def decode_cursor(cursor: str | None) -> str | None:
     if cursor is None or cursor == "":
         return None
     try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        padded = cursor + "=" * (-len(cursor) % 4)
+        return base64.b64decode(padded, altchars=b"-_", validate=True).decode()
     except (binascii.Error, ValueError):
         raise MempError("invalid_request", "cursor is not one this broker issued") from None

@@ -96,4 +96,5 @@ else
   redis.call('ZREM', ctx.ttl_key, ctx.key)
 end
 entry.log_id = commit(ctx, entry, 'put')
+entry.created = live and '' or '1'
 return reply('ok', entry, false)

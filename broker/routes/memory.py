@@ -37,9 +37,9 @@ async def put_entry(request: Request) -> Response:
         if_absent=request.headers.get("if-none-match", "").strip() == "*",
         base_version=body.base_version,
     )
-    entry = await service.put(principal, request.path_params["namespace"],
-                              request.path_params["key"], body.value, options)
-    return _entry_response(entry, 201 if entry.created_at == entry.updated_at else 200)
+    entry, created = await service.put(principal, request.path_params["namespace"],
+                                       request.path_params["key"], body.value, options)
+    return _entry_response(entry, 201 if created else 200)
 
 
 async def get_entry(request: Request) -> Response:
