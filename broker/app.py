@@ -19,6 +19,9 @@ from starlette.routing import Match, Route
 
 from broker.activity import AgentActivity
 from broker.agents import AgentService
+from broker.amp import routes as amp_routes
+from broker.amp.lifecycle import LifecycleEngine, Purger
+from broker.amp.service import CellService
 from broker.auth import Authenticator
 from broker.changelog import ChangeLog
 from broker.clock import Clock, system_clock
@@ -100,6 +103,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     agent_service = AgentService(settings, store, activity, clock)
     sweeper = ExpirySweeper(store, clock, settings.sweep_interval_seconds, settings.sweep_batch,
                             settings.changelog_max_age_seconds * 1000)
+    amp_cells = CellService(store, settings.amp_namespace, clock)
+    amp_engine = LifecycleEngine(amp_cells, clock)
     reader_client = store.new_client()
     changelog = ChangeLog(reader_client)
     hub = Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2)
@@ -115,6 +120,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             asyncio.create_task(_periodic(settings.last_seen_flush_seconds, activity.flush,
                                           "last_seen flush"), name="memp-last-seen"),
             asyncio.create_task(registry.listen(reader_client), name="memp-invalidations"),
+            asyncio.create_task(amp_engine.run_forever(settings.amp_lifecycle_interval_seconds),
+                                name="memp-amp-lifecycle"),
         ]
         try:
             yield
@@ -130,7 +137,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
 
     app = Starlette(
         routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *keys.routes,
-                *subscribe.routes, *namespaces.routes],
+                *subscribe.routes, *namespaces.routes, *amp_routes.routes],
         exception_handlers={
             MempError: _mempe_error,
             HTTPException: _http_error,
@@ -148,6 +155,9 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.changelog = changelog
     app.state.hub = hub
     app.state.namespaces = registry
+    app.state.amp_cells = amp_cells
+    app.state.amp_engine = amp_engine
+    app.state.amp_purger = Purger(amp_cells, clock, settings.amp_purge_retention)
     app.state.activity = activity
     app.state.auth = Authenticator(settings, store)
     app.state.memory = memory_service

@@ -66,10 +66,17 @@ class ChangeLog:
         records = await self.redis.xrevrange(layout.changelog(namespace), "+", "-", count=1)
         return cast(bytes, records[0][0]).decode() if records else "0-0"
 
-    async def trimmed_through(self, namespace: str) -> str:
-        """The newest position removed by retention ("0-0" when nothing was trimmed)."""
-        raw = await self.redis.hget(layout.meta(namespace), "trimmed")
-        return cast(bytes, raw).decode() if raw else "0-0"
+    async def continues(self, namespace: str, position: str) -> bool:
+        """False when changes after `position` were lost: trimmed by retention, or the log was
+        recreated (Redis lost its data) so the record at `position` is gone untrimmed."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xrange(layout.changelog(namespace), position, position, count=1)
+            pipe.hget(layout.meta(namespace), "trimmed")
+            found, raw = await pipe.execute()
+        trimmed = cast(bytes, raw).decode() if raw else "0-0"
+        if position_key(position) < position_key(trimmed):
+            return False
+        return bool(found) or position in (trimmed, "0-0")
 
     async def after(self, namespace: str, position: str, count: int) -> list[Change]:
         records: Any = await self.redis.xrange(layout.changelog(namespace), f"({position}", "+",

@@ -97,10 +97,17 @@ def _leaves(incoming: Any, stored: Any, parts: tuple[str, ...] = ()
 
 
 def _same(a: Any, b: Any) -> bool:
-    """JSON equality, where an absent path equals only another absent path."""
+    """JSON equality, where an absent path equals only another absent path and `1`, `1.0` and
+    `true` differ at any depth (Python's `==` would call `[1]` and `[true]` equal)."""
     if a is _MISSING or b is _MISSING:
         return a is b
-    return bool(a == b) and type(a) is type(b)
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 def _shown(value: Any) -> Any:

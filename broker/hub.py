@@ -11,7 +11,7 @@ import logging
 
 from redis.exceptions import RedisError
 
-from broker.changelog import Change, ChangeLog, position_key
+from broker.changelog import Change, ChangeLog
 from broker.errors import unavailable
 from broker.keys import Pattern
 
@@ -73,8 +73,12 @@ class NamespaceReader:
                     self.ready.set()
                 changes = await self.changelog.wait(self.namespace, self.position,
                                                     self.block_ms, 1000)
-                if not changes:
-                    await self._check_restarted()
+                # Checked on every read, not only after errors: the client library may
+                # reconnect to a restarted Redis without the reader ever seeing an error.
+                if self.position != "0-0" and not await self.changelog.continues(
+                        self.namespace, self.position):
+                    self._reset_subscribers()
+                    continue
                 backoff = 0.05
             except RedisError as exc:
                 log.warning("change-log reader for %s: %s; retrying in %.2fs",
@@ -88,16 +92,15 @@ class NamespaceReader:
             if changes:
                 self.position = changes[-1].position
 
-    async def _check_restarted(self) -> None:
-        """A log whose end is behind what was read was recreated (Redis lost its data)."""
-        end = await self.changelog.last_position(self.namespace)
-        if position_key(end) < position_key(self.position):
-            log.warning("change log of %s went back from %s to %s; resetting subscribers",
-                        self.namespace, self.position, end)
-            self.position = "0-0"
-            for subscriber in self.subscribers:
-                subscriber.resets.add(self.namespace)
-                subscriber.nudge()
+    def _reset_subscribers(self) -> None:
+        """Changes after our position are gone (Redis lost its data, or retention overtook
+        us): tell every subscriber to re-sync, then follow the log from its start."""
+        log.warning("change log of %s lost the changes after %s; resetting subscribers",
+                    self.namespace, self.position)
+        self.position = "0-0"
+        for subscriber in self.subscribers:
+            subscriber.resets.add(self.namespace)
+            subscriber.nudge()
 
 
 class Hub:

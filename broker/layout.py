@@ -88,3 +88,31 @@ def schemas(namespace: str) -> str:
 def invalidations() -> str:
     """Pub/sub channel naming a namespace whose configuration or schemas changed."""
     return f"{PREFIX}:invalidate"
+
+
+# ---- AMP bridge: indexes beside the cells' MEMP entries, in the AMP namespace's hash slot ----
+
+
+def amp_cell(namespace: str, cell_id: str) -> str:
+    """Hash of one cell's index record: its MEMP key, status, scores and lifecycle times."""
+    return f"{_ns(namespace)}:amp:cell:{cell_id}"
+
+
+def amp_due(namespace: str, transition: str) -> str:
+    """Sorted set of cell ids scored by when `transition` (stale, archive, expire, purge) is due."""
+    return f"{_ns(namespace)}:amp:due:{transition}"
+
+
+def amp_recover(namespace: str) -> str:
+    """Set of stale cells read or patched since they went stale: the engine rechecks them."""
+    return f"{_ns(namespace)}:amp:recover"
+
+
+def amp_created(namespace: str) -> str:
+    """Sorted set of every cell id by creation time, for unfiltered and time-range search."""
+    return f"{_ns(namespace)}:amp:created"
+
+
+def amp_term(namespace: str, term: str) -> str:
+    """Set of cell ids whose text contains the term (the search's inverted index)."""
+    return f"{_ns(namespace)}:amp:term:{term}"

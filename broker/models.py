@@ -7,8 +7,8 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-Permission = Literal["read", "write", "subscribe", "admin"]
-PERMISSIONS: tuple[str, ...] = ("read", "write", "subscribe", "admin")
+Permission = Literal["read", "write", "subscribe", "admin", "impersonate"]
+PERMISSIONS: tuple[str, ...] = ("read", "write", "subscribe", "admin", "impersonate")
 
 
 class Entry(Struct, kw_only=True):

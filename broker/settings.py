@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from broker.keys import NAMESPACE_RE
+
 
 class SettingsError(ValueError):
     """A configuration problem, reported as one line at start."""
@@ -52,6 +54,9 @@ class Settings:
     reader_block_ms: int = 1000
     namespace_cache_seconds: float = 5.0
     max_schema_bytes: int = 64 * 1024
+    amp_namespace: str = "amp"
+    amp_lifecycle_interval_seconds: float = 60.0
+    amp_purge_retention: bool = False
 
     @property
     def embedded(self) -> bool:
@@ -71,7 +76,7 @@ class Settings:
             "sweep_batch", "redis_timeout_seconds", "sweep_interval_seconds",
             "subscriber_queue_size", "heartbeat_seconds", "sse_retry_ms",
             "sse_send_timeout_seconds", "max_stream_patterns", "reader_block_ms",
-            "namespace_cache_seconds", "max_schema_bytes",
+            "namespace_cache_seconds", "max_schema_bytes", "amp_lifecycle_interval_seconds",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -92,6 +97,8 @@ class Settings:
             raise SettingsError("MEMP_ADMIN_KEY must be at least 16 characters")
         if self.jwt_secret is not None and len(self.jwt_secret) < 32:
             raise SettingsError("MEMP_JWT_SECRET must be at least 32 characters")
+        if not NAMESPACE_RE.fullmatch(self.amp_namespace):
+            raise SettingsError(f"amp_namespace {self.amp_namespace!r} is not a namespace")
         if not self.key_env.isalnum():
             raise SettingsError("key_env must be alphanumeric")
         return self
@@ -108,6 +115,7 @@ class Settings:
             if raw is None or raw == "":
                 continue
             values[field.name] = _convert(field.name, field.type, raw)
+        values["amp_purge_retention"] = environ.get("AMP_PURGE_RETENTION") == "1"
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
         if settings.jwt_public_key and not settings.jwt_public_key.lstrip().startswith("-----"):

@@ -229,6 +229,31 @@ class Store:
         keys = [layout.changelog(namespace), layout.meta(namespace)]
         return int(await self._trim(keys, [max(before_ms - 1, 0), batch]))
 
+    async def erase(self, namespace: str, keys: list[str]) -> int:
+        """Remove every trace of these keys: entries, history, indexes and change-log records
+        (for erasure requests). Returns how many change-log records were dropped."""
+        wanted = {k.encode() for k in keys}
+        log_key = layout.changelog(namespace)
+        doomed: list[bytes] = []
+        position = b"-"
+        while True:
+            records: Any = await self.redis.xrange(log_key, position, "+", count=1000)
+            if not records:
+                break
+            doomed += [rid for rid, fields in records if fields.get(b"key") in wanted]
+            if len(records) < 1000:
+                break
+            position = b"(" + records[-1][0]
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for key in keys:
+                pipe.delete(layout.entry(namespace, key), layout.history(namespace, key))
+                pipe.zrem(layout.index(namespace), key)
+                pipe.zrem(layout.expiries(namespace), key)
+            for start in range(0, len(doomed), 500):
+                pipe.xdel(log_key, *doomed[start:start + 500])
+            await pipe.execute()
+        return len(doomed)
+
     # ---- memory reads ----
 
     async def get(self, namespace: str, key: str, now: int) -> Entry | None:

@@ -77,9 +77,15 @@ class EventStream:
     async def frames(self) -> AsyncIterator[bytes]:
         await self.hub.join(self.subscription)
         try:
+            # Positions are taken before the first frame: a client that has seen it knows
+            # the stream follows every change made from then on.
+            lost = await self._locate()
             yield f"retry: {self.retry_ms}\n\n".encode()
-            async for chunk in self._start():
-                yield chunk
+            for namespace in lost:
+                yield self._reset(namespace, "the cursor is older than the retained change log")
+            if self.request.cursor is None and self.request.snapshot:
+                async for chunk in self._snapshot():
+                    yield chunk
             async for chunk in self._catch_up():
                 yield chunk
             async for chunk in self._live():
@@ -87,7 +93,9 @@ class EventStream:
         finally:
             self.hub.leave(self.subscription)
 
-    async def _start(self) -> AsyncIterator[bytes]:
+    async def _locate(self) -> list[str]:
+        """Set each namespace's start: the cursor, else the log's end; returns the namespaces
+        whose cursor lost changes (they start from the end, after a reset)."""
         lost: list[str] = []
         cursor = self.request.cursor or {}
         for namespace in self.request.patterns:
@@ -95,16 +103,11 @@ class EventStream:
             start = cursor.get(namespace)
             if start is None:
                 continue
-            trimmed = await self.changelog.trimmed_through(namespace)
-            if position_key(start) < position_key(trimmed):
-                lost.append(namespace)
-            else:
+            if await self.changelog.continues(namespace, start):
                 self.positions[namespace] = start
-        for namespace in lost:
-            yield self._reset(namespace, "the cursor is older than the retained change log")
-        if self.request.cursor is None and self.request.snapshot:
-            async for chunk in self._snapshot():
-                yield chunk
+            else:
+                lost.append(namespace)
+        return lost
 
     async def _snapshot(self) -> AsyncIterator[bytes]:
         for namespace, patterns in self.request.patterns.items():

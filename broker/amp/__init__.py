@@ -1,0 +1,1 @@
+"""The AMP bridge: Agent Memory Protocol cells stored as MEMP entries (see docs/amp.md)."""

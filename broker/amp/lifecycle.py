@@ -1,0 +1,187 @@
+"""The AMP lifecycle engine and purge (spec section 3 and 5).
+
+Transitions run off due-time indexes, never a scan of every cell, and each one is a
+compare-and-set write of the cell, so engines on several broker processes never apply one twice."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from redis.exceptions import RedisError
+
+from broker import layout
+from broker.amp.cells import MemoryCell, iso, parse_time
+from broker.amp.index import CellRecord, reference_ms
+from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
+from broker.amp.service import CellService, decode_cell
+from broker.clock import Clock
+from broker.errors import MempError
+
+log = logging.getLogger("memp.amp")
+ENGINE_AGENT = "amp-lifecycle"
+Decide = Callable[[MemoryCell, CellRecord, int], str | None]
+
+
+def score_at(cell: MemoryCell, record: CellRecord, as_of: int) -> float:
+    scoring = cell.scoring
+    reference = max(reference_ms(cell), record.ref)
+    return decay_score(scoring.importance, scoring.confidence, scoring.decay_rate,
+                       as_of - reference)
+
+
+def _expire(cell: MemoryCell, record: CellRecord, as_of: int) -> str | None:
+    expires = cell.lifecycle.expires_at
+    due = expires is not None and parse_time(expires, "expires_at") <= as_of
+    return "archived" if due and cell.lifecycle.status in ("active", "stale") else None
+
+
+def _go_stale(cell: MemoryCell, record: CellRecord, as_of: int) -> str | None:
+    active = cell.lifecycle.status == "active"
+    return "stale" if active and score_at(cell, record, as_of) < STALE_BELOW else None
+
+
+def _recover(cell: MemoryCell, record: CellRecord, as_of: int) -> str | None:
+    stale = cell.lifecycle.status == "stale"
+    return "active" if stale and score_at(cell, record, as_of) >= STALE_BELOW else None
+
+
+def _archive(cell: MemoryCell, record: CellRecord, as_of: int) -> str | None:
+    if cell.lifecycle.status != "stale":
+        return None
+    since = parse_time(cell.lifecycle.stale_since or cell.lifecycle.created_at or iso(0),
+                       "stale_since")
+    quiet_since = max(since, reference_ms(cell), record.ref)
+    return "archived" if quiet_since + ARCHIVE_AFTER_MS <= as_of else None
+
+
+class LifecycleEngine:
+    """One pass: expiry, active → stale, stale → active, stale → archived."""
+
+    def __init__(self, cells: CellService, clock: Clock, batch: int = 500,
+                 concurrency: int = 64) -> None:
+        self.cells = cells
+        self.clock = clock
+        self.batch = batch
+        self.concurrency = concurrency
+
+    async def run(self, as_of: int | None = None) -> dict[str, int]:
+        when = self.clock() if as_of is None else as_of
+        counts = {"expired": 0, "stale": 0, "active": 0, "archived": 0}
+        counts["expired"] = await self._drain("expire", _expire, when)
+        counts["stale"] = await self._drain("stale", _go_stale, when)
+        counts["active"] = await self._recover(when)
+        counts["archived"] = await self._drain("archive", _archive, when)
+        return counts
+
+    async def _drain(self, transition: str, decide: Decide, as_of: int) -> int:
+        done = 0
+        seen: set[str] = set()
+        while True:
+            ids = [i for i in await self.cells.index.due(transition, as_of, self.batch)
+                   if i not in seen]
+            if not ids:
+                return done
+            seen.update(ids)
+            done += await self._apply(ids, decide, as_of)
+
+    async def _recover(self, as_of: int) -> int:
+        done = 0
+        seen: set[str] = set()
+        while True:
+            ids = [i for i in await self.cells.index.recovering(self.batch) if i not in seen]
+            if not ids:
+                return done
+            seen.update(ids)
+            done += await self._apply(ids, _recover, as_of)
+            await self.cells.store.redis.srem(layout.amp_recover(self.cells.namespace), *ids)
+
+    async def _apply(self, ids: list[str], decide: Decide, as_of: int) -> int:
+        records = await self.cells.index.records(ids)
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(record: CellRecord) -> bool:
+            async with gate:
+                return await self._transition(record, decide, as_of)
+
+        results = await asyncio.gather(*(one(r) for r in records.values()))
+        return sum(results)
+
+    async def _transition(self, record: CellRecord, decide: Decide, as_of: int) -> bool:
+        cells = self.cells
+        entry = await cells.store.get(cells.namespace, record.key, cells.clock())
+        if entry is None or entry.value is None:
+            return False
+        cell = decode_cell(entry)
+        target = decide(cell, record, as_of)
+        if target is not None:
+            cell.lifecycle.status = target  # type: ignore[assignment]
+            cell.lifecycle.stale_since = iso(as_of) if target == "stale" else None
+            if await cells.write(cell, ENGINE_AGENT, version=entry.version,
+                                 now=cells.clock()) is None:
+                return False
+        async with cells.store.redis.pipeline(transaction=False) as pipe:
+            cells.index.schedule(pipe, cell, max(reference_ms(cell), record.ref))
+            if target is not None:
+                pipe.hset(cells.record_key(cell.id), "status", cell.lifecycle.status)
+            await pipe.execute()
+        return target is not None
+
+    async def run_forever(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                counts = await self.run()
+                if any(counts.values()):
+                    log.info("AMP lifecycle pass: %s", counts)
+            except (RedisError, MempError) as exc:
+                log.warning("AMP lifecycle pass failed: %s", exc)
+
+
+class Purger:
+    """Hard-deletes deleted cells whose 30-day window has passed, only when enabled."""
+
+    def __init__(self, cells: CellService, clock: Clock, enabled: bool) -> None:
+        self.cells = cells
+        self.clock = clock
+        self.enabled = enabled
+
+    async def purge(self, as_of: int | None, ids: list[str] | None) -> list[str]:
+        if not self.enabled:
+            raise MempError("forbidden", "purge is disabled; start the broker with "
+                            "AMP_PURGE_RETENTION=1 to allow it")
+        when = self.clock() if as_of is None else as_of
+        cells = self.cells
+        if ids is None:
+            ids = await cells.index.due("purge", when, 10_000)
+        records = await cells.index.records(ids)
+        refused = {}
+        texts = {}
+        for cell_id in ids:
+            record = records.get(cell_id)
+            if record is None:
+                refused[cell_id] = "no such cell"
+                continue
+            entry = await cells.store.get(cells.namespace, record.key, cells.clock())
+            cell = decode_cell(entry) if entry is not None else None
+            if cell is None or cell.lifecycle.status != "deleted":
+                refused[cell_id] = f"the cell is {record.status}, not deleted"
+                continue
+            deleted = parse_time(cell.lifecycle.deleted_at or iso(when), "deleted_at")
+            if deleted + PURGE_AFTER_MS > when:
+                window_ends = iso(deleted + PURGE_AFTER_MS)
+                refused[cell_id] = f"inside its retention window until {window_ends}"
+                continue
+            texts[cell_id] = (record.key, cell.content.text)
+        if refused:
+            raise MempError("precondition_failed", "purge refused; nothing was erased",
+                            {"refused": refused})
+        if not texts:
+            return []
+        await cells.store.erase(cells.namespace, [key for key, _ in texts.values()])
+        async with cells.store.redis.pipeline(transaction=True) as pipe:
+            for cell_id, (_, text) in texts.items():
+                cells.index.forget(pipe, cell_id, text)
+            await pipe.execute()
+        return sorted(texts)

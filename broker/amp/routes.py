@@ -1,0 +1,156 @@
+"""The AMP API under /amp, with AMP's own paths. The acting agent comes from X-AMP-Agent-ID,
+which must be the bearer token's agent unless the token may impersonate (a trusted gateway)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from broker.amp.cells import CellPatch, ImportBody, NewCell, parse_time
+from broker.amp.lifecycle import LifecycleEngine, Purger
+from broker.amp.search import CellSearch, SearchBody
+from broker.amp.service import CellService
+from broker.auth import Principal
+from broker.errors import MempError
+from broker.http import authenticate, json_response, read_body
+
+_AGENT_HEADER = "x-amp-agent-id"
+_BODY_LIMIT = 256 * 1024
+
+
+class RunBody(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of `POST /amp/lifecycle/run` and `POST /amp/purge`."""
+
+    as_of: str | None = None
+    ids: list[str] | None = None
+
+
+def _cells(request: Request) -> CellService:
+    cells: CellService = request.app.state.amp_cells
+    return cells
+
+
+async def _acting(request: Request, permission: str) -> tuple[Principal, str]:
+    principal = await authenticate(request)
+    namespace = _cells(request).namespace
+    principal.require(permission, namespace)
+    claimed = request.headers.get(_AGENT_HEADER)
+    if claimed is None or claimed == "":
+        if principal.agent_id is None:
+            raise MempError("invalid_request", "X-AMP-Agent-ID is required with a token that "
+                            "is not bound to an agent", {"field": "X-AMP-Agent-ID"})
+        return principal, principal.agent_id
+    if len(claimed) > 128 or not claimed.isprintable():
+        raise MempError("invalid_request", "X-AMP-Agent-ID is not a valid agent id")
+    if claimed != principal.agent_id and not principal.can("impersonate", namespace):
+        raise MempError("forbidden", "X-AMP-Agent-ID names another agent, and this token may "
+                        "not act for other agents", {"agent_id": claimed})
+    return principal, claimed
+
+
+async def _body(request: Request, kind: type[Any]) -> Any:
+    raw = await read_body(request, _BODY_LIMIT)
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.ValidationError as exc:
+        raise MempError("invalid_request", str(exc), {"field": _field_of(str(exc))}) from None
+    except msgspec.DecodeError as exc:
+        raise MempError("invalid_json", f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise MempError("invalid_json", "JSON is nested too deeply") from None
+
+
+def _field_of(message: str) -> str | None:
+    """`... - at `$.scoring.importance`` → `scoring.importance`."""
+    if "`$." not in message:
+        return None
+    return message.rsplit("`$.", 1)[1].rstrip("`").strip()
+
+
+async def create_memory(request: Request) -> Response:
+    _, agent = await _acting(request, "write")
+    body = await _body(request, NewCell)
+    return json_response(await _cells(request).create(agent, body), 201)
+
+
+async def read_memory(request: Request) -> Response:
+    _, agent = await _acting(request, "read")
+    return json_response(await _cells(request).read(agent, request.path_params["id"]))
+
+
+async def patch_memory(request: Request) -> Response:
+    _, agent = await _acting(request, "write")
+    patch = await _body(request, CellPatch)
+    return json_response(await _cells(request).patch(agent, request.path_params["id"], patch))
+
+
+async def delete_memory(request: Request) -> Response:
+    _, agent = await _acting(request, "write")
+    return json_response(await _cells(request).delete(agent, request.path_params["id"]))
+
+
+async def search_memories(request: Request) -> Response:
+    _, agent = await _acting(request, "read")
+    body = await _body(request, SearchBody)
+    return json_response(await CellSearch(_cells(request)).search(agent, body))
+
+
+def _as_of(body: RunBody) -> int | None:
+    return parse_time(body.as_of, "as_of") if body.as_of else None
+
+
+async def run_lifecycle(request: Request) -> Response:
+    await _acting_admin(request)
+    body = await _body(request, RunBody)
+    engine: LifecycleEngine = request.app.state.amp_engine
+    counts = await engine.run(_as_of(body))
+    return json_response({"transitions": counts})
+
+
+async def purge(request: Request) -> Response:
+    await _acting_admin(request)
+    body = await _body(request, RunBody)
+    purger: Purger = request.app.state.amp_purger
+    return json_response({"purged": await purger.purge(_as_of(body), body.ids)})
+
+
+async def import_cells(request: Request) -> Response:
+    _, agent = await _acting_admin(request)
+    raw = await read_body(request, request.app.state.settings.max_request_bytes)
+    try:
+        body = msgspec.json.decode(raw, type=ImportBody)
+    except msgspec.ValidationError as exc:
+        raise MempError("invalid_request", str(exc), {"field": _field_of(str(exc))}) from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise MempError("invalid_json", f"body is not valid JSON: {exc}") from None
+    imported, errors = 0, []
+    for position, cell in enumerate(body.cells):
+        try:
+            await _cells(request).import_cell(agent, cell)
+            imported += 1
+        except MempError as error:
+            errors.append({"index": position, "id": cell.id, **error.body()})
+    return json_response({"imported": imported, "errors": errors})
+
+
+async def _acting_admin(request: Request) -> tuple[Principal, str]:
+    principal = await authenticate(request)
+    principal.require("admin", _cells(request).namespace)
+    claimed = request.headers.get(_AGENT_HEADER)
+    return principal, claimed or principal.agent_id or principal.subject
+
+
+routes = [
+    Route("/amp/memories", create_memory, methods=["POST"]),
+    Route("/amp/memories/search", search_memories, methods=["POST"]),
+    Route("/amp/memories/{id}", read_memory, methods=["GET"]),
+    Route("/amp/memories/{id}", patch_memory, methods=["PATCH"]),
+    Route("/amp/memories/{id}", delete_memory, methods=["DELETE"]),
+    Route("/amp/lifecycle/run", run_lifecycle, methods=["POST"]),
+    Route("/amp/purge", purge, methods=["POST"]),
+    Route("/amp/import", import_cells, methods=["POST"]),
+]
