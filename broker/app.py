@@ -36,6 +36,7 @@ from broker.routes import agents, keys, memory, messages, namespaces, subscribe,
 from broker.settings import Settings
 from broker.store import Store
 from broker.sweeper import ExpirySweeper
+from broker.tasks import stop_tasks
 
 log = logging.getLogger("memp")
 
@@ -127,9 +128,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             yield
         finally:
             await hub.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await stop_tasks(tasks)
             with contextlib.suppress(RedisError, OSError):
                 await activity.flush()
             await reader_client.aclose()

@@ -14,6 +14,7 @@ from redis.exceptions import RedisError
 from broker.changelog import Change, ChangeLog
 from broker.errors import unavailable
 from broker.keys import Pattern
+from broker.tasks import stop_tasks
 
 log = logging.getLogger("memp.hub")
 
@@ -150,8 +151,5 @@ class Hub:
             for subscriber in reader.subscribers:
                 subscriber.closing = True
                 subscriber.nudge()
-        tasks = [r.task for r in self.readers.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_tasks([r.task for r in self.readers.values()])
         self.readers.clear()

@@ -27,6 +27,7 @@ from broker.models import (
     RegisterMessage,
     message_decoder,
 )
+from broker.validation import check_message_id
 
 
 class MessageHandler:
@@ -65,6 +66,7 @@ class MessageHandler:
             raise MempError("invalid_request",
                             f"unsupported protocol version {message.memp!r}; this broker speaks "
                             f"{PROTOCOL_VERSION}")
+        check_message_id(message.id)
         if message.agent_id is not None and message.agent_id != principal.writer_id:
             raise MempError("forbidden", "agent_id does not match the agent this token is for",
                             {"agent_id": message.agent_id})

@@ -18,7 +18,13 @@ from broker.auth import Principal
 from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_pattern
 from broker.errors import MempError
 from broker.keys import compile_pattern, glob_covers
-from broker.schemas import CompiledSchema, SchemaErrorDetail, SchemaRecord, compile_schema
+from broker.schemas import (
+    MAX_ERRORS,
+    CompiledSchema,
+    SchemaErrorDetail,
+    SchemaRecord,
+    compile_schema,
+)
 
 log = logging.getLogger("memp.namespaces")
 
@@ -86,14 +92,15 @@ class NamespaceState:
         return [s for s in self.schemas if s.pattern.matches(key)]
 
     def validate(self, key: str, value: Any) -> tuple[list[SchemaErrorDetail], bool]:
-        """All errors of every schema matching the key, and whether an enforcing one failed."""
+        """The errors of every schema matching the key (enforcing ones first, MAX_ERRORS in
+        all), and whether an enforcing one failed."""
         errors: list[SchemaErrorDetail] = []
         enforced = False
-        for schema in self.schemas_for(key):
+        for schema in sorted(self.schemas_for(key), key=lambda s: not s.record.enforce):
             found = schema.errors(value)
             errors += found
             enforced = enforced or (bool(found) and schema.record.enforce)
-        return errors, enforced
+        return errors[:MAX_ERRORS], enforced
 
     def shares_with(self, principal: Principal, permission: str) -> bool:
         return any(
@@ -104,7 +111,7 @@ class NamespaceState:
         )
 
 
-def check_config(config: NamespaceConfig, max_history: int) -> None:
+def check_config(config: NamespaceConfig, max_history: int, max_ttl_seconds: int) -> None:
     """Refuse configurations that cannot work, with the field named."""
     for rule in config.rules:
         try:
@@ -117,11 +124,15 @@ def check_config(config: NamespaceConfig, max_history: int) -> None:
             raise MempError("invalid_request", "priorities: agent must be 1-200 characters")
     if config.history_limit is not None and not 0 <= config.history_limit <= max_history:
         raise MempError("invalid_request", f"history_limit must be between 0 and {max_history}")
-    if config.default_ttl_seconds is not None and config.default_ttl_seconds <= 0:
-        raise MempError("invalid_ttl", "default_ttl_seconds must be positive or null")
+    if config.default_ttl_seconds is not None and not (
+            0 < config.default_ttl_seconds <= max_ttl_seconds):
+        raise MempError("invalid_ttl", f"default_ttl_seconds must be between 1 and "
+                        f"{max_ttl_seconds}, or null")
     for share in config.shares:
-        if not share.permissions or not all(c.isalnum() or c in "._-*" for c in share.namespace):
+        if not all(c.isalnum() or c in "._-*" for c in share.namespace):
             raise MempError("invalid_namespace", f"shares: bad namespace {share.namespace!r}")
+        if not share.permissions:
+            raise MempError("invalid_request", "shares: name at least one permission")
 
 
 class NamespaceRegistry:

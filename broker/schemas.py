@@ -17,7 +17,8 @@ from jsonschema import (
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from referencing import Registry
-from referencing.exceptions import NoSuchResource
+from referencing.exceptions import NoSuchResource, Unresolvable
+from referencing.jsonschema import specification_with
 
 from broker.errors import MempError
 from broker.keys import Pattern, compile_pattern
@@ -32,6 +33,7 @@ _DRAFTS: dict[str, type[Validator]] = {
     "https://json-schema.org/draft/2020-12/schema": Draft202012Validator,
 }
 _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+_PROBES: tuple[Any, ...] = (None, True, 0, "", [], {})
 
 
 class SchemaBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -95,6 +97,29 @@ def _remote_refs(node: Any) -> list[str]:
     return found
 
 
+def _dangling_refs(schema: dict[str, Any] | bool, draft: str) -> list[str]:
+    """Local references that point nowhere: validation would fail on them at every write."""
+    spec = specification_with(draft)
+    found: list[str] = []
+
+    def walk(contents: Any, resolver: Any) -> None:
+        if not isinstance(contents, dict):
+            return
+        resolver = resolver.in_subresource(spec.create_resource(contents))
+        for keyword in _REF_KEYWORDS:
+            ref = contents.get(keyword)
+            if isinstance(ref, str):
+                try:
+                    resolver.lookup(ref)
+                except Unresolvable:
+                    found.append(ref)
+        for subschema in spec.subresources_of(contents):
+            walk(subschema, resolver)
+
+    walk(schema, _NO_REMOTE.resolver_with_root(spec.create_resource(schema)))
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledSchema:
     """A registered schema ready to validate values."""
@@ -105,12 +130,18 @@ class CompiledSchema:
 
     def errors(self, value: Any) -> list[SchemaErrorDetail]:
         found = []
-        for error in self.validator.iter_errors(value):
-            path = "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
-                           for p in error.absolute_path)
-            found.append(SchemaErrorDetail(self.record.id, path, error.message[:500]))
-            if len(found) >= MAX_ERRORS:
-                break
+        try:
+            for error in self.validator.iter_errors(value):
+                path = "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
+                               for p in error.absolute_path)
+                found.append(SchemaErrorDetail(self.record.id, path, error.message[:500]))
+                if len(found) >= MAX_ERRORS:
+                    break
+        except (RecursionError, Unresolvable):
+            # `$ref`s that lead back to themselves without consuming the value, or a value
+            # nested deeper than recursion allows: flag the value rather than fail the write
+            found.append(SchemaErrorDetail(self.record.id, "", "the schema could not be applied: "
+                                           "its references loop or the value is too deep"))
         return found
 
 
@@ -119,12 +150,22 @@ def check_schema(schema: dict[str, Any] | bool) -> str:
     draft, validator_class = _draft_of(schema)
     try:
         validator_class.check_schema(schema)
+        remote = _remote_refs(schema)
+        if remote:
+            raise MempError("invalid_schema", "schemas may only use local references ('#...'); "
+                            "remote $ref is never fetched", {"refs": remote[:10]})
+        dangling = _dangling_refs(schema, draft)
+        if dangling:
+            raise MempError("invalid_schema", "local references point nowhere in the schema",
+                            {"refs": dangling[:10]})
+        validator = validator_class(schema, registry=_NO_REMOTE)
+        for probe in _PROBES:  # catches references that loop without consuming the value
+            validator.is_valid(probe)
     except SchemaError as exc:
         raise MempError("invalid_schema", f"not a valid schema: {exc.message}") from None
-    remote = _remote_refs(schema)
-    if remote:
-        raise MempError("invalid_schema", "schemas may only use local references ('#...'); "
-                        "remote $ref is never fetched", {"refs": remote[:10]})
+    except (RecursionError, Unresolvable):
+        raise MempError("invalid_schema", "the schema's references loop without end or cannot "
+                        "be resolved, or it is nested too deeply") from None
     return draft
 
 

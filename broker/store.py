@@ -165,7 +165,13 @@ class Store:
             self._known_namespaces.add(namespace)
 
     async def namespaces(self) -> list[str]:
-        return sorted(_text(n) for n in await self.redis.smembers(layout.namespaces()))
+        """Namespaces that hold data. Any this process noted that Redis has forgotten (it
+        restarted empty or failed over) are noted again, or the sweeper would skip them."""
+        found = {_text(n) for n in await self.redis.smembers(layout.namespaces())}
+        lost = self._known_namespaces - found
+        if lost:
+            await self.redis.sadd(layout.namespaces(), *lost)
+        return sorted(found | lost)
 
     # ---- memory writes ----
 

@@ -219,3 +219,22 @@ def broker_process(redis_url: str) -> Iterator[Callable[..., BrokerProcess]]:
     yield factory
     for handle in started:
         handle.stop()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of the test's own, for tests that stop Redis or must not share it."""
+    server = RedisServer(free_port(), tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def read_changelog(client: Any, namespace: str) -> list[dict[str, str]]:
+    """Every record of a namespace's change log, oldest first, with text fields."""
+    from broker import layout
+
+    records = client.xrange(layout.changelog(namespace), "-", "+")
+    return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in records]

@@ -17,7 +17,13 @@ OwnerType = Literal["user", "agent", "organization"]
 Status = Literal["active", "stale", "archived", "deleted"]
 Score = Annotated[float, Meta(ge=0.0, le=1.0)]
 Rate = Annotated[float, Meta(ge=0.0, le=1000.0)]
-Name = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@+-]+$")]
+NAME_RE = re.compile(r"[A-Za-z0-9._:@+-]{1,128}")
+Name = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@+-]+\Z")]
+# The owner names a MEMP key segment (`cells/<type>/<owner>/<id>`), so `.` and `..` are out.
+OwnerId = Annotated[str, Meta(min_length=1, max_length=128,
+                              pattern=r"^(?!\.\.?$)[A-Za-z0-9._:@+-]+\Z")]
+# An agent id or a pattern of them: `*` stands for any run of characters (spec section 4).
+AgentGlob = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@+*-]+\Z")]
 Text = Annotated[str, Meta(max_length=64 * 1024)]
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -56,7 +62,7 @@ class Content(Struct, forbid_unknown_fields=True):
 
 
 class Identity(Struct, forbid_unknown_fields=True):
-    owner_id: Name
+    owner_id: OwnerId
     owner_type: OwnerType
     created_by: Name | None = None
     session_id: Name | None = None
@@ -80,8 +86,8 @@ class Lifecycle(Struct, forbid_unknown_fields=True):
 
 
 class AccessPolicy(Struct, forbid_unknown_fields=True):
-    readable_by: list[Name] = []
-    writable_by: list[Name] = []
+    readable_by: list[AgentGlob] = []
+    writable_by: list[AgentGlob] = []
     public: bool = False
 
 

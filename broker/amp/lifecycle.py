@@ -151,7 +151,13 @@ class Purger:
         if not self.enabled:
             raise MempError("forbidden", "purge is disabled; start the broker with "
                             "AMP_PURGE_RETENTION=1 to allow it")
-        when = self.clock() if as_of is None else as_of
+        now = self.clock()
+        if as_of is not None and as_of > now:
+            # The window is enforced, not advisory (spec section 5): a purge "as of" a later
+            # time would erase tombstones still inside it.
+            raise MempError("invalid_request", "purge cannot run as of a time later than now",
+                            {"field": "as_of"})
+        when = now if as_of is None else as_of
         cells = self.cells
         if ids is None:
             ids = await cells.index.due("purge", when, 10_000)

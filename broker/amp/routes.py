@@ -3,6 +3,7 @@ which must be the bearer token's agent unless the token may impersonate (a trust
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -10,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from broker.amp.cells import CellPatch, ImportBody, NewCell, parse_time
+from broker.amp.cells import NAME_RE, CellPatch, ImportBody, NewCell, parse_time
 from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.search import CellSearch, SearchBody
 from broker.amp.service import CellService
@@ -43,13 +44,20 @@ async def _acting(request: Request, permission: str) -> tuple[Principal, str]:
         if principal.agent_id is None:
             raise MempError("invalid_request", "X-AMP-Agent-ID is required with a token that "
                             "is not bound to an agent", {"field": "X-AMP-Agent-ID"})
-        return principal, principal.agent_id
-    if len(claimed) > 128 or not claimed.isprintable():
-        raise MempError("invalid_request", "X-AMP-Agent-ID is not a valid agent id")
+        return principal, _agent_id(principal.agent_id)
+    _agent_id(claimed)
     if claimed != principal.agent_id and not principal.can("impersonate", namespace):
         raise MempError("forbidden", "X-AMP-Agent-ID names another agent, and this token may "
                         "not act for other agents", {"agent_id": claimed})
     return principal, claimed
+
+
+def _agent_id(agent: str) -> str:
+    """The acting agent is stored in cells (`created_by`), so it must be a valid AMP name."""
+    if not NAME_RE.fullmatch(agent):
+        raise MempError("invalid_request", "X-AMP-Agent-ID is not a valid agent id (1-128 of "
+                        "A-Z a-z 0-9 . _ : @ + -)", {"field": "X-AMP-Agent-ID"})
+    return agent
 
 
 async def _body(request: Request, kind: type[Any]) -> Any:
@@ -64,11 +72,18 @@ async def _body(request: Request, kind: type[Any]) -> Any:
         raise MempError("invalid_json", "JSON is nested too deeply") from None
 
 
+_FIELD_RE = re.compile(r"(?:unknown|required) field `([^`]+)`")
+
+
 def _field_of(message: str) -> str | None:
-    """`... - at `$.scoring.importance`` → `scoring.importance`."""
-    if "`$." not in message:
-        return None
-    return message.rsplit("`$.", 1)[1].rstrip("`").strip()
+    """`... - at `$.scoring.importance`` → `scoring.importance`; an unknown or missing field
+    is named with its parent path (`Object contains unknown field `x` - at `$.scoring``)."""
+    path = message.rsplit("`$", 1)[1].rstrip("`").strip().lstrip(".") if "`$" in message \
+        else ""
+    named = _FIELD_RE.search(message)
+    if named is not None:
+        path = f"{path}.{named.group(1)}" if path else named.group(1)
+    return path or None
 
 
 async def create_memory(request: Request) -> Response:
@@ -141,7 +156,7 @@ async def _acting_admin(request: Request) -> tuple[Principal, str]:
     principal = await authenticate(request)
     principal.require("admin", _cells(request).namespace)
     claimed = request.headers.get(_AGENT_HEADER)
-    return principal, claimed or principal.agent_id or principal.subject
+    return principal, _agent_id(claimed or principal.agent_id or principal.subject)
 
 
 routes = [

@@ -11,7 +11,7 @@ import msgspec
 from msgspec import Meta
 
 from broker import layout
-from broker.amp.cells import MemoryCell, MemoryType, Name, OwnerType, Status, iso, parse_time
+from broker.amp.cells import MemoryCell, MemoryType, OwnerId, OwnerType, Status, iso, parse_time
 from broker.amp.index import CellRecord, terms_of, words_of
 from broker.amp.lifecycle import score_at
 from broker.amp.rules import can_read
@@ -26,7 +26,7 @@ class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Body of `POST /amp/memories/search`."""
 
     query: Annotated[str, Meta(max_length=1000)] | None = None
-    owner_id: Name | None = None
+    owner_id: OwnerId | None = None
     owner_type: OwnerType | None = None
     types: list[MemoryType] | None = None
     status: list[Status] | None = None

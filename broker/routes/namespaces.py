@@ -36,7 +36,8 @@ async def get_config(request: Request) -> Response:
 async def put_config(request: Request) -> Response:
     namespace, subject = await _namespace(request, "admin")
     config = decode_json(await read_body(request, 256 * 1024), NamespaceConfig)
-    check_config(config, max_history=1000)
+    check_config(config, max_history=1000,
+                 max_ttl_seconds=request.app.state.settings.max_ttl_seconds)
     stored = await _registry(request).save_config(
         namespace, config, by=subject, now=request.app.state.clock(),
         if_revision=int_header(request, "if-match"))

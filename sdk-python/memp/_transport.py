@@ -1,0 +1,147 @@
+"""Sending calls: one pooled httpx client, the bearer token, and retries with backoff.
+
+Retries resend the very same request, so a write keeps its Idempotency-Key and the broker
+applies it once however often it arrives (README "Retries are safe")."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import TypeVar
+
+import httpx
+
+from memp._calls import Call
+from memp._version import __version__
+from memp.errors import ConnectionFailed, MempError, error_from_response
+
+T = TypeVar("T")
+DEFAULT_BASE_URL = "http://127.0.0.1:8080"
+
+# Errors after which the request surely did not reach the broker: any call may be resent.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# Errors after which it may have: only idempotent calls are resent.
+_MAYBE_SENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+@dataclass(slots=True)
+class Config:
+    """Where the broker is, who we are, and how patiently to talk to it."""
+
+    base_url: str
+    api_key: str | None
+    namespace: str | None
+    timeout: float = 10.0
+    max_retries: int = 3
+    backoff: float = 0.2
+    max_backoff: float = 5.0
+    stream_timeout: float = 60.0
+
+    @classmethod
+    def resolve(cls, api_key: str | None, namespace: str | None, base_url: str | None, *,
+                timeout: float, max_retries: int, stream_timeout: float) -> Config:
+        """Arguments win over MEMP_API_KEY, MEMP_NAMESPACE and MEMP_BASE_URL."""
+        return cls(
+            base_url=(base_url or os.environ.get("MEMP_BASE_URL") or DEFAULT_BASE_URL
+                      ).rstrip("/"),
+            api_key=api_key or os.environ.get("MEMP_API_KEY") or None,
+            namespace=namespace or os.environ.get("MEMP_NAMESPACE") or None,
+            timeout=timeout, max_retries=max_retries, stream_timeout=stream_timeout,
+        )
+
+    def require_namespace(self, namespace: str | None = None) -> str:
+        chosen = namespace or self.namespace
+        if not chosen:
+            raise ValueError("no namespace: pass namespace=... or set MEMP_NAMESPACE")
+        return chosen
+
+    def delay(self, attempt: int, retry_after: str | None = None) -> float:
+        """Exponential backoff with full jitter; a server's Retry-After is a floor."""
+        delay = random.uniform(0, min(self.max_backoff, self.backoff * 2 ** attempt))
+        if retry_after is not None and retry_after.isdigit():
+            delay = max(delay, min(float(retry_after), self.max_backoff))
+        return delay
+
+    def headers(self) -> dict[str, str]:
+        headers = {"User-Agent": f"memp-sdk-python/{__version__}", "Accept": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def stream_timeouts(self) -> httpx.Timeout:
+        """A stream waits longer between frames than a request (heartbeats come every 15 s)."""
+        return httpx.Timeout(self.timeout, read=self.stream_timeout)
+
+
+def _resendable(call: Call[T], exc: httpx.TransportError) -> bool:
+    return isinstance(exc, _NOT_SENT) or (call.idempotent and isinstance(exc, _MAYBE_SENT))
+
+
+def _failed(exc: httpx.TransportError, config: Config) -> MempError:
+    reason = str(exc) or type(exc).__name__
+    return ConnectionFailed(f"could not reach the broker at {config.base_url}: {reason}",
+                            code="connection_error")
+
+
+class SyncTransport:
+    def __init__(self, config: Config, http: httpx.Client | None = None) -> None:
+        self.config = config
+        self.http = http or httpx.Client(base_url=config.base_url, timeout=config.timeout)
+
+    def send(self, call: Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                response = self.http.request(
+                    call.method, call.path, params=call.params, content=call.body,
+                    headers={**self.config.headers(), **call.headers})
+            except httpx.TransportError as exc:
+                if attempt >= self.config.max_retries or not _resendable(call, exc):
+                    raise _failed(exc, self.config) from exc
+                time.sleep(self.config.delay(attempt))
+                attempt += 1
+                continue
+            if response.is_success:
+                return call.parse(response)
+            if response.status_code == 503 and attempt < self.config.max_retries:
+                time.sleep(self.config.delay(attempt, response.headers.get("retry-after")))
+                attempt += 1
+                continue
+            raise error_from_response(response)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+class AsyncTransport:
+    def __init__(self, config: Config, http: httpx.AsyncClient | None = None) -> None:
+        self.config = config
+        self.http = http or httpx.AsyncClient(base_url=config.base_url, timeout=config.timeout)
+
+    async def send(self, call: Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                response = await self.http.request(
+                    call.method, call.path, params=call.params, content=call.body,
+                    headers={**self.config.headers(), **call.headers})
+            except httpx.TransportError as exc:
+                if attempt >= self.config.max_retries or not _resendable(call, exc):
+                    raise _failed(exc, self.config) from exc
+                await asyncio.sleep(self.config.delay(attempt))
+                attempt += 1
+                continue
+            if response.is_success:
+                return call.parse(response)
+            if response.status_code == 503 and attempt < self.config.max_retries:
+                await asyncio.sleep(self.config.delay(attempt,
+                                                      response.headers.get("retry-after")))
+                attempt += 1
+                continue
+            raise error_from_response(response)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()

@@ -1,0 +1,291 @@
+"""`memp`: the command line for a MEMP broker (put, get, query, delete, history, watch, ...).
+
+Output is JSON (one document, or one per line for lists and events) unless `--table` asks for
+a readable table. Exit codes: 0 done, 1 the broker refused (message on stderr), 2 bad usage,
+3 the broker could not be reached, 130 interrupted (Ctrl-C)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from memp._version import __version__
+from memp.client import MEMP
+from memp.errors import ConnectionFailed, MempError
+from memp.models import Entry, Event, Grant, to_builtins
+
+EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+
+class UsageError(Exception):
+    """Input the command line cannot use (not a broker error)."""
+
+
+def _out(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _line(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _clock(ms: int | None) -> str:
+    return datetime.fromtimestamp(ms / 1000).strftime("%H:%M:%S.%f")[:-3] if ms else "-"
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(entries: Iterable[Entry]) -> None:
+    _line(f"{'KEY':<32} {'VERSION':>7}  {'UPDATED':<12}  VALUE")
+    for entry in entries:
+        _line(f"{entry.key:<32} {entry.version:>7}  {_clock(entry.updated_at):<12}  "
+              f"{'(deleted)' if entry.deleted else _short(entry.value)}")
+
+
+def event_document(event: Event) -> dict[str, Any]:
+    """An event as one flat JSON object, as on the wire: `type` and the entry's fields (`id` is
+    the entry's), plus `event_id`, the cursor to resume from with `--last-event-id`."""
+    document: dict[str, Any] = {"type": event.type, "event_id": event.id}
+    if event.entry is not None:
+        document.update(to_builtins(event.entry))
+    else:
+        document.update({k: v for k, v in (("namespace", event.namespace),
+                                           ("reason", event.reason)) if v is not None})
+    return document
+
+
+def event_row(event: Event) -> str:
+    entry = event.entry
+    if entry is None:
+        detail = f"{event.namespace}: {event.reason}" if event.type == "reset" else ""
+        return f"{_clock(None):<12}  {event.type:<12}  {detail}".rstrip()
+    value = "" if event.type in ("delete", "expire") else _short(entry.value)
+    return (f"{_clock(entry.updated_at):<12}  {event.type:<12}  {entry.key}  "
+            f"v{entry.version}  {value}").rstrip()
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"VALUE must be JSON ({exc}); quote strings: '\"text\"'") from None
+
+
+def cmd_put(broker: MEMP, args: argparse.Namespace) -> None:
+    text = sys.stdin.read() if args.value in (None, "-") else args.value
+    entry = broker.memory.put(args.key, _json_value(text), args.ttl, if_version=args.if_version,
+                              if_absent=args.if_absent, timestamp=args.timestamp)
+    _out(to_builtins(entry))
+
+
+def cmd_get(broker: MEMP, args: argparse.Namespace) -> None:
+    entry = broker.memory.get_entry(args.key)
+    _out(to_builtins(entry) if args.entry else entry.value)
+
+
+def cmd_query(broker: MEMP, args: argparse.Namespace) -> None:
+    entries = broker.memory.query(args.pattern, page_size=args.page_size)
+    if args.table:
+        _table(entries)
+    else:
+        for entry in entries:
+            _out(to_builtins(entry))
+
+
+def cmd_delete(broker: MEMP, args: argparse.Namespace) -> None:
+    _out(to_builtins(broker.memory.delete(args.key, if_version=args.if_version)))
+
+
+def cmd_history(broker: MEMP, args: argparse.Namespace) -> None:
+    versions = broker.memory.history(args.key, args.limit)
+    if args.table:
+        _table(versions)
+    else:
+        for entry in versions:
+            _out(to_builtins(entry))
+
+
+def cmd_watch(broker: MEMP, args: argparse.Namespace) -> None:
+    patterns = args.patterns or ["*"]
+    with broker.subscribe(patterns, snapshot=args.snapshot,
+                          last_event_id=args.last_event_id) as events:
+        print(f"memp: watching {broker.namespace}: {' '.join(patterns)} (Ctrl-C to stop)",
+              file=sys.stderr, flush=True)
+        for event in events:
+            if args.table:
+                _line(event_row(event))
+            else:
+                _out(event_document(event))
+
+
+def cmd_register(broker: MEMP, args: argparse.Namespace) -> None:
+    agent = broker.register(name=args.name, framework=args.framework)
+    credentials = to_builtins(broker.credentials)
+    _out({"agent": to_builtins(agent), "credentials": credentials})
+    print(f"# the agent's API key is shown only now: export MEMP_API_KEY="
+          f"{credentials['api_key']}", file=sys.stderr)
+
+
+def cmd_keys_create(broker: MEMP, args: argparse.Namespace) -> None:
+    permissions = [p.strip() for p in args.permissions.split(",") if p.strip()]
+    grants = [Grant(ns, permissions) for ns in args.grant_namespaces]
+    _out(to_builtins(broker.keys.create(grants, args.name, args.agent_id)))
+
+
+def cmd_keys_list(broker: MEMP, args: argparse.Namespace) -> None:
+    keys = broker.keys.list()
+    if args.table:
+        _line(f"{'ID':<36}  {'NAME':<24}  GRANTS")
+        for key in keys:
+            grants = " ".join(f"{g.namespace}={','.join(g.permissions)}" for g in key.grants)
+            _line(f"{key.id:<36}  {key.name[:24]:<24}  {grants}")
+    else:
+        for key in keys:
+            _out(to_builtins(key))
+
+
+def cmd_keys_revoke(broker: MEMP, args: argparse.Namespace) -> None:
+    broker.keys.revoke(args.key_id)
+    print(f"revoked {args.key_id}", file=sys.stderr)
+
+
+def _connection_options(namespace: bool = True) -> argparse.ArgumentParser:
+    """Flags every command takes, before or after its name; they win over the environment."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("connection")
+    group.add_argument("--base-url", default=argparse.SUPPRESS,
+                       help="broker URL (MEMP_BASE_URL; default http://127.0.0.1:8080)")
+    group.add_argument("--api-key", default=argparse.SUPPRESS,
+                       help="token to send (MEMP_API_KEY)")
+    if namespace:
+        group.add_argument("-n", "--namespace", default=argparse.SUPPRESS,
+                           help="namespace to work in (MEMP_NAMESPACE)")
+    group.add_argument("--timeout", type=float, default=argparse.SUPPRESS,
+                       help="seconds to wait for each reply (default 10)")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _connection_options()
+    admin = _connection_options(namespace=False)  # `keys create --namespace` names grants
+    parser = argparse.ArgumentParser(
+        prog="memp", parents=[common], description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"memp-sdk {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Callable[[MEMP, argparse.Namespace], None], text: str,
+                under: Any = commands, parent: argparse.ArgumentParser = common
+                ) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = under.add_parser(name, parents=[parent], help=text,
+                                                        description=text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    put = command("put", cmd_put, "store a JSON value under a key; prints the entry")
+    put.add_argument("key")
+    put.add_argument("value", nargs="?", help="JSON text; omit or '-' to read it from stdin")
+    put.add_argument("--ttl", type=int, help="seconds until the entry expires")
+    put.add_argument("--if-version", type=int, help="write only while the version is this")
+    put.add_argument("--if-absent", action="store_true", help="write only if the key is free")
+    put.add_argument("--timestamp", type=int, help="the write's time, Unix ms")
+
+    get = command("get", cmd_get, "print the value under a key")
+    get.add_argument("key")
+    get.add_argument("--entry", action="store_true", help="print the whole entry")
+
+    query = command("query", cmd_query, "print the entries matching a pattern, one per line")
+    query.add_argument("pattern", nargs="?", default="*", help="e.g. 'customer/*' (default *)")
+    query.add_argument("--page-size", type=int, help="entries per request")
+    query.add_argument("--table", action="store_true", help="print a readable table")
+
+    delete = command("delete", cmd_delete, "delete a key; prints the tombstone")
+    delete.add_argument("key")
+    delete.add_argument("--if-version", type=int, help="delete only while the version is this")
+
+    history = command("history", cmd_history, "print a key's recent versions, newest first")
+    history.add_argument("key")
+    history.add_argument("--limit", type=int)
+    history.add_argument("--table", action="store_true", help="print a readable table")
+
+    watch = command("watch", cmd_watch,
+                    "print changes as they happen, one JSON line each, until Ctrl-C")
+    watch.add_argument("patterns", nargs="*", metavar="PATTERN", help="default *")
+    watch.add_argument("--snapshot", action="store_true",
+                       help="start with the current entries, then a snapshot-end event")
+    watch.add_argument("--table", action="store_true", help="print readable lines")
+    watch.add_argument("--last-event-id", help="resume after this event id")
+
+    register = command("register", cmd_register,
+                       "register an agent; prints it and its API key (shown once)")
+    register.add_argument("--name", required=True)
+    register.add_argument("--framework", default="custom",
+                          help="langchain, crewai, claude, autogen, custom, ...")
+
+    keys = commands.add_parser("keys", parents=[admin], help="manage API keys (admin)",
+                               description="manage API keys (needs an admin token)")
+    key_commands = keys.add_subparsers(dest="key_command", required=True, metavar="COMMAND")
+    create = command("create", cmd_keys_create, "create an API key and print it once",
+                     key_commands, admin)
+    create.add_argument("--namespace", dest="grant_namespaces", action="append", required=True,
+                        metavar="GLOB", help="namespace glob to grant (repeatable)")
+    create.add_argument("--permissions", default="read,write,subscribe",
+                        help="comma-separated: read, write, subscribe, admin")
+    create.add_argument("--name", default="")
+    create.add_argument("--agent-id", help="bind the key to a registered agent")
+    listing = command("list", cmd_keys_list, "list API keys (never the keys themselves)",
+                      key_commands, admin)
+    listing.add_argument("--table", action="store_true", help="print a readable table")
+    revoke = command("revoke", cmd_keys_revoke, "revoke an API key by id", key_commands,
+                     admin)
+    revoke.add_argument("key_id")
+    return parser
+
+
+def _client(args: argparse.Namespace) -> MEMP:
+    return MEMP(api_key=getattr(args, "api_key", None),
+                namespace=getattr(args, "namespace", None),
+                base_url=getattr(args, "base_url", None),
+                timeout=getattr(args, "timeout", 10.0))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        with _client(args) as broker:
+            args.handler(broker, args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`memp watch | head`): stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except UsageError as exc:
+        print(f"memp: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
+        print(f"memp: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConnectionFailed as exc:
+        print(f"memp: {exc.message}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except MempError as exc:
+        print(f"memp: {exc}", file=sys.stderr)
+        if exc.details:
+            print(json.dumps(exc.details, ensure_ascii=False), file=sys.stderr)
+        return EXIT_REFUSED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

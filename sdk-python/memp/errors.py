@@ -1,0 +1,137 @@
+"""One exception per broker error code, all under `MempError`, keeping the broker's message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import msgspec
+
+from memp.models import Entry, SchemaError
+
+
+class MempError(Exception):
+    """An error from the broker (`code`, `status`, `message`, `details` as it sent them), or
+    from reaching it (`code` "connection_error", `status` None)."""
+
+    def __init__(self, message: str, *, code: str = "internal", status: int | None = None,
+                 details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+        self.details: dict[str, Any] = details or {}
+
+    def __str__(self) -> str:
+        status = f" {self.status}" if self.status is not None else ""
+        return f"{self.code}{status}: {self.message}"
+
+
+class InvalidRequest(MempError):
+    """400: the request is malformed (`code` says which check: invalid_key, invalid_ttl, ...)."""
+
+
+class Unauthorized(MempError):
+    """401: missing, unknown, revoked, expired or forged token."""
+
+
+class Forbidden(MempError):
+    """403: the token lacks the permission on that namespace."""
+
+
+class NotFound(MempError):
+    """404: no such entry, agent, key or endpoint."""
+
+
+class ConflictError(MempError):
+    """409 write_conflict: a newer write is stored; `winner` is that entry."""
+
+    @property
+    def winner(self) -> Entry | None:
+        return _entry_detail(self.details.get("winner"))
+
+
+class PreconditionFailed(MempError):
+    """412: `if_version` / `if_absent` did not hold; `current_version` is the stored version."""
+
+    @property
+    def current_version(self) -> int | None:
+        version = self.details.get("current_version")
+        return version if isinstance(version, int) else None
+
+    @property
+    def current(self) -> Entry | None:
+        return _entry_detail(self.details.get("current"))
+
+
+class PayloadTooLarge(MempError):
+    """413: value, body or batch over the broker's limit."""
+
+
+class SchemaViolation(MempError):
+    """422: the value does not conform to an enforcing JSON Schema; nothing was written."""
+
+    @property
+    def errors(self) -> list[SchemaError]:
+        try:
+            return msgspec.convert(self.details.get("errors") or [], list[SchemaError])
+        except msgspec.ValidationError:
+            return []
+
+
+class RateLimited(MempError):
+    """429: too many requests."""
+
+
+class Unavailable(MempError):
+    """503: the broker cannot reach its store; safe to retry later."""
+
+
+class ConnectionFailed(MempError):
+    """The broker could not be reached, or the connection broke, after every retry."""
+
+
+class SchemaViolationWarning(UserWarning):
+    """A write was stored but its value does not conform to the namespace's JSON Schema."""
+
+
+_BY_STATUS: dict[int, tuple[type[MempError], str]] = {
+    400: (InvalidRequest, "invalid_request"), 401: (Unauthorized, "unauthorized"),
+    403: (Forbidden, "forbidden"), 404: (NotFound, "not_found"),
+    409: (ConflictError, "write_conflict"), 412: (PreconditionFailed, "precondition_failed"),
+    413: (PayloadTooLarge, "payload_too_large"), 415: (InvalidRequest, "unsupported_media_type"),
+    422: (SchemaViolation, "schema_violation"), 429: (RateLimited, "rate_limited"),
+    503: (Unavailable, "unavailable"),
+}
+_BY_CODE: dict[str, type[MempError]] = {
+    "write_conflict": ConflictError, "precondition_failed": PreconditionFailed,
+    "schema_violation": SchemaViolation, "unavailable": Unavailable, "not_found": NotFound,
+    "forbidden": Forbidden, "unauthorized": Unauthorized,
+}
+
+
+def _entry_detail(raw: Any) -> Entry | None:
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return msgspec.convert(raw, Entry)
+    except msgspec.ValidationError:
+        return None
+
+
+def error_from_response(response: httpx.Response) -> MempError:
+    """The exception for a (read) error response, from its `{"error": {...}}` body if any."""
+    kind, code = _BY_STATUS.get(response.status_code, (MempError, "internal"))
+    message = response.reason_phrase or f"HTTP {response.status_code}"
+    details: dict[str, Any] = {}
+    try:
+        body = msgspec.json.decode(response.content)
+    except msgspec.DecodeError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        error = body["error"]
+        code = str(error.get("code", code))
+        message = str(error.get("message", message))
+        details = error.get("details") if isinstance(error.get("details"), dict) else {}
+        kind = _BY_CODE.get(code, kind)
+    return kind(message, code=code, status=response.status_code, details=details)

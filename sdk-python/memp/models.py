@@ -1,0 +1,151 @@
+"""Typed results, mirroring the broker's wire format (its `broker/models.py`).
+
+Unknown fields from newer brokers are ignored, so an older SDK keeps working."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import Struct
+
+Permission = Literal["read", "write", "subscribe", "admin"]
+EventType = Literal["put", "delete", "expire", "snapshot", "snapshot-end", "reset"]
+
+
+class SchemaError(Struct, kw_only=True, frozen=True):
+    """Why a value does not conform: which schema, where in the value (JSON Pointer), what."""
+
+    schema_id: str
+    path: str
+    message: str
+
+
+class Conflict(Struct, kw_only=True, frozen=True):
+    """A path both a merge write and the stored entry changed differently since its base."""
+
+    path: str
+    base: Any = None
+    stored: Any = None
+    incoming: Any = None
+    stored_agent: str | None = None
+    incoming_agent: str | None = None
+    base_missing: bool = False
+
+
+class Entry(Struct, kw_only=True, frozen=True):
+    """One version of a memory entry; times are Unix milliseconds."""
+
+    id: str
+    agent_id: str
+    namespace: str
+    key: str
+    value: Any
+    ttl_seconds: int | None = None
+    version: int
+    created_at: int
+    updated_at: int
+    timestamp: int | None = None
+    expires_at: int | None = None
+    schema_violation: bool = False
+    deleted: bool = False
+    schema_errors: list[SchemaError] | None = None  # with schema_violation
+    conflicts: list[Conflict] | None = None  # paths a merge write flagged
+
+
+class Agent(Struct, kw_only=True, frozen=True):
+    """A registered agent (MEMP draft, Data Schema)."""
+
+    id: str
+    name: str
+    framework: str
+    namespace: str
+    created_at: int
+    last_seen: int
+
+
+class Credentials(Struct, kw_only=True, frozen=True):
+    """A token handed out once, at registration or key creation."""
+
+    api_key: str
+    key_id: str
+    agent_id: str | None = None
+
+
+class Registration(Struct, kw_only=True, frozen=True):
+    """What registering an agent returns."""
+
+    agent: Agent
+    credentials: Credentials
+
+
+class Grant(Struct, frozen=True):
+    """Permissions on the namespaces a glob names (`acme-*`, `acme-crm`, `*`)."""
+
+    namespace: str
+    permissions: list[Permission]
+
+
+class ApiKey(Struct, kw_only=True, frozen=True):
+    """What the broker keeps about an API key (never the key itself)."""
+
+    id: str
+    name: str
+    grants: list[Grant]
+    agent_id: str | None = None
+    created_at: int
+    created_by: str
+
+
+class CreatedKey(Struct, kw_only=True, frozen=True):
+    """A new API key: `api_key` is shown only this once."""
+
+    api_key: str
+    key: ApiKey
+
+
+class Page(Struct, kw_only=True, frozen=True):
+    """One page of a query; pass `next_cursor` back until it is None."""
+
+    entries: list[Entry]
+    next_cursor: str | None = None
+
+
+class Event(Struct, kw_only=True, frozen=True):
+    """One subscription event.
+
+    `put`, `delete`, `expire` and `snapshot` carry the entry version; `snapshot-end` marks the
+    end of the snapshot; `reset` says the broker could not replay `namespace` from the cursor
+    (it was older than the retained change log), so the caller may have missed changes there.
+    `id` is the resume cursor after this event (None for snapshot entries)."""
+
+    type: EventType
+    id: str | None = None
+    entry: Entry | None = None
+    namespace: str | None = None
+    reason: str | None = None
+
+    @property
+    def key(self) -> str | None:
+        return self.entry.key if self.entry is not None else None
+
+    @property
+    def value(self) -> Any:
+        """The entry's value (None for deletes, expiries and markers)."""
+        return self.entry.value if self.entry is not None else None
+
+    @property
+    def version(self) -> int | None:
+        return self.entry.version if self.entry is not None else None
+
+
+_entry_decoder = msgspec.json.Decoder(Entry)
+
+
+def decode_entry(data: bytes | str) -> Entry:
+    return _entry_decoder.decode(data)
+
+
+def to_builtins(obj: Any) -> Any:
+    """Plain dicts and lists, ready for `json.dumps`."""
+    return msgspec.to_builtins(obj)

@@ -1,0 +1,302 @@
+"""Subscriptions: SSE streams that reconnect with backoff and resume from the last event id.
+
+The broker's event ids are resume cursors: reconnecting with `Last-Event-ID` replays every
+change after it exactly once, so a stream that breaks (broker restart, network, `overflow`,
+`shutdown`) resumes without a gap or a duplicate. `reset` is passed on to the caller."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import socket
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Sequence
+from types import TracebackType
+from typing import cast
+
+import httpx
+import msgspec
+from httpx_sse import ServerSentEvent, SSEError, aconnect_sse, connect_sse
+
+from memp._transport import AsyncTransport, Config, SyncTransport
+from memp.errors import ConnectionFailed, error_from_response
+from memp.models import Entry, Event, EventType
+
+_ENTRY_EVENTS = frozenset({"put", "delete", "expire", "snapshot"})
+_RESUME_EVENTS = frozenset({"overflow", "shutdown"})
+
+
+class _Marker(msgspec.Struct):
+    cursor: str | None = None
+    namespace: str | None = None
+    reason: str | None = None
+
+
+class StreamState:
+    """What a subscription follows and how far it got; turns SSE frames into events."""
+
+    def __init__(self, targets: Sequence[tuple[str, str]], snapshot: bool,
+                 last_event_id: str | None) -> None:
+        self.targets = list(targets)
+        self.cursor = last_event_id or None
+        self.snapshot_pending = snapshot and self.cursor is None
+        self.snapshot_sent: set[tuple[str, str, int]] = set()
+        self.failures = 0  # connection attempts in a row that delivered nothing
+        self.live = False  # this connection delivered an event
+        self.resume_now = False  # the broker ended the stream and asked to be resumed
+
+    def request(self) -> tuple[list[tuple[str, str]], dict[str, str]]:
+        self.live = False
+        namespaces = {ns for ns, _ in self.targets}
+        if len(namespaces) == 1:
+            params = [("namespace", next(iter(namespaces)))]
+            params += [("pattern", pattern) for _, pattern in self.targets]
+        else:
+            params = [("sub", f"{ns}:{pattern}") for ns, pattern in self.targets]
+        if self.snapshot_pending:
+            params.append(("snapshot", "1"))
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-store"}
+        if self.cursor is not None:
+            headers["Last-Event-ID"] = self.cursor
+        return params, headers
+
+    def ended(self) -> None:
+        """The connection closed or failed."""
+        if not self.live:
+            self.failures += 1
+
+    def delay(self, config: Config) -> float:
+        """No wait after a stream that worked or asked to be resumed; backoff after failures."""
+        if self.resume_now or self.failures == 0:
+            self.resume_now = False
+            return 0.0
+        return config.delay(self.failures - 1)
+
+    def handle(self, sse: ServerSentEvent) -> Event | None:
+        """The event to hand out for one frame, or None (retry hints, resume markers, snapshot
+        entries already handed out before a reconnect, types this SDK does not know)."""
+        if not sse.event:
+            return None
+        self.live = True
+        self.failures = 0
+        if sse.id:
+            self.cursor = sse.id
+        kind = sse.event
+        if kind in _ENTRY_EVENTS:
+            entry = msgspec.json.decode(sse.data, type=Entry)
+            if kind != "snapshot":
+                return Event(type=cast(EventType, kind), id=self.cursor, entry=entry,
+                             namespace=entry.namespace)
+            seen = (entry.namespace, entry.key, entry.version)
+            if seen in self.snapshot_sent:
+                return None
+            self.snapshot_sent.add(seen)
+            return Event(type="snapshot", entry=entry, namespace=entry.namespace)
+        if kind not in ("snapshot-end", "reset", *_RESUME_EVENTS):
+            return None
+        marker = msgspec.json.decode(sse.data or "{}", type=_Marker)
+        if marker.cursor:
+            self.cursor = marker.cursor
+        if kind in _RESUME_EVENTS:
+            self.resume_now = True
+            return None
+        if kind == "snapshot-end":
+            self.snapshot_pending = False
+            self.snapshot_sent.clear()
+            return Event(type="snapshot-end", id=self.cursor)
+        return Event(type="reset", id=self.cursor, namespace=marker.namespace,
+                     reason=marker.reason)
+
+
+def _shutdown(response: httpx.Response) -> None:
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    with contextlib.suppress(OSError):
+        if isinstance(sock, socket.socket):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _raise_fatal(response: httpx.Response) -> None:
+    """Refusals that reconnecting cannot fix (4xx) end the subscription with their error;
+    server trouble (5xx, 503 while Redis is away) is retried with backoff."""
+    if response.status_code < 500:
+        raise error_from_response(response)
+
+
+class Subscription(Iterator[Event]):
+    """An endless iterator of events; `close()` (or leaving a `with` block) ends it.
+
+    It connects on the first `next()`, or at `open()` / entering a `with` block, which return
+    once the stream is open: every change made after that is delivered."""
+
+    def __init__(self, transport: SyncTransport, state: StreamState) -> None:
+        self._transport = transport
+        self.state = state
+        self._closed = threading.Event()
+        self._opened = False
+        self._response: httpx.Response | None = None
+        self._items = self._run()
+
+    @property
+    def last_event_id(self) -> str | None:
+        """The cursor to resume from (pass it as `last_event_id=` to a later subscribe)."""
+        return self.state.cursor
+
+    def open(self) -> Subscription:
+        """Connect now (reconnecting with backoff while the broker is unreachable)."""
+        if not self._opened:
+            next(self._items)  # the connection's first item is its opening marker (None)
+            self._opened = True
+        return self
+
+    def __iter__(self) -> Subscription:
+        return self
+
+    def __next__(self) -> Event:
+        while True:
+            item = next(self._items)
+            if item is not None:
+                return item
+            self._opened = True
+
+    def __enter__(self) -> Subscription:
+        return self.open()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the subscription; safe to call from another thread, where it wakes a reader
+        blocked on the socket (closing a socket alone does not)."""
+        self._closed.set()
+        response = self._response
+        if response is not None:
+            _shutdown(response)
+        if inspect.getgeneratorstate(self._items) != inspect.GEN_RUNNING:
+            self._items.close()
+
+    def _run(self) -> Generator[Event | None, None, None]:
+        """Events, with None before each connection's first frame (the stream is open)."""
+        config = self._transport.config
+        while not self._closed.is_set():
+            params, headers = self.state.request()
+            try:
+                with connect_sse(self._transport.http, "GET", "/v1/subscribe", params=params,
+                                 headers={**config.headers(), **headers},
+                                 timeout=config.stream_timeouts()) as source:
+                    self._response = source.response
+                    if source.response.status_code != 200:
+                        source.response.read()
+                        _raise_fatal(source.response)
+                    else:
+                        opening = True
+                        for sse in source.iter_sse():
+                            if opening:
+                                opening = False
+                                yield None
+                            event = self.state.handle(sse)
+                            if event is not None:
+                                yield event
+                            if self._closed.is_set():
+                                return
+            except (httpx.TransportError, httpx.StreamError, SSEError) as exc:
+                if self._closed.is_set():
+                    return
+                _raise_not_sse(exc, config)
+            finally:
+                self._response = None
+            self.state.ended()
+            self._closed.wait(self.state.delay(config))
+
+
+class AsyncSubscription(AsyncIterator[Event]):
+    """The async twin of `Subscription`: `async for event in ...`; `aclose()` ends it.
+    `await open()` or `async with` returns once the stream is open."""
+
+    def __init__(self, transport: AsyncTransport, state: StreamState) -> None:
+        self._transport = transport
+        self.state = state
+        self._opened = False
+        self._closed = False
+        self._items = self._run()
+
+    @property
+    def last_event_id(self) -> str | None:
+        return self.state.cursor
+
+    def stop(self) -> None:
+        """Let the stream end at its next wake-up (the client calls this as it closes)."""
+        self._closed = True
+
+    async def open(self) -> AsyncSubscription:
+        if not self._opened:
+            await anext(self._items)
+            self._opened = True
+        return self
+
+    def __aiter__(self) -> AsyncSubscription:
+        return self
+
+    async def __anext__(self) -> Event:
+        while True:
+            item = await anext(self._items)
+            if item is not None:
+                return item
+            self._opened = True
+
+    async def __aenter__(self) -> AsyncSubscription:
+        return await self.open()
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await self._items.aclose()
+
+    async def _run(self) -> AsyncGenerator[Event | None, None]:
+        config = self._transport.config
+        while not self._closed:
+            params, headers = self.state.request()
+            try:
+                async with aconnect_sse(self._transport.http, "GET", "/v1/subscribe",
+                                        params=params, headers={**config.headers(), **headers},
+                                        timeout=config.stream_timeouts()) as source:
+                    if source.response.status_code != 200:
+                        await source.response.aread()
+                        _raise_fatal(source.response)
+                    else:
+                        opening = True
+                        async for sse in source.aiter_sse():
+                            if opening:
+                                opening = False
+                                yield None
+                            event = self.state.handle(sse)
+                            if event is not None:
+                                yield event
+            except (httpx.TransportError, httpx.StreamError, SSEError) as exc:
+                if self._closed:
+                    return
+                _raise_not_sse(exc, config)
+            if self._closed:
+                return
+            self.state.ended()
+            await asyncio.sleep(self.state.delay(config))
+
+
+def _raise_not_sse(exc: Exception, config: Config) -> None:
+    """Keep reconnecting through network trouble; a reply that is not SSE means a wrong URL."""
+    if isinstance(exc, SSEError):
+        raise ConnectionFailed(f"{config.base_url} did not answer with an event stream: {exc}",
+                               code="connection_error") from exc
+
+
+def targets(namespace: str, pattern: str | Sequence[str]) -> list[tuple[str, str]]:
+    """Namespace/pattern pairs for one namespace and one or several patterns."""
+    patterns = [pattern] if isinstance(pattern, str) else list(pattern)
+    return [(namespace, p) for p in patterns]
+
+

@@ -1,0 +1,189 @@
+"""Safe retries: a write whose reply is lost is resent with the same Idempotency-Key and applied
+once; 503s are retried with backoff; calls that are not idempotent are not resent.
+
+Replies are lost for real: a TCP proxy between the SDK and a real broker drops them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memp import MEMP, AsyncMEMP, ConnectionFailed, Grant, Unavailable
+from tests.conftest import ADMIN_KEY, Broker, RedisServer, free_port, start_broker
+
+WAIT = 15.0
+
+
+class LossyProxy:
+    """Relays TCP to the broker; while `lose` > 0, the next reply is held for `hold` seconds,
+    then dropped with the connection (the request itself reaches the broker)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.lose = 0
+        self.hold = 0.0
+        self.requests: list[bytes] = []
+        self.lock = threading.Lock()
+        self.closing = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def idempotency_keys(self, method: bytes) -> list[str]:
+        keys = []
+        for raw in self.requests:
+            if raw.startswith(method + b" "):
+                found = re.search(rb"(?im)^idempotency-key: *(\S+)\r$", raw)
+                keys.append(found.group(1).decode() if found else "")
+        return keys
+
+    def _accept(self) -> None:
+        while not self.closing.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._replies, args=(upstream, client), daemon=True).start()
+
+    def _requests(self, client: socket.socket, upstream: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := client.recv(65536):
+                with self.lock:
+                    if re.match(rb"[A-Z]+ /", chunk):
+                        self.requests.append(chunk)
+                upstream.sendall(chunk)
+        _close(client, upstream)
+
+    def _replies(self, upstream: socket.socket, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := upstream.recv(65536):
+                with self.lock:
+                    lose = self.lose > 0
+                    self.lose -= lose
+                if lose:
+                    self.closing.wait(self.hold)
+                    break
+                client.sendall(chunk)
+        _close(client, upstream)
+
+    def close(self) -> None:
+        self.closing.set()
+        self.listener.close()
+
+
+def _close(*sockets: socket.socket) -> None:
+    for sock in sockets:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+
+@pytest.fixture
+def proxy(server: Broker) -> Iterator[LossyProxy]:
+    port = int(server.url.rsplit(":", 1)[1])
+    handle = LossyProxy(port)
+    yield handle
+    handle.close()
+
+
+@pytest.mark.parametrize("hold", [pytest.param(0.0, id="connection-dropped"),
+                                  pytest.param(3.0, id="read-timeout")])
+def test_a_put_whose_reply_is_lost_is_applied_once(proxy: LossyProxy, ns: str, hold: float
+                                                   ) -> None:
+    with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=proxy.url, timeout=1.0) as client:
+        client.memory.put("warm-up", 0)  # an open keep-alive connection, as in real use
+        proxy.lose, proxy.hold = 1, hold
+        entry = client.memory.put("k", {"once": True})
+        assert entry.version == 1 and entry.value == {"once": True}
+        assert [v.version for v in client.memory.history("k")] == [1], "applied once"
+        keys = proxy.idempotency_keys(b"PUT")[1:]
+        assert len(keys) == 2 and keys[0] == keys[1] != "", "resent with the same key"
+
+
+def test_delete_and_register_are_retried_with_their_key(proxy: LossyProxy, ns: str) -> None:
+    with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=proxy.url) as client:
+        client.memory.put("k", 1)
+        proxy.lose = 1
+        assert client.memory.delete("k").version == 2
+        assert [v.version for v in client.memory.history("k")] == [2, 1]
+        deletes = proxy.idempotency_keys(b"DELETE")
+        assert len(deletes) == 2 and deletes[0] == deletes[1]
+
+        proxy.lose = 1
+        agent = client.register(name="retried")
+        registrations = proxy.idempotency_keys(b"POST")
+        assert len(registrations) == 2 and registrations[0] == registrations[1]
+        assert client.memory.put("mine", 1).agent_id == agent.id, "the replayed key works"
+
+
+def test_async_put_whose_reply_is_lost_is_applied_once(proxy: LossyProxy, ns: str) -> None:
+    async def main() -> list[int]:
+        async with AsyncMEMP(api_key=ADMIN_KEY, namespace=ns, base_url=proxy.url) as client:
+            await client.memory.put("warm-up", 0)
+            proxy.lose = 1
+            entry = await client.memory.put("k", "v")
+            assert entry.version == 1
+            return [v.version for v in await client.memory.history("k")]
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == [1]
+    keys = proxy.idempotency_keys(b"PUT")[1:]
+    assert len(keys) == 2 and keys[0] == keys[1]
+
+
+def test_calls_without_idempotency_are_not_resent(proxy: LossyProxy, ns: str) -> None:
+    with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=proxy.url) as client:
+        proxy.lose = 1
+        with pytest.raises(ConnectionFailed) as caught:
+            client.keys.create([Grant(ns, ["read"])], name="lost reply")
+        assert caught.value.code == "connection_error" and caught.value.status is None
+        assert len([r for r in proxy.requests if r.startswith(b"POST /v1/keys")]) == 1
+
+
+def test_an_unreachable_broker_is_a_connection_error() -> None:
+    with MEMP(api_key=ADMIN_KEY, namespace="x", base_url=f"http://127.0.0.1:{free_port()}",
+              max_retries=1) as client, pytest.raises(ConnectionFailed) as caught:
+        client.memory.get("k")
+    assert "could not reach the broker" in caught.value.message
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(free_port(), tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_503_is_retried_until_the_store_is_back(own_redis: RedisServer, ns: str) -> None:
+    broker = start_broker("redis", own_redis.url)
+    try:
+        with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=broker.url, max_retries=1
+                  ) as impatient, MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=broker.url,
+                                      max_retries=30) as patient:
+            impatient.memory.put("k", "before")
+            own_redis.stop()  # it keeps no data: "before" is gone when it is back
+            with pytest.raises(Unavailable) as caught:
+                impatient.memory.put("k", "while down")
+            assert (caught.value.status, caught.value.code) == (503, "unavailable")
+
+            restart = threading.Timer(1.0, own_redis.start)
+            restart.start()
+            entry = patient.memory.put("k", "after")
+            restart.join(WAIT)
+            assert entry.value == "after" and patient.memory.get("k") == "after"
+            assert [v.value for v in patient.memory.history("k")] == ["after"]
+    finally:
+        broker.stop()

@@ -1,0 +1,168 @@
+"""Subscriptions against a real broker: typed events, snapshot start, resume from a cursor,
+`reset` handed to the caller, and a broker restarted mid-stream without a lost or doubled event.
+
+Sync iterators are read on a thread (`collect`), so every wait has a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from memp import MEMP, AsyncMEMP, Event, Forbidden, Grant, InvalidRequest
+from tests.conftest import ADMIN_KEY, Broker
+
+WAIT = 15.0
+
+
+def summary(events: list[Event]) -> list[tuple[str, str | None, int | None]]:
+    return [(e.type, e.key, e.version) for e in events]
+
+
+def test_live_events_are_typed_entries(client: MEMP, collect: Callable[..., Any]) -> None:
+    events = collect(client.subscribe("customer/*"))
+    client.memory.put("other/1", "not matched")
+    put = client.memory.put("customer/1", {"plan": "pro"})
+    client.memory.delete("customer/1")
+    client.memory.put("customer/2", [1, 2], ttl_seconds=1)
+
+    first, deleted, second, expired = events.take(4)
+    assert first.type == "put" and first.entry == put and first.value == {"plan": "pro"}
+    assert first.key == "customer/1" and first.version == 1 and first.namespace == put.namespace
+    assert first.id is not None, "every change carries its resume cursor"
+    assert (deleted.type, deleted.key, deleted.version, deleted.value) == (
+        "delete", "customer/1", 2, None)
+    assert deleted.entry is not None and deleted.entry.deleted
+    assert (second.type, second.value) == ("put", [1, 2])
+    assert (expired.type, expired.key, expired.version) == ("expire", "customer/2", 2)
+
+
+def test_snapshot_then_live(client: MEMP, collect: Callable[..., Any]) -> None:
+    for n in range(3):
+        client.memory.put(f"k/{n}", n)
+    client.memory.put("k/1", "updated")
+    events = collect(client.subscribe("k/*", snapshot=True))
+    snapshot = events.take(4)
+    assert summary(snapshot) == [("snapshot", "k/0", 1), ("snapshot", "k/1", 2),
+                                 ("snapshot", "k/2", 1), ("snapshot-end", None, None)]
+    assert snapshot[1].value == "updated" and snapshot[0].id is None
+    assert snapshot[3].id is not None
+    client.memory.put("k/3", 3)
+    assert summary(events.take(1)) == [("put", "k/3", 1)]
+
+
+def test_several_patterns_in_one_stream(client: MEMP, ns: str,
+                                        collect: Callable[..., Any]) -> None:
+    events = collect(client.subscribe(["a/*", "b/x"]))
+    for key in ["a/1", "c/1", "b/y", "b/x"]:
+        client.memory.put(key, key)
+    assert [e.key for e in events.take(2)] == ["a/1", "b/x"]
+
+
+def test_resume_from_a_saved_cursor_misses_and_repeats_nothing(
+    client: MEMP, collect: Callable[..., Any]
+) -> None:
+    with client.subscribe("k") as subscription:
+        events = collect(subscription)
+        for n in range(1, 4):
+            client.memory.put("k", n)
+        events.take(3)
+        cursor = subscription.last_event_id
+        assert cursor == events.received[-1].id
+        events.close()
+    for n in range(4, 7):
+        client.memory.put("k", n)
+    resumed = collect(client.subscribe("k", last_event_id=cursor))
+    client.memory.put("k", 7)
+    assert [e.version for e in resumed.take(4)] == [4, 5, 6, 7]
+
+
+def test_reset_is_handed_to_the_caller(broker_factory: Callable[..., Broker], ns: str,
+                                       collect: Callable[..., Any]) -> None:
+    small = broker_factory("redis", changelog_maxlen=5)
+    with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=small.url) as client:
+        first = collect(client.subscribe("k"))
+        client.memory.put("k", 1)
+        [one] = first.take(1)
+        for n in range(2, 12):
+            client.memory.put("k", n)
+        first.take(10)
+
+        # The log kept only the last 5 changes: resuming after version 1 lost versions 2..6.
+        lost = collect(client.subscribe("k", last_event_id=one.id))
+        [reset] = lost.take(1)
+        assert (reset.type, reset.namespace) == ("reset", ns) and reset.reason
+        assert reset.id is not None and reset.entry is None
+        client.memory.put("k", "after the reset")
+        assert summary(lost.take(1)) == [("put", "k", 12)]
+
+
+def test_refusals_end_the_subscription_with_their_error(
+    client: MEMP, server: Broker, ns: str
+) -> None:
+    reader = client.keys.create([Grant(ns, ["read"])]).api_key
+    with MEMP(api_key=reader, namespace=ns, base_url=server.url) as no_subscribe, \
+            pytest.raises(Forbidden):
+        next(no_subscribe.subscribe("*"))
+    with pytest.raises(InvalidRequest) as caught:
+        next(client.subscribe("*", last_event_id="not a cursor"))
+    assert caught.value.code == "invalid_request"
+
+
+def test_a_subscription_survives_a_broker_restart(
+    serve: Callable[..., Any], ns: str, collect: Callable[..., Any]
+) -> None:
+    """Events written before, during and after the restart each arrive once, in order."""
+    first = serve()
+    other = serve()  # takes the writes while the first is down
+    with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=first.url) as client, \
+            MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=other.url) as writer:
+        events = collect(client.subscribe("k/*"))
+        for n in range(1, 4):
+            client.memory.put("k/a", n)
+        assert [e.version for e in events.take(3)] == [1, 2, 3]
+
+        first.stop()
+        for n in range(4, 7):
+            writer.memory.put("k/a", n)
+        writer.memory.put("k/b", "while down")
+        restarted = serve(port=first.port)
+        assert restarted.url == first.url
+        for n in range(7, 10):
+            client.memory.put("k/a", n)
+
+        received = events.take(7, timeout=30.0)
+        assert [e.version for e in received if e.key == "k/a"] == list(range(4, 10))
+        assert [(e.key, e.value) for e in received if e.key == "k/b"] == [("k/b", "while down")]
+        assert all(e.type == "put" for e in received)
+        client.memory.put("k/end", True)
+        assert summary(events.take(1)) == [("put", "k/end", 1)]
+
+
+def test_async_subscription_starts_with_a_snapshot_and_survives_a_restart(
+    serve: Callable[..., Any], ns: str
+) -> None:
+    first = serve()
+
+    async def main() -> list[tuple[str, str | None, int | None]]:
+        async with AsyncMEMP(api_key=ADMIN_KEY, namespace=ns, base_url=first.url) as broker:
+            await broker.memory.put("k", "v1")
+            received: list[Event] = []
+            async with broker.subscribe("k", snapshot=True) as subscription:
+                async with asyncio.timeout(45):
+                    async for event in subscription:
+                        received.append(event)
+                        if event.type == "snapshot-end":
+                            await broker.memory.put("k", "v2")
+                        elif event.version == 2:
+                            await asyncio.to_thread(first.stop)
+                            await asyncio.to_thread(serve, first.port)
+                            await broker.memory.put("k", "v3")
+                        elif event.version == 3:
+                            break
+            return summary(received)
+
+    assert asyncio.run(main()) == [("snapshot", "k", 1), ("snapshot-end", None, None),
+                                   ("put", "k", 2), ("put", "k", 3)]

@@ -1,0 +1,213 @@
+"""Redis going away and coming back: 503 `unavailable` with Retry-After (never a 500 or a hang)
+while it is down, and a working broker again once it is back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from tests.conftest import ADMIN_KEY, Broker, RedisServer, free_port, read_changelog, start_broker
+
+# Every call gets a hard client-side timeout: a request that hangs fails the test.
+CALL_TIMEOUT = 20.0
+
+
+@pytest.fixture
+def broker_on_private_redis(private_redis: RedisServer) -> Iterator[Broker]:
+    handle = start_broker("redis", private_redis.url, sweep_interval_seconds=0.02)
+    yield handle
+    handle.stop()
+
+
+def client_for(broker: Broker, token: str = ADMIN_KEY) -> httpx.Client:
+    return httpx.Client(base_url=broker.url, headers={"Authorization": f"Bearer {token}"},
+                        timeout=CALL_TIMEOUT)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return condition()
+
+
+def assert_unavailable(response: httpx.Response) -> None:
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"].isdigit()
+    assert response.headers["content-type"].startswith("application/json")
+    error = response.json()["error"]
+    assert set(error) == {"code", "message", "details"}
+    assert error["code"] == "unavailable"
+    assert isinstance(error["message"], str) and error["message"]
+
+
+def put_message(ns: str, key: str, value: object, message_id: str) -> dict[str, object]:
+    return {"memp": "1.0", "type": "memory.put", "id": message_id, "namespace": ns,
+            "key": key, "value": value}
+
+
+def exercise_everything_down(client: httpx.Client, ns: str, agent_token: str) -> None:
+    """Every kind of request while Redis is down: all 503, none 500, none hanging."""
+    path = f"/v1/namespaces/{ns}/memory"
+    assert_unavailable(client.get(f"{path}/customer/1"))
+    assert_unavailable(client.put(f"{path}/customer/1", json={"value": {"plan": "free"}}))
+    assert_unavailable(client.put(f"{path}/customer/9", json={"value": 1, "ttl_seconds": 5},
+                                  headers={"Idempotency-Key": "down-1"}))
+    assert_unavailable(client.delete(f"{path}/customer/1"))
+    assert_unavailable(client.get(path, params={"pattern": "customer/*"}))
+    assert_unavailable(client.get(f"/v1/namespaces/{ns}/history/customer/1"))
+    assert_unavailable(client.post("/v1/agents", json={"name": "late", "namespace": ns}))
+    assert_unavailable(client.get(f"/v1/namespaces/{ns}/agents"))
+
+    single = client.post("/v1/messages", json=put_message(ns, "m/1", 1, "single-down"))
+    assert_unavailable(single)
+    assert single.json()["type"] == "error" and single.json()["reply_to"] == "single-down"
+    batch = client.post("/v1/messages", json=[
+        put_message(ns, "m/1", 1, "batch-down-1"),
+        {"memp": "1.0", "type": "memory.get", "id": "batch-down-2", "namespace": ns,
+         "key": "customer/1"},
+        {"memp": "1.0", "type": "memory.query", "id": "batch-down-3", "namespace": ns,
+         "pattern": "*"},
+    ])
+    assert batch.status_code == 200, batch.text
+    replies = batch.json()
+    assert [r["type"] for r in replies] == ["error"] * 3
+    assert [r["error"]["code"] for r in replies] == ["unavailable"] * 3
+    assert [r["reply_to"] for r in replies] == ["batch-down-1", "batch-down-2", "batch-down-3"]
+
+    # A token the broker must look up in Redis (not the admin key) is not refused as unknown.
+    with httpx.Client(base_url=str(client.base_url), timeout=CALL_TIMEOUT,
+                      headers={"Authorization": f"Bearer {agent_token}"}) as agent:
+        assert_unavailable(agent.get(f"{path}/customer/1"))
+
+
+def test_redis_outage_gives_503_then_the_broker_recovers(
+    broker_on_private_redis: Broker, private_redis: RedisServer, ns: str
+) -> None:
+    broker = broker_on_private_redis
+    with client_for(broker) as client:
+        path = f"/v1/namespaces/{ns}/memory"
+        assert client.put(f"{path}/customer/1", json={"value": {"plan": "pro"}}).status_code == 201
+        assert client.delete(f"{path}/customer/1").status_code == 200
+        assert client.put(f"{path}/customer/1", json={"value": {"plan": "pro"}}).status_code == 201
+        registered = client.post("/v1/agents", json={"name": "a", "namespace": ns})
+        assert registered.status_code == 201
+        agent_token = registered.json()["credentials"]["api_key"]
+        assert client.get("/readyz").status_code == 200
+
+        private_redis.stop()
+        exercise_everything_down(client, ns, agent_token)
+        ready = client.get("/readyz")
+        assert_unavailable(ready)
+        assert client.get("/healthz").status_code == 200
+        # Still down a moment later: the background jobs failing meanwhile change nothing.
+        time.sleep(0.3)
+        exercise_everything_down(client, ns, agent_token)
+
+        private_redis.start()
+        assert wait_until(lambda: client.get("/readyz").status_code == 200, timeout=15)
+        # A restarted Redis without persistence is empty, and has no scripts loaded: every
+        # write script must be loaded again (NOSCRIPT) on first use.
+        assert redis.Redis.from_url(private_redis.url).script_exists("0" * 40) == [False]
+        assert client.get(f"{path}/customer/1").status_code == 404
+        created = client.put(f"{path}/customer/1", json={"value": {"plan": "team"}})
+        assert created.status_code == 201 and created.json()["version"] == 1
+        assert client.get(f"{path}/customer/1").json()["value"] == {"plan": "team"}
+        assert client.put(f"{path}/customer/1", json={"value": {"plan": "x"}},
+                          headers={"If-Match": '"1"'}).json()["version"] == 2
+        assert client.delete(f"{path}/customer/1").json()["version"] == 3
+        batch = client.post("/v1/messages", json=[put_message(ns, "m/1", 1, "after-1"),
+                                                   put_message(ns, "m/2", 2, "after-2")])
+        assert [r["type"] for r in batch.json()] == ["ack", "ack"], batch.text
+        assert client.post("/v1/agents",
+                           json={"name": "b", "namespace": ns}).status_code == 201
+
+        # The sweeper is back too: a TTL entry written now is expired and logged once.
+        ttl = client.put(f"{path}/short", json={"value": 1, "ttl_seconds": 1})
+        assert ttl.status_code == 201
+        data = redis.Redis.from_url(private_redis.url)
+        try:
+            def expired() -> bool:
+                return any(r["key"] == "short" and r["type"] == "expire"
+                           for r in read_changelog(data, ns))
+
+            assert wait_until(expired, timeout=15), "the sweeper did not expire the entry"
+            log = [(r["type"], r["key"], r["ver"]) for r in read_changelog(data, ns)]
+        finally:
+            data.close()
+        assert log == [
+            ("put", "customer/1", "1"), ("put", "customer/1", "2"), ("delete", "customer/1", "3"),
+            ("put", "m/1", "1"), ("put", "m/2", "1"), ("put", "short", "1"),
+            ("expire", "short", "2"),
+        ]
+
+
+def test_broker_started_while_redis_is_down_serves_once_it_is_up(
+    tmp_path: Path, ns: str
+) -> None:
+    server = RedisServer(free_port(), tmp_path)
+    broker = start_broker("redis", server.url)
+    try:
+        with client_for(broker) as client:
+            assert_unavailable(client.get("/readyz"))
+            assert client.get("/healthz").status_code == 200
+            assert_unavailable(client.put(f"/v1/namespaces/{ns}/memory/k", json={"value": 1}))
+            server.start()
+            assert wait_until(lambda: client.get("/readyz").status_code == 200, timeout=15)
+            put = client.put(f"/v1/namespaces/{ns}/memory/k", json={"value": 1})
+            assert put.status_code == 201, put.text
+            assert client.get(f"/v1/namespaces/{ns}/memory/k").json()["value"] == 1
+    finally:
+        broker.stop()
+        server.stop()
+
+
+def test_frozen_redis_gives_503_within_the_timeout_and_retries_apply_once(
+    private_redis: RedisServer, ns: str
+) -> None:
+    """A Redis that accepts connections but never answers (stopped with SIGSTOP, like a network
+    partition): requests end with 503 after the store timeout, and a write whose outcome was
+    unknown is applied once when retried with its Idempotency-Key."""
+    assert private_redis.process is not None
+    pid = private_redis.process.pid
+    broker = start_broker("redis", private_redis.url, redis_timeout_seconds=1.0,
+                          reader_block_ms=500)
+    path = f"/v1/namespaces/{ns}/memory/k"
+    try:
+        with client_for(broker) as client:
+            assert client.put(path, json={"value": 1}).status_code == 201
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                assert_unavailable(client.get(path))
+                assert_unavailable(client.put(path, json={"value": 2},
+                                              headers={"Idempotency-Key": "frozen-1"}))
+                batch = client.post("/v1/messages", json=[put_message(ns, "m", 1, "f-1")])
+                assert batch.json()[0]["error"]["code"] == "unavailable"
+                assert_unavailable(client.get("/readyz"))
+                assert client.get("/healthz").status_code == 200
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            # The frozen put may have run once Redis woke up; either way the retry applies it
+            # at most once more in total.
+            retried = client.put(path, json={"value": 2}, headers={"Idempotency-Key": "frozen-1"})
+            assert retried.status_code == 200, retried.text
+            assert retried.json()["version"] == 2
+            assert client.get(path).json() == retried.json()
+        data = redis.Redis.from_url(private_redis.url)
+        try:
+            log = [(r["type"], r["key"], r["ver"]) for r in read_changelog(data, ns)
+                   if r["key"] == "k"]
+        finally:
+            data.close()
+        assert log == [("put", "k", "1"), ("put", "k", "2")]
+    finally:
+        broker.stop()
