@@ -78,13 +78,15 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
         else f"in Redis at {_redacted(settings.redis_url or '')}"
     print(f"memp-broker: listening on http://{settings.host}:{settings.port}; data lives {where}",
           flush=True)
+    # Access lines are logged at info; above it uvicorn would still format each one's fields.
+    access_log = log_level.lower() in ("trace", "debug", "info")
     if workers > 1:
         uvicorn.run("broker.asgi:build", factory=True, host=settings.host, port=settings.port,
-                    workers=workers,
+                    workers=workers, access_log=access_log,
                     log_level=log_level, proxy_headers=False)
     else:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                    log_level=log_level, proxy_headers=False)
+                    access_log=access_log, log_level=log_level, proxy_headers=False)
     return 0
 
 

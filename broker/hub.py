@@ -63,11 +63,12 @@ class NamespaceReader:
         self.subscribers: set[Subscription] = set()
         self.ready = asyncio.Event()
         self.position = "0-0"
+        self.stopped = False
         self.task = asyncio.create_task(self.run(), name=f"memp-reader-{namespace}")
 
     async def run(self) -> None:
         backoff = 0.05
-        while True:
+        while not self.stopped:
             try:
                 if not self.ready.is_set():
                     self.position = await self.changelog.last_position(self.namespace)
@@ -138,6 +139,8 @@ class Hub:
                 continue
             reader.subscribers.discard(subscription)
             if not reader.subscribers:
+                # Also flagged: on Python 3.11 a cancel can be swallowed inside redis-py.
+                reader.stopped = True
                 reader.task.cancel()
                 del self.readers[namespace]
 

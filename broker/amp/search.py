@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import msgspec
@@ -20,6 +21,7 @@ from broker.errors import MempError
 from broker.keys import compile_pattern
 
 MAX_CANDIDATES = 5_000
+_WALK_BATCH = 500
 
 
 class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -44,6 +46,20 @@ class SearchHit(msgspec.Struct):
     decay_score: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Query:
+    """One search request, decoded once."""
+
+    body: SearchBody
+    agent: str
+    statuses: set[str]
+    start: int | None
+    end: int | None
+    terms: set[str]
+    idf: dict[str, float]
+    now: int
+
+
 def _statuses(body: SearchBody) -> set[str]:
     if body.status is not None:
         if "deleted" in body.status:
@@ -60,50 +76,71 @@ class CellSearch:
         self.cells = cells
 
     async def search(self, agent: str, body: SearchBody) -> dict[str, Any]:
-        offset = _offset(body.cursor)
+        walk, offset = _offset(body.cursor)
         statuses = _statuses(body)
         start = parse_time(body.created_after, "created_after") if body.created_after else None
         end = parse_time(body.created_before, "created_before") if body.created_before else None
         terms = terms_of(body.query) if body.query else set()
         if body.query is not None and not terms:
             raise MempError("invalid_request", "query has no searchable words", {"field": "query"})
-        now = self.cells.clock()
-        hits: list[SearchHit] = []
-        candidates, exhaustive = await self._candidates(body, terms, start, end, offset)
+        query = _Query(body, agent, statuses, start, end, terms, await self._idf(terms),
+                       self.cells.clock())
+        if not walk:
+            candidates = await self._candidates(body, terms, start, end)
+            if candidates is not None:
+                hits = await self._hits(candidates, query)
+                hits.sort(key=lambda h: (-h.score, h.cell.id))
+                more = len(hits) > offset + body.limit
+                next_cursor = str(offset + body.limit) if more else None
+                return {"results": hits[offset:offset + body.limit], "next_cursor": next_cursor}
+        return await self._walk(query, offset)
+
+    async def _walk(self, query: _Query, position: int) -> dict[str, Any]:
+        """More cells than one request ranks: page through creation order (newest first),
+        the cursor being the position reached in it."""
+        body = query.body
+        page: list[SearchHit] = []
+        while len(page) < body.limit:
+            ids = await self.cells.index.created_between(query.start, query.end, position,
+                                                         _WALK_BATCH)
+            if not ids:
+                return {"results": page, "next_cursor": None}
+            found = {h.cell.id: h for h in await self._hits(ids, query)}
+            for cell_id in ids:
+                position += 1
+                if cell_id in found:
+                    page.append(found[cell_id])
+                    if len(page) == body.limit:
+                        break
+        return {"results": page, "next_cursor": f"p{position}"}
+
+    async def _hits(self, candidates: list[str], query: _Query) -> list[SearchHit]:
+        """The candidates that pass every filter, scored, in candidate order."""
         records = await self.cells.index.records(candidates)
-        records = {i: r for i, r in records.items() if r.status in statuses}
+        records = {i: r for i, r in records.items() if r.status in query.statuses}
         entries = await self.cells.store.get_many(self.cells.namespace,
-                                                  [r.key for r in records.values()], now)
+                                                  [r.key for r in records.values()], query.now)
         by_key = {r.key: r for r in records.values()}
-        idf = await self._idf(terms)
+        hits: dict[str, SearchHit] = {}
         for entry in entries:
             record = by_key[entry.key]
             cell = decode_cell(entry)
-            if not self._keep(cell, record, body, agent, start, end, now):
+            if not self._keep(cell, record, query):
                 continue
             cell.scoring.access_count = record.count
             if record.accessed is not None:
                 cell.lifecycle.last_accessed_at = iso(record.accessed)
-            decay = score_at(cell, record, now)
-            relevance = _relevance(cell.content.text, idf) if terms else 1.0
-            if terms and relevance == 0:
+            decay = score_at(cell, record, query.now)
+            relevance = _relevance(cell.content.text, query.idf) if query.terms else 1.0
+            if query.terms and relevance == 0:
                 continue
-            hits.append(SearchHit(cell, relevance * (0.2 + 0.8 * decay), decay))
-        if exhaustive:
-            hits.sort(key=lambda h: (-h.score, h.cell.id))
-            page = hits[offset:offset + body.limit]
-            more = len(hits) > offset + body.limit
-            next_offset = offset + body.limit
-        else:
-            page = hits[:body.limit]
-            more = len(candidates) == MAX_CANDIDATES
-            next_offset = offset + len(candidates)
-        return {"results": page, "next_cursor": str(next_offset) if more else None}
+            hits[cell.id] = SearchHit(cell, relevance * (0.2 + 0.8 * decay), decay)
+        return [hits[i] for i in candidates if i in hits]
 
     async def _candidates(self, body: SearchBody, terms: set[str], start: int | None,
-                          end: int | None, offset: int) -> tuple[list[str], bool]:
-        """Candidate ids, and whether they are all matches (rank then page) or one slice of
-        creation order (page by position)."""
+                          end: int | None) -> list[str] | None:
+        """Every candidate id, to rank then page; None when there are more than one request
+        ranks (unfiltered by owner or words, over MAX_CANDIDATES cells)."""
         cells = self.cells
         owned: set[str] | None = None
         if body.owner_id is not None:
@@ -117,10 +154,11 @@ class CellSearch:
         if terms:
             found = await cells.index.by_term(terms)
             found = found & owned if owned is not None else found
-            return sorted(found)[:MAX_CANDIDATES], True
+            return sorted(found)[:MAX_CANDIDATES]
         if owned is not None:
-            return sorted(owned), True
-        return await cells.index.created_between(start, end, offset, MAX_CANDIDATES), False
+            return sorted(owned)
+        ids = await cells.index.created_between(start, end, 0, MAX_CANDIDATES + 1)
+        return ids if len(ids) <= MAX_CANDIDATES else None
 
     async def _idf(self, terms: set[str]) -> dict[str, float]:
         if not terms:
@@ -136,8 +174,8 @@ class CellSearch:
                 zip(sorted(terms), counts, strict=True)}
 
     @staticmethod
-    def _keep(cell: MemoryCell, record: CellRecord, body: SearchBody, agent: str,
-              start: int | None, end: int | None, now: int) -> bool:
+    def _keep(cell: MemoryCell, record: CellRecord, query: _Query) -> bool:
+        body = query.body
         if body.types is not None and cell.type not in body.types:
             return False
         if body.owner_type is not None and cell.identity.owner_type != body.owner_type:
@@ -145,15 +183,16 @@ class CellSearch:
         if body.owner_id is not None and cell.identity.owner_id != body.owner_id:
             return False
         expires = cell.lifecycle.expires_at
-        if expires is not None and parse_time(expires, "expires_at") <= now:
+        if expires is not None and parse_time(expires, "expires_at") <= query.now:
             return False
         created = parse_time(cell.lifecycle.created_at or "1970-01-01T00:00:00Z", "created_at")
-        if (start is not None and created < start) or (end is not None and created > end):
+        if (query.start is not None and created < query.start) or (
+                query.end is not None and created > query.end):
             return False
         metadata = cell.content.metadata
-        if any(metadata.get(k, _ABSENT) != v for k, v in body.metadata.items()):
+        if any(not _json_equal(metadata.get(k, _ABSENT), v) for k, v in body.metadata.items()):
             return False
-        return can_read(cell, agent)
+        return can_read(cell, query.agent)
 
 
 _ABSENT = object()
@@ -165,10 +204,27 @@ def _relevance(text: str, idf: dict[str, float]) -> float:
     return sum(idf[t] * words[t] / (words[t] + 1.2) for t in idf if words[t])
 
 
-def _offset(cursor: str | None) -> int:
+def _json_equal(left: Any, right: Any) -> bool:
+    """Equality as JSON means it: `true` is not `1`, and `1` equals `1.0`."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_json_equal(v, right[k])
+                                                   for k, v in left.items())
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(_json_equal, left, right))
+    if isinstance(left, int | float) and isinstance(right, int | float):
+        return left == right
+    return type(left) is type(right) and left == right
+
+
+def _offset(cursor: str | None) -> tuple[bool, int]:
+    """(walking creation order, position): `12` is a rank offset, `p12` a walk position."""
     if cursor is None:
-        return 0
-    if not cursor.isdigit() or len(cursor) > 9:
+        return False, 0
+    walk = cursor.startswith("p")
+    digits = cursor[1:] if walk else cursor
+    if not digits.isdigit() or not digits.isascii() or len(digits) > 9:
         raise MempError("invalid_request", "cursor is not one this broker issued",
                         {"field": "cursor"})
-    return int(cursor)
+    return walk, int(digits)
