@@ -52,9 +52,12 @@ class Connection:
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
         at = head.lower().find(b"\r\ncontent-length:")
-        if at < 0:
+        if at >= 0:
+            length = int(head[at + 17:head.index(b"\r\n", at + 2)])
+        elif status in (204, 304):
+            length = 0
+        else:
             raise ValueError("response without Content-Length")
-        length = int(head[at + 17:head.index(b"\r\n", at + 2)])
         body = await self.reader.readexactly(length) if length else b""
         return status, body
 

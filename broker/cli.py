@@ -83,10 +83,12 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
     if workers > 1:
         uvicorn.run("broker.asgi:build", factory=True, host=settings.host, port=settings.port,
                     workers=workers, access_log=access_log,
-                    log_level=log_level, proxy_headers=False)
+                    log_level=log_level, proxy_headers=False,
+                    timeout_graceful_shutdown=10)
     else:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                    access_log=access_log, log_level=log_level, proxy_headers=False)
+                    access_log=access_log, log_level=log_level, proxy_headers=False,
+                    timeout_graceful_shutdown=10)
     return 0
 
 

@@ -55,7 +55,16 @@ async def read_body(request: Request, limit: int) -> bytes:
         if size > limit:
             raise _too_large(limit)
         chunks.append(chunk)
-    return b"".join(chunks)
+    body = b"".join(chunks)
+    if not body.isascii():
+        # msgspec keeps `value` as Raw without checking its strings, so invalid UTF-8 would be
+        # stored as it came and served back as broken JSON.
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MempError("invalid_json", f"body is not valid UTF-8 (byte {exc.start})") \
+                from None
+    return body
 
 
 def _too_large(limit: int) -> MempError:

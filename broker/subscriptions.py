@@ -5,10 +5,12 @@ read from the cursor, and live changes at or before the last position replayed a
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import anyio
 import msgspec
 
 from broker.auth import Principal
@@ -74,12 +76,25 @@ class EventStream:
     def cursor(self) -> bytes:
         return format_cursor(self.positions)
 
-    async def frames(self) -> AsyncIterator[bytes]:
+    async def open(self) -> list[str]:
+        """Join the hub and fix the start positions before any response is sent, so a store
+        that is down is a 503 and a client that has seen the first frame knows the stream
+        follows every change made from then on. Returns the namespaces whose cursor lost
+        changes."""
         await self.hub.join(self.subscription)
         try:
-            # Positions are taken before the first frame: a client that has seen it knows
-            # the stream follows every change made from then on.
-            lost = await self._locate()
+            return await self._locate()
+        except BaseException:
+            self.hub.leave(self.subscription)
+            raise
+
+    def close(self) -> None:
+        """Leave the hub (idempotent)."""
+        self.hub.leave(self.subscription)
+
+    async def frames(self, lost: list[str], shutdown: anyio.Event) -> AsyncIterator[bytes]:
+        watcher = asyncio.create_task(self._watch_shutdown(shutdown))
+        try:
             yield f"retry: {self.retry_ms}\n\n".encode()
             for namespace in lost:
                 yield self._reset(namespace, "the cursor is older than the retained change log")
@@ -91,7 +106,13 @@ class EventStream:
             async for chunk in self._live():
                 yield chunk
         finally:
-            self.hub.leave(self.subscription)
+            watcher.cancel()
+            self.close()
+
+    async def _watch_shutdown(self, shutdown: anyio.Event) -> None:
+        await shutdown.wait()
+        self.subscription.closing = True
+        self.subscription.nudge()
 
     async def _locate(self) -> list[str]:
         """Set each namespace's start: the cursor, else the log's end; returns the namespaces

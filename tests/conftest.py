@@ -138,7 +138,7 @@ def start_broker(backend: str, redis_url: str, **overrides: Any) -> Broker:
     )
     app = create_app(settings)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            ws="none", lifespan="on")
+                            ws="none", lifespan="on", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

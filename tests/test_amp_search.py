@@ -149,8 +149,8 @@ def test_filter_by_creation_time(amp: Amp) -> None:
     assert between(now - 9 * DAY_MS, now - 8 * DAY_MS) == set()
     assert between(now - 25 * DAY_MS, None, owner_id="u-1") == {middle, recent, fresh}
     assert between(now - 25 * DAY_MS, now - 15 * DAY_MS, query="middle old") == {middle}
-    # 20 days ago plus one hour, written in UTC+02:00: one hour before the middle cell.
-    zoned = iso(now - 20 * DAY_MS + 3_600_000 + 2 * 3_600_000).replace("Z", "+02:00")
+    # The middle cell's time plus an hour on a UTC+02:00 clock: an hour before that cell.
+    zoned = iso(now - 20 * DAY_MS + 3_600_000).replace("Z", "+02:00")
     assert set(amp.search_ids(created_after=zoned)) == {middle, recent, fresh}
     assert set(amp.search_ids(created_after=zoned.replace("+02:00", "Z"))) == {recent, fresh}
 
@@ -230,7 +230,7 @@ def test_pages_cover_every_match_once_in_rank_order(amp: Amp, body: dict[str, An
         cell = amp.create(f"page cell {i}", owner="u-page", type="episodic",
                           scoring={"importance": importance})
         created[cell["id"]] = importance
-    amp.create("another owner's", owner="u-other", type="semantic")
+    amp.create("page cell private", owner="u-page", type="episodic", agent="someone-else")
     pages = all_pages(amp, limit=10, **body)
     assert [len(p) for p in pages] == [10, 10, 5]
     seen = [cell_id for page in pages for cell_id in page]
@@ -258,3 +258,29 @@ def test_search_results_carry_the_cell_and_its_scores(amp: Amp) -> None:
     assert hit["cell"]["id"] == cell["id"]
     assert hit["cell"]["content"] == cell["content"]
     assert hit["decay_score"] == pytest.approx(0.4, rel=1e-3)
+
+
+def test_more_cells_than_one_request_ranks_are_paged_in_creation_order(amp: Amp) -> None:
+    """Over MAX_CANDIDATES cells with no owner or words to narrow them, search walks creation
+    order, newest first; the pages still cover every match once."""
+    now = now_ms()
+    cells, wanted = [], []
+    for i in range(5_030):
+        kind = "procedural" if i % 170 == 0 else "semantic"
+        created_ms = now - (5_030 - i) * 60_000
+        cell = {"id": ulid_at(created_ms), "type": kind, "content": {"text": f"bulk {i}"},
+                "identity": {"owner_id": f"o-{i % 50}", "owner_type": "user",
+                             "created_by": "agent-1" if i % 340 else "someone-else"},
+                "scoring": {"importance": 0.9, "decay_rate": 0.0},
+                "lifecycle": {"created_at": iso(created_ms), "status": "active"}}
+        cells.append(cell)
+        if kind == "procedural" and i % 340:
+            wanted.append(cell["id"])
+    for start in range(0, len(cells), 1_000):
+        response = amp.import_cells(cells[start:start + 1_000])
+        assert response.json()["errors"] == [], response.text
+    pages = all_pages(amp, types=["procedural"], limit=4)
+    assert all(len(page) <= 4 for page in pages)
+    seen = [cell_id for page in pages for cell_id in page]
+    assert seen == sorted(wanted, reverse=True)
+    assert len(amp.search_ids(limit=100)) == 100

@@ -7,8 +7,10 @@ from __future__ import annotations
 import functools
 import re
 import time
+import typing
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,9 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from broker import models
 from broker.agents import Registration
+from broker.amp import cells as amp
+from broker.amp.routes import RunBody
+from broker.amp.search import SearchBody, SearchHit
 from broker.app import create_app
 from broker.changelog import ChangePayload
 from broker.conflicts import STRATEGIES, Conflict
@@ -30,7 +35,7 @@ from broker.errors import STATUS_BY_CODE
 from broker.namespaces import NamespaceConfig, PriorityRule, Share, StoredConfig, StrategyRule
 from broker.schemas import SchemaBody, SchemaErrorDetail, SchemaRecord
 from broker.settings import Settings
-from tests.conftest import ADMIN_KEY, Broker, free_port, start_broker
+from tests.conftest import ADMIN_KEY, BACKENDS, Broker, free_port, start_broker
 
 DOCUMENT = Path(__file__).resolve().parent.parent / "openapi.yaml"
 BASE_URI = "urn:memp:openapi"
@@ -83,7 +88,11 @@ class Contract:
                 for e in self.validator(pointer).iter_errors(instance)]
 
     def template(self, path: str) -> str:
+        """The path's template; a literal segment beats a parameter, as in the router
+        (`/amp/memories/search` is not `/amp/memories/{id}`)."""
         found = [t for regex, t in self._templates if regex.fullmatch(path)]
+        fewest = min((t.count("{") for t in found), default=0)
+        found = [t for t in found if t.count("{") == fewest]
         assert len(found) == 1, f"{path} matches {found} in the document"
         return found[0]
 
@@ -112,9 +121,14 @@ class Contract:
         events: dict[str, Any] = spec["content"]["text/event-stream"]["x-events"]
         return {name: ref["$ref"][1:] for name, ref in events.items()}
 
-    def check(self, response: httpx.Response, status: int) -> Any:
+    def check(self, response: httpx.Response, status: int, *, refused_request: bool = False
+              ) -> Any:
         """Assert the status, then that the document declares it for the operation, with this
-        content type, these required headers and a body its schema accepts. Returns the body."""
+        content type, these required headers and a body its schema accepts. Returns the body.
+
+        A 2xx answer means the document must accept the request body too, unless
+        `refused_request`: a request the document refuses though the broker answers 2xx (an
+        import reports bad cells one by one), which the document must then refuse."""
         assert response.status_code == status, response.text
         request = response.request
         op = self.operation_pointer(request.method, request.url.path)
@@ -143,8 +157,11 @@ class Contract:
         assert not problems, f"{request.method} {request.url.path} {status}: {problems}"
         if 200 <= status < 300 and request.content and "requestBody" in self.at(op):
             request_problems = self.request_errors(request)
-            assert not request_problems, f"accepted a request the document refuses: " \
-                                         f"{request_problems}"
+            if refused_request:
+                assert request_problems, "the document accepts this request"
+            else:
+                assert not request_problems, f"accepted a request the document refuses: " \
+                                             f"{request_problems}"
         return body
 
 
@@ -324,9 +341,28 @@ STRUCTS: list[Any] = [
     pytest.param(SchemaErrorDetail, "SchemaErrorDetail", id="SchemaErrorDetail"),
     pytest.param(Conflict, "Conflict", id="Conflict"),
 ]
+AMP_STRUCTS: list[Any] = [
+    pytest.param(amp.MemoryCell, "MemoryCell", id="MemoryCell"),
+    pytest.param(amp.MemoryCell, "MemoryCellFields", id="MemoryCellFields"),
+    pytest.param(amp.Content, "CellContent", id="CellContent"),
+    pytest.param(amp.Identity, "CellIdentity", id="CellIdentity"),
+    pytest.param(amp.Scoring, "CellScoring", id="CellScoring"),
+    pytest.param(amp.Lifecycle, "CellLifecycle", id="CellLifecycle"),
+    pytest.param(amp.AccessPolicy, "AccessPolicy", id="AccessPolicy"),
+    pytest.param(amp.Provenance, "Provenance", id="Provenance"),
+    pytest.param(amp.NewCell, "NewCell", id="NewCell"),
+    pytest.param(amp.ContentPatch, "CellContentPatch", id="CellContentPatch"),
+    pytest.param(amp.ScoringPatch, "CellScoringPatch", id="CellScoringPatch"),
+    pytest.param(amp.LifecyclePatch, "CellLifecyclePatch", id="CellLifecyclePatch"),
+    pytest.param(amp.CellPatch, "CellPatch", id="CellPatch"),
+    pytest.param(amp.ImportBody, "CellImportBody", id="CellImportBody"),
+    pytest.param(SearchBody, "CellSearchBody", id="CellSearchBody"),
+    pytest.param(SearchHit, "CellSearchHit", id="CellSearchHit"),
+    pytest.param(RunBody, "AmpRunBody", id="AmpRunBody"),
+]
 
 
-@pytest.mark.parametrize(("struct", "component"), STRUCTS)
+@pytest.mark.parametrize(("struct", "component"), STRUCTS + AMP_STRUCTS)
 def test_components_follow_the_wire_structs(contract: Contract, struct: Any,
                                             component: str) -> None:
     """Same field names as the msgspec Struct (or dataclass); required wherever it has no
@@ -350,6 +386,90 @@ def test_components_follow_the_wire_structs(contract: Contract, struct: Any,
     if isinstance(info, msgspec.inspect.StructType) and info.forbid_unknown_fields:
         assert schema.get("additionalProperties") is False \
             or schema.get("unevaluatedProperties") is False
+
+
+# Where the document is deliberately narrower than the Struct: the broker decodes these, then
+# refuses them with 400 (search never returns deleted cells; the engine owns the status).
+NARROWED = {("CellSearchBody", "status"), ("CellLifecyclePatch", "status")}
+
+
+def _constraints(contract: Contract, node: Any) -> dict[str, Any]:
+    """The validation keywords a property schema carries, through `$ref`, `allOf` and the
+    non-null branch of a nullable `oneOf`."""
+    found: dict[str, Any] = {}
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if "$ref" in current:
+            pending.append(contract.at(current["$ref"][1:]))
+        pending.extend(current.get("allOf", []))
+        pending.extend(p for p in current.get("oneOf", []) if p.get("type") != "null")
+        for keyword in ("minimum", "maximum", "minLength", "maxLength", "pattern", "enum",
+                        "items"):
+            if keyword in current:
+                found.setdefault(keyword, current[keyword])
+    return found
+
+
+def _same_constraints(contract: Contract, where: str, kind: Any, schema: dict[str, Any]
+                      ) -> None:
+    """Every constraint msgspec enforces on `kind` is in the document's `schema`."""
+    info = msgspec.inspect
+    if isinstance(kind, info.UnionType):
+        kinds = [t for t in kind.types if not isinstance(t, info.NoneType)]
+        assert len(kinds) == 1, where
+        kind = kinds[0]
+    found = _constraints(contract, schema)
+    if isinstance(kind, info.FloatType | info.IntType):
+        expected = {"minimum": kind.ge, "maximum": kind.le}
+    elif isinstance(kind, info.StrType):
+        expected = {"minLength": kind.min_length, "maxLength": kind.max_length,
+                    "pattern": kind.pattern.replace("\\Z", "$") if kind.pattern else None}
+    else:
+        expected = {}
+    for keyword, value in expected.items():
+        # The document may say more (a cell id is a ULID, checked after decoding), not less.
+        assert value is None or found.get(keyword) == value, (where, keyword, found, value)
+    if isinstance(kind, info.LiteralType):
+        assert found.get("enum") == list(kind.values), where
+    elif isinstance(kind, info.ListType):
+        assert "items" in found, where
+        _same_constraints(contract, f"{where}[]", kind.item_type, found["items"])
+
+
+@pytest.mark.parametrize(("struct", "component"), AMP_STRUCTS)
+def test_amp_components_carry_the_cells_constraints(contract: Contract, struct: Any,
+                                                    component: str) -> None:
+    """Scores, rates, names, owner ids, globs, text and limits: the same bounds, patterns and
+    enums as the Structs in broker/amp."""
+    schema = contract.at(f"/components/schemas/{component}")
+    properties = dict(schema.get("properties", {}))
+    for part in schema.get("allOf", []):
+        for name, prop in contract.follow(part["$ref"][1:])[1]["properties"].items():
+            properties[name] = {"allOf": [prop, properties.get(name, {})]}
+    info = msgspec.inspect.type_info(struct)
+    assert isinstance(info, msgspec.inspect.StructType)
+    for field in info.fields:
+        if (component, field.encode_name) not in NARROWED:
+            _same_constraints(contract, f"{component}.{field.encode_name}", field.type,
+                              properties[field.encode_name])
+
+
+def test_amp_enums_and_ids_are_the_cells(contract: Contract) -> None:
+    schemas = contract.document["components"]["schemas"]
+    assert schemas["MemoryType"]["enum"] == list(typing.get_args(amp.MemoryType))
+    assert schemas["OwnerType"]["enum"] == list(typing.get_args(amp.OwnerType))
+    assert schemas["CellStatus"]["enum"] == list(typing.get_args(amp.Status))
+    searchable = contract.at("/components/schemas/CellSearchBody/properties/status/items")
+    assert searchable["enum"] == [s for s in typing.get_args(amp.Status) if s != "deleted"]
+    assert schemas["CellId"]["pattern"] == f"^{amp.ULID_RE.pattern}$"
+    version = contract.at("/components/schemas/MemoryCellFields/properties/amp_version")
+    assert version["const"] == amp.AMP_VERSION
+    for _ in range(20):
+        assert not contract.errors("/components/schemas/CellId", amp.new_ulid())
+    now = int(time.time() * 1000)
+    for ms in (0, now, now + 400 * 86_400_000):
+        assert not contract.errors("/components/schemas/AmpTime", amp.iso(ms))
 
 
 # ---- the document as served ----

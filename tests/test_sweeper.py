@@ -279,7 +279,7 @@ def test_a_busy_sweeper_does_not_hold_up_shutdown(
 ) -> None:
     # Sweeping back to back keeps the sweeper inside Redis calls, where a cancel can be lost.
     for _ in range(2):
-        broker = start_broker(backend, redis_url, sweep_interval_seconds=0.0001)
+        broker = start_broker(backend, redis_url, sweep_interval_seconds=0.001)
         with broker.client() as client:
             client.put(f"/v1/namespaces/{ns}/memory/k", json={"value": 1, "ttl_seconds": 60})
         time.sleep(0.2)

@@ -65,6 +65,10 @@ class Config:
             delay = max(delay, min(float(retry_after), self.max_backoff))
         return delay
 
+    def url(self, path: str) -> str:
+        """Absolute URLs, so a caller's own `http_client` needs no base_url."""
+        return self.base_url + path
+
     def headers(self) -> dict[str, str]:
         headers = {"User-Agent": f"memp-sdk-python/{__version__}", "Accept": "application/json"}
         if self.api_key:
@@ -89,14 +93,14 @@ def _failed(exc: httpx.TransportError, config: Config) -> MempError:
 class SyncTransport:
     def __init__(self, config: Config, http: httpx.Client | None = None) -> None:
         self.config = config
-        self.http = http or httpx.Client(base_url=config.base_url, timeout=config.timeout)
+        self.http = http or httpx.Client(timeout=config.timeout)
 
     def send(self, call: Call[T]) -> T:
         attempt = 0
         while True:
             try:
                 response = self.http.request(
-                    call.method, call.path, params=call.params, content=call.body,
+                    call.method, self.config.url(call.path), params=call.params, content=call.body,
                     headers={**self.config.headers(), **call.headers})
             except httpx.TransportError as exc:
                 if attempt >= self.config.max_retries or not _resendable(call, exc):
@@ -119,14 +123,14 @@ class SyncTransport:
 class AsyncTransport:
     def __init__(self, config: Config, http: httpx.AsyncClient | None = None) -> None:
         self.config = config
-        self.http = http or httpx.AsyncClient(base_url=config.base_url, timeout=config.timeout)
+        self.http = http or httpx.AsyncClient(timeout=config.timeout)
 
     async def send(self, call: Call[T]) -> T:
         attempt = 0
         while True:
             try:
                 response = await self.http.request(
-                    call.method, call.path, params=call.params, content=call.body,
+                    call.method, self.config.url(call.path), params=call.params, content=call.body,
                     headers={**self.config.headers(), **call.headers})
             except httpx.TransportError as exc:
                 if attempt >= self.config.max_retries or not _resendable(call, exc):

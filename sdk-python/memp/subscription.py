@@ -45,6 +45,7 @@ class StreamState:
         self.failures = 0  # connection attempts in a row that delivered nothing
         self.live = False  # this connection delivered an event
         self.resume_now = False  # the broker ended the stream and asked to be resumed
+        self.connections = 0  # streams opened so far
 
     def request(self) -> tuple[list[tuple[str, str]], dict[str, str]]:
         self.live = False
@@ -143,6 +144,11 @@ class Subscription(Iterator[Event]):
         """The cursor to resume from (pass it as `last_event_id=` to a later subscribe)."""
         return self.state.cursor
 
+    @property
+    def reconnects(self) -> int:
+        """How often the stream was reopened after a break (each time without a gap)."""
+        return max(self.state.connections - 1, 0)
+
     def open(self) -> Subscription:
         """Connect now (reconnecting with backoff while the broker is unreachable)."""
         if not self._opened:
@@ -183,8 +189,8 @@ class Subscription(Iterator[Event]):
         while not self._closed.is_set():
             params, headers = self.state.request()
             try:
-                with connect_sse(self._transport.http, "GET", "/v1/subscribe", params=params,
-                                 headers={**config.headers(), **headers},
+                with connect_sse(self._transport.http, "GET", config.url("/v1/subscribe"),
+                                 params=params, headers={**config.headers(), **headers},
                                  timeout=config.stream_timeouts()) as source:
                     self._response = source.response
                     if source.response.status_code != 200:
@@ -195,6 +201,7 @@ class Subscription(Iterator[Event]):
                         for sse in source.iter_sse():
                             if opening:
                                 opening = False
+                                self.state.connections += 1
                                 yield None
                             event = self.state.handle(sse)
                             if event is not None:
@@ -225,6 +232,10 @@ class AsyncSubscription(AsyncIterator[Event]):
     @property
     def last_event_id(self) -> str | None:
         return self.state.cursor
+
+    @property
+    def reconnects(self) -> int:
+        return max(self.state.connections - 1, 0)
 
     def stop(self) -> None:
         """Let the stream end at its next wake-up (the client calls this as it closes)."""
@@ -262,8 +273,9 @@ class AsyncSubscription(AsyncIterator[Event]):
         while not self._closed:
             params, headers = self.state.request()
             try:
-                async with aconnect_sse(self._transport.http, "GET", "/v1/subscribe",
-                                        params=params, headers={**config.headers(), **headers},
+                async with aconnect_sse(self._transport.http, "GET",
+                                        config.url("/v1/subscribe"), params=params,
+                                        headers={**config.headers(), **headers},
                                         timeout=config.stream_timeouts()) as source:
                     if source.response.status_code != 200:
                         await source.response.aread()
@@ -273,6 +285,7 @@ class AsyncSubscription(AsyncIterator[Event]):
                         async for sse in source.aiter_sse():
                             if opening:
                                 opening = False
+                                self.state.connections += 1
                                 yield None
                             event = self.state.handle(sse)
                             if event is not None:

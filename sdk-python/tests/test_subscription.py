@@ -6,9 +6,11 @@ Sync iterators are read on a thread (`collect`), so every wait has a deadline.""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
 from memp import MEMP, AsyncMEMP, Event, Forbidden, Grant, InvalidRequest
@@ -166,3 +168,28 @@ def test_async_subscription_starts_with_a_snapshot_and_survives_a_restart(
 
     assert asyncio.run(main()) == [("snapshot", "k", 1), ("snapshot-end", None, None),
                                    ("put", "k", 2), ("put", "k", 3)]
+
+
+def test_overflow_is_resumed_transparently(broker_factory: Callable[..., Broker], ns: str
+                                           ) -> None:
+    """A consumer too slow for the broker is cut off with `overflow`; the SDK resumes from its
+    cursor and the caller sees every version once, and no overflow."""
+    small = broker_factory("redis", subscriber_queue_size=5)
+    tiny_window = httpx.Client(timeout=10.0, transport=httpx.HTTPTransport(
+        socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]))
+    total, pad = 150, "x" * 60_000  # 9 MB: the socket buffers fill, then the 5-slot queue
+    with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=small.url, http_client=tiny_window
+              ) as slow, small.client() as writer:
+        subscription = slow.subscribe("k").open()  # open, but not read until all is written
+        for n in range(1, total + 1):
+            writer.put(f"/v1/namespaces/{ns}/memory/k", json={"value": {"n": n, "pad": pad}}
+                       ).raise_for_status()
+        received = []
+        for event in subscription:
+            received.append(event)
+            if event.version == total:
+                break
+        assert [(e.type, e.version) for e in received] == [
+            ("put", n) for n in range(1, total + 1)]
+        assert subscription.reconnects >= 1, "the broker did cut the slow consumer off"
+        subscription.close()
