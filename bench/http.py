@@ -214,13 +214,11 @@ def _revoke(cfg: Config, server: Server) -> None:
         print(f"bench: could not revoke API key {server.key_id}: {status}", file=sys.stderr)
 
 
-def _forget(cfg: Config, servers: list[Server]) -> None:
-    """On a shared Redis, revoke the run's API key and delete the run's namespace."""
+def _forget(cfg: Config) -> None:
+    """On a shared Redis, delete the run's namespace (once the brokers have stopped, as their
+    sweepers would note the namespace again)."""
     import redis
 
-    for server in servers:
-        if server.target == "redis" and server.key_id and server.proc.poll() is None:
-            _revoke(cfg, server)
     try:
         with redis.Redis.from_url(cfg.redis_url) as conn:
             for prefix in (f"memp:{{{cfg.namespace}}}:", f"floor:{{{cfg.namespace}}}:"):
@@ -332,11 +330,15 @@ def main(argv: list[str] | None = None) -> int:
         # A second Ctrl-C must not cut the cleanup short and leave servers running.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        shared_redis = bool(servers) and not cfg.own_redis
         try:
-            if servers and not cfg.own_redis and cfg.redis_url:
-                _forget(cfg, servers)
+            for server in servers:
+                if shared_redis and server.key_id and server.proc.poll() is None:
+                    _revoke(cfg, server)
         finally:
             procs.stop_all()
+            if shared_redis:
+                _forget(cfg)
             signal.signal(signal.SIGINT, previous)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 

@@ -139,6 +139,16 @@ def test_a_cell_born_below_the_threshold_goes_stale_on_the_next_run(amp: Amp) ->
     assert amp.status(cell) == "stale"
 
 
+def test_a_patch_that_lowers_the_score_makes_it_stale_on_the_next_run(amp: Amp) -> None:
+    cell = amp.create("overrated", scoring={"importance": 0.9})
+    amp.run()
+    assert amp.status(cell) == "active"
+    assert amp.patch(cell["id"], {"scoring": {"confidence": 0.2}}).status_code == 200
+    assert amp.status(cell) == "active"
+    amp.run()
+    assert amp.status(cell) == "stale"
+
+
 def test_a_cell_that_does_not_decay_stays_active(amp: Amp) -> None:
     cell = amp.create("an axiom", scoring={"importance": 0.9, "decay_rate": 0.0})
     amp.run(created(cell) + days(50 * 365))

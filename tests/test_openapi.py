@@ -431,7 +431,7 @@ def _same_constraints(contract: Contract, where: str, kind: Any, schema: dict[st
         # The document may say more (a cell id is a ULID, checked after decoding), not less.
         assert value is None or found.get(keyword) == value, (where, keyword, found, value)
     if isinstance(kind, info.LiteralType):
-        assert found.get("enum") == list(kind.values), where
+        assert sorted(found.get("enum", [])) == sorted(kind.values), where
     elif isinstance(kind, info.ListType):
         assert "items" in found, where
         _same_constraints(contract, f"{where}[]", kind.item_type, found["items"])
@@ -1168,3 +1168,331 @@ def test_bad_subscriptions_are_400(admin: httpx.Client, contract: Contract,
                                    code: str) -> None:
     response = admin.get("/v1/subscribe", params=params, headers=headers)
     assert contract.check(response, 400)["error"]["code"] == code
+
+
+# ---- the AMP bridge ----
+
+AGENT_HEADER = "X-AMP-Agent-ID"
+DAY_MS = 86_400_000
+UNKNOWN_CELL = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+
+
+def amp_time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def new_cell(text: str, owner: str = "u-7", **fields: Any) -> dict[str, Any]:
+    return {"type": "semantic", "content": {"text": text},
+            "identity": {"owner_id": owner, "owner_type": "user"}, **fields}
+
+
+def imported_cell(text: str, **lifecycle: Any) -> dict[str, Any]:
+    """A full cell from another system, with its own id and times."""
+    return {"id": amp.new_ulid(now_ms() - 400 * DAY_MS), "amp_version": amp.AMP_VERSION,
+            "type": "episodic", "content": {"text": text, "metadata": {"origin": "legacy"}},
+            "identity": {"owner_id": "u-9", "owner_type": "user", "session_id": "s-1"},
+            "scoring": {"importance": 0.7, "confidence": 0.8, "decay_rate": 0.02,
+                        "access_count": 3},
+            "lifecycle": lifecycle,
+            "access_policy": {"readable_by": [], "writable_by": [], "public": True},
+            "provenance": {"source_type": "import", "source_ref": "legacy-db",
+                           "extraction_method": "dump"}}
+
+
+@pytest.fixture(params=BACKENDS)
+def amp_broker(request: pytest.FixtureRequest, broker_factory: Callable[..., Broker],
+               ns: str) -> Broker:
+    """A broker whose AMP namespace is `ns`, with purge enabled and no periodic lifecycle pass
+    (the tests run passes as of the times they choose)."""
+    handle: Broker = broker_factory(request.param, amp_namespace=ns, amp_purge_retention=True,
+                                    amp_lifecycle_interval_seconds=3600.0)
+    return handle
+
+
+@pytest.fixture
+def agent_1(amp_broker: Broker) -> Iterator[httpx.Client]:
+    """The admin key acting as `agent-1`."""
+    with amp_broker.client() as client:
+        client.headers[AGENT_HEADER] = "agent-1"
+        yield client
+
+
+def test_amp_cells(agent_1: httpx.Client, contract: Contract) -> None:
+    expires = amp_time(now_ms() + 10 * DAY_MS)
+    body = new_cell("The user prefers Python for backend development",
+                    content={"text": "The user prefers Python for backend development",
+                             "metadata": {"topic": "languages"}},
+                    identity={"owner_id": "u-7", "owner_type": "user", "session_id": "s-42"},
+                    scoring={"importance": 0.8, "confidence": 0.9},
+                    access_policy={"readable_by": ["agent-team-*"]},
+                    provenance={"source_type": "chat", "source_ref": "session/s-42"})
+    created = contract.check(agent_1.post("/amp/memories", json=body), 201)
+    cell_id = created["id"]
+    assert created["identity"]["created_by"] == "agent-1"
+    assert created["lifecycle"]["status"] == "active"
+    assert created["scoring"]["access_count"] == 0
+    url = f"/amp/memories/{cell_id}"
+
+    read = contract.check(agent_1.get(url), 200)
+    assert read["scoring"]["access_count"] == 1 and read["lifecycle"]["last_accessed_at"]
+    patched = contract.check(agent_1.patch(url, json={
+        "content": {"text": "The user prefers Python 3.13 for backend development"},
+        "scoring": {"importance": 0.9, "decay_rate": 0.02},
+        "access_policy": {"readable_by": ["agent-team-*"], "writable_by": ["agent-2"]},
+        "expires_at": expires}), 200)
+    assert patched["content"] == {"text": "The user prefers Python 3.13 for backend development",
+                                  "metadata": {"topic": "languages"}}
+    assert patched["lifecycle"]["expires_at"] == expires
+    later = amp_time(now_ms() + 20 * DAY_MS)
+    moved = contract.check(agent_1.patch(url, json={"lifecycle": {"expires_at": later},
+                                                    "content": {"metadata": {"topic": "py"}}}),
+                           200)
+    assert moved["lifecycle"]["expires_at"] == later
+    assert contract.check(agent_1.patch(url, json={}), 200)["id"] == cell_id
+
+    def search(**query: Any) -> dict[str, Any]:
+        found: dict[str, Any] = contract.check(
+            agent_1.post("/amp/memories/search", json=query), 200)
+        return found
+
+    hits = search(query="python backend")["results"]
+    assert [h["cell"]["id"] for h in hits] == [cell_id]
+    assert hits[0]["cell"]["scoring"]["access_count"] == 1
+    others = [contract.check(agent_1.post("/amp/memories", json=new_cell(f"note {i}")), 201)["id"]
+              for i in range(2)]
+    first = search(owner_id="u-7", owner_type="user", types=["semantic"], include_stale=True,
+                   limit=2)
+    assert len(first["results"]) == 2 and first["next_cursor"] is not None
+    rest = search(owner_id="u-7", limit=2, cursor=first["next_cursor"])
+    assert rest["next_cursor"] is None
+    assert {h["cell"]["id"] for h in first["results"] + rest["results"]} == {cell_id, *others}
+    everything = search(limit=100)
+    assert {h["cell"]["id"] for h in everything["results"]} == {cell_id, *others}
+    walked = search(limit=1)
+    assert len(walked["results"]) == 1
+    assert search(metadata={"topic": "py"}, created_after=amp_time(now_ms() - DAY_MS),
+                  created_before=amp_time(now_ms() + DAY_MS))["results"][0]["cell"]["id"] \
+        == cell_id
+    assert search(status=["archived", "stale"]) == {"results": [], "next_cursor": None}
+
+
+def test_amp_lifecycle_delete_import_and_purge(agent_1: httpx.Client, contract: Contract
+                                               ) -> None:
+    def post(path: str, body: Any, status: int, **kwargs: Any) -> Any:
+        return contract.check(agent_1.post(path, json=body), status, **kwargs)
+
+    start = now_ms()
+    fading = post("/amp/memories", new_cell("fades in about fifty days"), 201)["id"]
+    expiring = post("/amp/memories", new_cell("gone tomorrow",
+                                              expires_at=amp_time(start + DAY_MS)), 201)["id"]
+    lasting = post("/amp/memories", new_cell("never fades", scoring={
+        "importance": 1, "decay_rate": 0}), 201)["id"]
+    quiet = {"expired": 0, "stale": 0, "active": 0, "archived": 0}
+    assert post("/amp/lifecycle/run", {}, 200) == {"transitions": quiet}
+    stale_at = amp_time(start + 400 * DAY_MS)
+    assert post("/amp/lifecycle/run", {"as_of": stale_at}, 200) == {
+        "transitions": {**quiet, "expired": 1, "stale": 1}}
+    stale = post("/amp/memories/search", {"status": ["stale"]}, 200)["results"]
+    assert [(h["cell"]["id"], h["cell"]["lifecycle"]["stale_since"]) for h in stale] == [
+        (fading, stale_at)]
+    assert post("/amp/lifecycle/run", {"as_of": amp_time(start + 431 * DAY_MS)}, 200) == {
+        "transitions": {**quiet, "archived": 1}}
+    archived = post("/amp/memories/search", {"status": ["archived"]}, 200)["results"]
+    assert {h["cell"]["id"] for h in archived} == {fading, expiring}
+
+    conflict = contract.check(agent_1.patch(f"/amp/memories/{fading}",
+                                            json={"scoring": {"importance": 1}}), 409)
+    assert conflict["error"]["details"]["status"] == "archived"
+    active = contract.check(agent_1.delete(f"/amp/memories/{lasting}"), 409)
+    assert active["error"]["details"]["status"] == "active"
+    deleted = contract.check(agent_1.delete(f"/amp/memories/{fading}"), 200)
+    assert deleted["lifecycle"]["status"] == "deleted" and deleted["lifecycle"]["deleted_at"]
+    for response in (agent_1.get(f"/amp/memories/{fading}"),
+                     agent_1.patch(f"/amp/memories/{fading}", json={}),
+                     agent_1.delete(f"/amp/memories/{fading}")):
+        assert contract.check(response, 404)["error"]["code"] == "not_found"
+
+    refused = post("/amp/purge", {"ids": [fading, UNKNOWN_CELL]}, 412)["error"]["details"]
+    assert set(refused["refused"]) == {fading, UNKNOWN_CELL}
+    assert post("/amp/purge", {"ids": [lasting]}, 412)["error"]["details"]["refused"][lasting]
+    ahead = post("/amp/purge", {"as_of": amp_time(now_ms() + DAY_MS)}, 400)
+    assert ahead["error"]["details"]["field"] == "as_of"
+    assert post("/amp/purge", {}, 200) == {"purged": []}
+
+    long_ago = {"created_at": "2020-01-01T00:00:00Z", "status": "deleted",
+                "deleted_at": "2020-02-01T00:00:00+01:00"}
+    old, older = imported_cell("deleted long ago", **long_ago), imported_cell("older", **long_ago)
+    kept = imported_cell("kept as it was", created_at="2025-12-31T23:00:00-01:00",
+                         last_updated_at="2026-01-02T00:00:00.000Z")
+    assert post("/amp/import", {"cells": [old, older, kept]}, 200) == {
+        "imported": 3, "errors": []}
+    got = contract.check(agent_1.get(f"/amp/memories/{kept['id']}"), 200)
+    assert got["lifecycle"]["created_at"] == "2026-01-01T00:00:00.000Z"
+    assert got["identity"]["created_by"] == "agent-1"
+    assert (got["scoring"]["access_count"], got["provenance"]) == (4, kept["provenance"])
+    result = post("/amp/import", {"cells": [
+        kept,
+        imported_cell("deleted, but when?", created_at="2020-01-01T00:00:00Z",
+                      status="deleted"),
+        imported_cell("created when?"),
+        imported_cell("fine", created_at="2026-01-01T00:00:00Z"),
+    ]}, 200)
+    assert result["imported"] == 1
+    assert [(e["index"], e["error"]["code"], e["error"]["details"].get("field"))
+            for e in result["errors"]] == [
+        (0, "precondition_failed", None), (1, "invalid_request", "lifecycle.deleted_at"),
+        (2, "invalid_request", "lifecycle.created_at")]
+    assert result["errors"][0]["id"] == kept["id"]
+    # Cells the document refuses are reported one by one, not refused as a request.
+    not_ulid = {**imported_cell("x", created_at="2026-01-01T00:00:00Z"), "id": "cell-1"}
+    other_version = {**imported_cell("y", created_at="2026-01-01T00:00:00Z"),
+                     "amp_version": "9.9.9"}
+    bad = post("/amp/import", {"cells": [not_ulid, other_version]}, 200, refused_request=True)
+    assert bad["imported"] == 0
+    assert [(e["id"], e["error"]["details"]["field"]) for e in bad["errors"]] == [
+        ("cell-1", "id"), (other_version["id"], "amp_version")]
+
+    assert post("/amp/purge", {"ids": [old["id"]]}, 200) == {"purged": [old["id"]]}
+    gone = post("/amp/purge", {"ids": [old["id"]]}, 412)["error"]["details"]["refused"]
+    assert list(gone) == [old["id"]]
+    assert post("/amp/purge", {"as_of": amp_time(now_ms() - DAY_MS)}, 200) == {
+        "purged": [older["id"]]}
+
+
+def test_amp_acting_agent_and_access(amp_broker: Broker, agent_1: httpx.Client, ns: str,
+                                     contract: Contract) -> None:
+    cell = contract.check(agent_1.post("/amp/memories", json=new_cell("private")), 201)
+    url = f"/amp/memories/{cell['id']}"
+    with amp_broker.client() as admin:
+        for response in (admin.post("/amp/memories", json=new_cell("who?")), admin.get(url),
+                         admin.post("/amp/memories/search", json={}),
+                         admin.get(url, headers={AGENT_HEADER: "not an agent"})):
+            refused = contract.check(response, 400)["error"]
+            assert refused["details"]["field"] == AGENT_HEADER
+        stranger = {AGENT_HEADER: "agent-2"}
+        for response in (admin.get(url, headers=stranger),
+                         admin.patch(url, json={"scoring": {"importance": 1}}, headers=stranger),
+                         admin.delete(url, headers=stranger)):
+            assert contract.check(response, 403)["error"]["code"] == "forbidden"
+        found = admin.post("/amp/memories/search", json={}, headers=stranger)
+        assert contract.check(found, 200)["results"] == []
+        forged = admin.post("/amp/memories", headers=stranger, json=new_cell(
+            "forged", identity={"owner_id": "u-7", "owner_type": "user",
+                                "created_by": "agent-1"}))
+        assert contract.check(forged, 403)["error"]["details"]["field"] == "identity.created_by"
+
+        registered = contract.check(admin.post("/v1/agents", json={
+            "name": "amp-agent", "namespace": ns}), 201)
+        agent_key = registered["credentials"]["api_key"]
+        gateway_key = key_for(admin, contract, ns, ["read", "write", "impersonate"])
+        reader_key = key_for(admin, contract, ns, ["read"])
+        outsider_key = key_for(admin, contract, f"{ns}-other", ["admin"])
+    with amp_broker.client(agent_key) as agent:
+        own = contract.check(agent.post("/amp/memories", json=new_cell("mine")), 201)
+        assert own["identity"]["created_by"] == registered["agent"]["id"]
+        contract.check(agent.get(f"/amp/memories/{own['id']}"), 200)
+        posing = agent.get(url, headers={AGENT_HEADER: "agent-1"})
+        assert contract.check(posing, 403)["error"]["details"]["agent_id"] == "agent-1"
+        for path in ("/amp/lifecycle/run", "/amp/purge", "/amp/import"):
+            denied = contract.check(agent.post(path, json={"cells": []} if "import" in path
+                                               else {}), 403)
+            assert denied["error"]["details"]["permission"] == "admin"
+    with amp_broker.client(gateway_key) as gateway:
+        acted = gateway.post("/amp/memories", json=new_cell("for agent-9"),
+                             headers={AGENT_HEADER: "agent-9"})
+        assert contract.check(acted, 201)["identity"]["created_by"] == "agent-9"
+        unbound = gateway.post("/amp/memories", json=new_cell("for whom?"))
+        assert contract.check(unbound, 400)["error"]["details"]["field"] == AGENT_HEADER
+    with amp_broker.client(reader_key, headers={AGENT_HEADER: "agent-1"}) as reader:
+        contract.check(reader.get(url), 200)
+        write = contract.check(reader.post("/amp/memories", json=new_cell("no")), 403)
+        assert write["error"]["details"]["permission"] == "write"
+    with amp_broker.client(outsider_key, headers={AGENT_HEADER: "agent-1"}) as outsider:
+        assert contract.check(outsider.get(url), 403)["error"]["details"]["permission"] \
+            == "read"
+        contract.check(outsider.post("/amp/memories/search", json={}), 403)
+
+    missing = f"/amp/memories/{UNKNOWN_CELL}"
+    for response in (agent_1.get(missing), agent_1.patch(missing, json={}),
+                     agent_1.delete(missing)):
+        assert contract.check(response, 404)["error"]["code"] == "not_found"
+
+
+AMP_BAD_BODIES: list[tuple[str, str, Any, str | None, bool]] = [
+    # (method, path, body, details.field, whether the document refuses the body too)
+    ("POST", "/amp/memories", new_cell("x", scoring={"importance": 2}), "scoring.importance",
+     True),
+    ("POST", "/amp/memories", {**new_cell("x"), "type": "dream"}, "type", True),
+    ("POST", "/amp/memories", new_cell("x", identity={"owner_id": "u", "owner_type": "robot"}),
+     "identity.owner_type", True),
+    ("POST", "/amp/memories", new_cell("x", identity={"owner_id": "..", "owner_type": "user"}),
+     "identity.owner_id", True),
+    ("POST", "/amp/memories", new_cell("x", colour="red"), "colour", True),
+    ("POST", "/amp/memories", {"type": "semantic", "identity": {"owner_id": "u",
+                                                                "owner_type": "user"}},
+     "content", True),
+    ("POST", "/amp/memories", new_cell("x", access_policy={"readable_by": ["a b"]}),
+     "access_policy.readable_by[0]", True),
+    ("POST", "/amp/memories", new_cell("x" * (64 * 1024 + 1)), "content.text", True),
+    ("POST", "/amp/memories", [], None, True),
+    ("POST", "/amp/memories", new_cell("x", expires_at="tomorrow"), "expires_at", False),
+    ("POST", "/amp/memories", new_cell("x", expires_at="2020-01-01T00:00:00Z"), "expires_at",
+     False),
+    ("PATCH", "{cell}", {"lifecycle": {"status": "active"}}, "lifecycle.status", True),
+    ("PATCH", "{cell}", {"scoring": {"decay_rate": -1}}, "scoring.decay_rate", True),
+    ("PATCH", "{cell}", {"scoring": {"access_count": 9}}, "scoring.access_count", True),
+    ("PATCH", "{cell}", {"expires_at": "2020-01-01T00:00:00Z"}, "expires_at", False),
+    ("POST", "/amp/memories/search", {"status": ["deleted"]}, "status", True),
+    ("POST", "/amp/memories/search", {"limit": 0}, "limit", True),
+    ("POST", "/amp/memories/search", {"types": ["dream"]}, "types[0]", True),
+    ("POST", "/amp/memories/search", {"cursor": "abc"}, "cursor", False),
+    ("POST", "/amp/memories/search", {"query": "!!!"}, "query", False),
+    ("POST", "/amp/memories/search", {"created_after": "soon"}, "created_after", False),
+    ("POST", "/amp/lifecycle/run", {"as_of": "soon"}, "as_of", False),
+    ("POST", "/amp/lifecycle/run", {"ids": "all"}, "ids", True),
+    ("POST", "/amp/purge", {"when": "now"}, "when", True),
+    ("POST", "/amp/import", {"cells": {}}, "cells", True),
+    ("POST", "/amp/import", {}, "cells", True),
+]
+
+
+def test_amp_bad_input(amp_broker: Broker, agent_1: httpx.Client, contract: Contract) -> None:
+    cell = contract.check(agent_1.post("/amp/memories", json=new_cell("target")), 201)
+    for method, path, body, field, document_refuses in AMP_BAD_BODIES:
+        target = path.replace("{cell}", f"/amp/memories/{cell['id']}")
+        response = agent_1.request(method, target, json=body)
+        refused = contract.check(response, 400)["error"]
+        assert (refused["code"], refused["details"].get("field")) == ("invalid_request",
+                                                                      field), (path, body)
+        assert bool(contract.request_errors(response.request)) == document_refuses, (path, body)
+    for response in (agent_1.get("/amp/memories/not-a-ulid"),
+                     agent_1.get("/amp/memories/01arz3ndektsv4rrffq69g5fav"),
+                     agent_1.delete("/amp/memories/81ARZ3NDEKTSV4RRFFQ69G5FAV")):
+        assert contract.check(response, 400)["error"]["details"]["field"] == "id"
+    for path in ("/amp/memories", "/amp/memories/search", "/amp/lifecycle/run", "/amp/purge",
+                 "/amp/import", f"/amp/memories/{cell['id']}"):
+        method = "PATCH" if path.endswith(cell["id"]) else "POST"
+        garbage = agent_1.request(method, path, content=b"{",
+                                  headers={"content-type": "application/json"})
+        assert contract.check(garbage, 400)["error"]["code"] == "invalid_json"
+        mistyped = agent_1.request(method, path, content=b"{}",
+                                   headers={"content-type": "text/plain"})
+        assert contract.check(mistyped, 415)["error"]["code"] == "unsupported_media_type"
+        if not path.endswith("import"):
+            big = agent_1.request(method, path, json={"padding": "x" * (256 * 1024)})
+            assert contract.check(big, 413)["error"]["details"]["limit"] == 256 * 1024
+    huge = agent_1.post("/amp/import", json={"cells": [], "padding": "x" * (1024 * 1024)})
+    assert contract.check(huge, 413)["error"]["code"] == "payload_too_large"
+    assert contract.check(agent_1.get(f"/amp/memories/{cell['id']}"), 200)["content"] == \
+        cell["content"]
+
+
+def test_amp_purge_is_403_unless_enabled(admin: httpx.Client, contract: Contract) -> None:
+    for body in ({}, {"ids": [UNKNOWN_CELL]}):
+        refused = contract.check(admin.post("/amp/purge", json=body), 403)
+        assert refused["error"]["code"] == "forbidden"

@@ -1,0 +1,148 @@
+/** One error class per broker error code, all under `MempError`, keeping the broker's message. */
+
+import { toEntry, type Entry, type SchemaError, type WireEntry } from './models.js'
+
+/**
+ * An error from the broker (`code`, `status`, `message`, `details` as it sent them), or from
+ * reaching it (`code` `connection_error`, `status` null).
+ */
+export class MempError extends Error {
+  readonly code: string
+  readonly status: number | null
+  readonly details: Record<string, unknown>
+
+  constructor(
+    message: string,
+    options: {
+      code?: string
+      status?: number | null
+      details?: Record<string, unknown>
+      cause?: unknown
+    } = {},
+  ) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause })
+    this.name = new.target.name
+    this.code = options.code ?? 'internal'
+    this.status = options.status ?? null
+    this.details = options.details ?? {}
+  }
+}
+
+/** 400 or 415: the request is malformed (`code` says which check: invalid_key, invalid_ttl...). */
+export class InvalidRequestError extends MempError {}
+
+/** 401: missing, unknown, revoked, expired or forged token. */
+export class UnauthorizedError extends MempError {}
+
+/** 403: the token lacks the permission on that namespace. */
+export class ForbiddenError extends MempError {}
+
+/** 404: no such entry, agent, key or endpoint. */
+export class NotFoundError extends MempError {}
+
+/** 409 write_conflict: a newer (or higher-priority) write is stored; `winner` is that entry. */
+export class ConflictError extends MempError {
+  get winner(): Entry | null {
+    return entryDetail(this.details['winner'])
+  }
+}
+
+/** 412: `ifVersion` / `ifAbsent` did not hold; `currentVersion` is the stored version. */
+export class PreconditionFailedError extends MempError {
+  get currentVersion(): number | null {
+    const version = this.details['current_version']
+    return typeof version === 'number' ? version : null
+  }
+
+  get current(): Entry | null {
+    return entryDetail(this.details['current'])
+  }
+}
+
+/** 413: value, body or batch over the broker's limit. */
+export class PayloadTooLargeError extends MempError {}
+
+/** 422: the value does not conform to an enforcing JSON Schema; nothing was written. */
+export class SchemaViolationError extends MempError {
+  get errors(): SchemaError[] {
+    const errors = this.details['errors']
+    if (!Array.isArray(errors)) return []
+    return errors.map((e: { schema_id?: string; path?: string; message?: string }) => ({
+      schemaId: e.schema_id ?? '',
+      path: e.path ?? '',
+      message: e.message ?? '',
+    }))
+  }
+}
+
+/** 429: too many requests. */
+export class RateLimitedError extends MempError {}
+
+/** 503: the broker cannot reach its store; safe to retry later. */
+export class UnavailableError extends MempError {}
+
+/** The broker could not be reached, or the connection broke, after every retry. */
+export class ConnectionFailedError extends MempError {}
+
+type ErrorClass = new (message: string, options: ConstructorParameters<typeof MempError>[1]) => MempError
+
+const BY_CODE: Record<string, ErrorClass> = {
+  invalid_request: InvalidRequestError,
+  invalid_json: InvalidRequestError,
+  invalid_key: InvalidRequestError,
+  invalid_namespace: InvalidRequestError,
+  invalid_pattern: InvalidRequestError,
+  invalid_ttl: InvalidRequestError,
+  invalid_timestamp: InvalidRequestError,
+  invalid_schema: InvalidRequestError,
+  unsupported_media_type: InvalidRequestError,
+  unauthorized: UnauthorizedError,
+  forbidden: ForbiddenError,
+  not_found: NotFoundError,
+  write_conflict: ConflictError,
+  precondition_failed: PreconditionFailedError,
+  payload_too_large: PayloadTooLargeError,
+  schema_violation: SchemaViolationError,
+  rate_limited: RateLimitedError,
+  unavailable: UnavailableError,
+}
+
+const BY_STATUS: Record<number, [ErrorClass, string]> = {
+  400: [InvalidRequestError, 'invalid_request'],
+  401: [UnauthorizedError, 'unauthorized'],
+  403: [ForbiddenError, 'forbidden'],
+  404: [NotFoundError, 'not_found'],
+  409: [ConflictError, 'write_conflict'],
+  412: [PreconditionFailedError, 'precondition_failed'],
+  413: [PayloadTooLargeError, 'payload_too_large'],
+  415: [InvalidRequestError, 'unsupported_media_type'],
+  422: [SchemaViolationError, 'schema_violation'],
+  429: [RateLimitedError, 'rate_limited'],
+  503: [UnavailableError, 'unavailable'],
+}
+
+/** The error for a broker's error reply, from its `{"error": {...}}` body when it has one. */
+export function errorFromReply(status: number, statusText: string, body: unknown): MempError {
+  let [kind, code] = BY_STATUS[status] ?? [MempError, status >= 500 ? 'internal' : 'http_error']
+  let message = statusText || `HTTP ${status}`
+  let details: Record<string, unknown> = {}
+  const error = isObject(body) ? body['error'] : undefined
+  if (isObject(error)) {
+    if (typeof error['code'] === 'string') code = error['code']
+    if (typeof error['message'] === 'string') message = error['message']
+    if (isObject(error['details'])) details = error['details']
+    kind = BY_CODE[code] ?? kind
+  }
+  return new kind(message, { code, status, details })
+}
+
+function entryDetail(raw: unknown): Entry | null {
+  if (!isObject(raw) || typeof raw['key'] !== 'string' || typeof raw['version'] !== 'number') {
+    return null
+  }
+  return toEntry(raw as unknown as WireEntry)
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}

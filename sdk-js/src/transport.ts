@@ -1,0 +1,245 @@
+/**
+ * Sending requests: the bearer token, timeouts, and retries with backoff.
+ *
+ * Retries resend the very same request, so a write keeps its Idempotency-Key and the broker
+ * applies it once however often it arrives (README "Retries are safe"). Only web-platform APIs
+ * (fetch, AbortController, crypto, TextDecoder) are used, so this runs in browsers as is.
+ */
+
+import { ConnectionFailedError, errorFromReply } from './errors.js'
+
+export const DEFAULT_BASE_URL = 'http://127.0.0.1:8080'
+export const VERSION = '0.1.0'
+
+/** How to reach the broker and how patiently to talk to it. */
+export interface MempOptions {
+  /** API key, JWT or admin key; default: `MEMP_API_KEY` from the environment (Node.js). */
+  apiKey?: string | undefined
+  /** Namespace for every call unless one is given per call; default: `MEMP_NAMESPACE`. */
+  namespace?: string | undefined
+  /** Default: `MEMP_BASE_URL`, else `http://127.0.0.1:8080`. */
+  baseUrl?: string | undefined
+  /** Milliseconds one request attempt may take (default 10 000). */
+  timeout?: number
+  /** Resends after a connection error or a 503 (default 3). */
+  maxRetries?: number
+  /** Milliseconds a subscription waits for any byte before it reconnects (default 60 000). */
+  streamTimeout?: number
+  /** A `fetch` to use instead of the global one (a proxy agent, instrumentation...). */
+  fetch?: typeof fetch
+}
+
+export interface Config {
+  baseUrl: string
+  apiKey: string | null
+  namespace: string | null
+  timeout: number
+  maxRetries: number
+  streamTimeout: number
+  backoff: number
+  maxBackoff: number
+  fetch: typeof fetch
+}
+
+/** Options every call takes. */
+export interface CallOptions {
+  /** Work in this namespace instead of the client's. */
+  namespace?: string
+  /** Abandon the call (and its retries); it rejects with the signal's reason. */
+  signal?: AbortSignal
+}
+
+/** Environment variables where there is an environment (Node.js); nothing in a browser. */
+function env(name: string): string | undefined {
+  const process = (globalThis as { process?: { env?: Record<string, string | undefined> } })
+    .process
+  const value = process?.env?.[name]
+  return value === '' ? undefined : value
+}
+
+/** Options win over MEMP_API_KEY, MEMP_NAMESPACE and MEMP_BASE_URL. */
+export function resolveConfig(options: MempOptions): Config {
+  const baseUrl = options.baseUrl || env('MEMP_BASE_URL') || DEFAULT_BASE_URL
+  return {
+    baseUrl: baseUrl.replace(/\/+$/, ''),
+    apiKey: options.apiKey || env('MEMP_API_KEY') || null,
+    namespace: options.namespace || env('MEMP_NAMESPACE') || null,
+    timeout: options.timeout ?? 10_000,
+    maxRetries: options.maxRetries ?? 3,
+    streamTimeout: options.streamTimeout ?? 60_000,
+    backoff: 200,
+    maxBackoff: 5_000,
+    fetch: options.fetch ?? ((input, init) => globalThis.fetch(input, init)),
+  }
+}
+
+/** One request. `idempotent` ones may be resent when the first try may have reached the broker
+ * (reads, and writes carrying an Idempotency-Key); others only when it surely did not. */
+export interface Call {
+  method: 'GET' | 'PUT' | 'POST' | 'DELETE'
+  path: string
+  query?: Record<string, string | number | undefined>
+  headers?: Record<string, string>
+  body?: unknown
+  idempotent: boolean
+  signal?: AbortSignal | undefined
+}
+
+/** A successful reply: its JSON body and headers. */
+export interface Reply {
+  status: number
+  headers: Headers
+  body: any
+}
+
+/** A v4 UUID: `crypto.randomUUID` where the platform has it (it needs a secure context in
+ * browsers), else one made from `crypto.getRandomValues`. */
+export function messageId(): string {
+  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID()
+  const bytes = crypto.getRandomValues(new Uint8Array(16))
+  bytes[6] = (bytes[6]! & 0x0f) | 0x40
+  bytes[8] = (bytes[8]! & 0x3f) | 0x80
+  const hex = Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
+}
+
+export class Transport {
+  constructor(readonly config: Config) {}
+
+  url(path: string, query?: Record<string, string | number | undefined> | URLSearchParams): string {
+    let search = ''
+    if (query instanceof URLSearchParams) {
+      search = query.toString()
+    } else if (query) {
+      const params = new URLSearchParams()
+      for (const [name, value] of Object.entries(query)) {
+        if (value !== undefined) params.append(name, String(value))
+      }
+      search = params.toString()
+    }
+    return this.config.baseUrl + path + (search ? `?${search}` : '')
+  }
+
+  headers(extra: Record<string, string> = {}): Record<string, string> {
+    const headers: Record<string, string> = { Accept: 'application/json', ...extra }
+    if (this.config.apiKey) headers['Authorization'] = `Bearer ${this.config.apiKey}`
+    return headers
+  }
+
+  /** Milliseconds to wait before attempt `attempt + 1`: exponential backoff with full jitter;
+   * a server's Retry-After is a floor. */
+  delay(attempt: number, retryAfter?: string | null): number {
+    const cap = Math.min(this.config.maxBackoff, this.config.backoff * 2 ** attempt)
+    let delay = Math.random() * cap
+    if (retryAfter && /^\d+$/.test(retryAfter)) {
+      delay = Math.max(delay, Math.min(Number(retryAfter) * 1000, this.config.maxBackoff))
+    }
+    return delay
+  }
+
+  async send(call: Call): Promise<Reply> {
+    const headers = this.headers(call.headers)
+    let body: string | undefined
+    if (call.body !== undefined) {
+      body = JSON.stringify(call.body)
+      headers['Content-Type'] = 'application/json'
+    }
+    const url = this.url(call.path, call.query)
+    for (let attempt = 0; ; attempt++) {
+      call.signal?.throwIfAborted()
+      let response: Response
+      let text: string
+      const timeout = new AbortController()
+      const timer = setTimeout(
+        () => timeout.abort(new DOMException('request timed out', 'TimeoutError')),
+        this.config.timeout,
+      )
+      const unlink = link(call.signal, timeout)
+      try {
+        response = await this.config.fetch(url, {
+          method: call.method,
+          headers,
+          body,
+          signal: timeout.signal,
+        })
+        text = await response.text()
+      } catch (error) {
+        call.signal?.throwIfAborted()
+        const resendable = call.idempotent || notSent(error)
+        if (attempt >= this.config.maxRetries || !resendable) {
+          throw new ConnectionFailedError(
+            `could not reach the broker at ${this.config.baseUrl}: ${describe(error)}`,
+            { code: 'connection_error', cause: error },
+          )
+        }
+        await sleep(this.delay(attempt), call.signal)
+        continue
+      } finally {
+        clearTimeout(timer)
+        unlink()
+      }
+      const json = parseJson(text)
+      if (response.ok) return { status: response.status, headers: response.headers, body: json }
+      if (response.status === 503 && attempt < this.config.maxRetries) {
+        await sleep(this.delay(attempt, response.headers.get('retry-after')), call.signal)
+        continue
+      }
+      throw errorFromReply(response.status, response.statusText, json)
+    }
+  }
+}
+
+function parseJson(text: string): unknown {
+  if (text === '') return null
+  try {
+    return JSON.parse(text)
+  } catch {
+    return null
+  }
+}
+
+/** True when a fetch error shows the request never left (connection refused); Node.js says
+ * so in the error's cause, browsers never do. */
+function notSent(error: unknown): boolean {
+  const cause = (error as { cause?: { code?: unknown } } | null)?.cause
+  return cause?.code === 'ECONNREFUSED'
+}
+
+export function describe(error: unknown): string {
+  if (!(error instanceof Error)) return String(error)
+  const cause = (error as { cause?: unknown }).cause
+  const reason = cause instanceof Error ? `${error.message} (${cause.message})` : error.message
+  return reason || error.name
+}
+
+/** Abort `target` when `source` aborts; returns the unlink function. */
+export function link(source: AbortSignal | undefined, target: AbortController): () => void {
+  if (!source) return () => {}
+  if (source.aborted) {
+    target.abort(source.reason)
+    return () => {}
+  }
+  const abort = (): void => target.abort(source.reason)
+  source.addEventListener('abort', abort, { once: true })
+  return () => source.removeEventListener('abort', abort)
+}
+
+/** Wait `ms`, or until `signal` aborts (then reject with its reason). */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason)
+      return
+    }
+    const done = (): void => {
+      signal?.removeEventListener('abort', abort)
+      resolve()
+    }
+    const timer = setTimeout(done, ms)
+    const abort = (): void => {
+      clearTimeout(timer)
+      reject(signal!.reason)
+    }
+    signal?.addEventListener('abort', abort, { once: true })
+  })
+}
