@@ -29,13 +29,15 @@ class Processes:
         self._logs = Path(tempfile.mkdtemp(prefix="memp-bench-"))
 
     def start(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None,
-              capture: bool = False) -> subprocess.Popen[bytes]:
-        """Start `argv`; its output goes to a log file (or a pipe, with `capture`)."""
+              capture: bool = False, stdin: bool = False) -> subprocess.Popen[bytes]:
+        """Start `argv`; its output goes to a log file (or a pipe, with `capture`); `stdin`
+        gives it a pipe to read from instead of /dev/null."""
         log = self._logs / f"{name}.log"
         out = subprocess.PIPE if capture else log.open("wb")
         try:
             proc = subprocess.Popen(list(argv), env=env, stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    stderr=subprocess.STDOUT,
+                                    stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                     start_new_session=True)
         finally:
             if not capture:
@@ -69,6 +71,16 @@ class Processes:
             log.unlink()
         with contextlib.suppress(OSError):
             self._logs.rmdir()
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without MEMP_*/BENCH_* settings (so runs are comparable), plus
+    `extra`, with the repository on PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMP_", "BENCH_"))}
+    env.update(extra)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return env
 
 
 def wait_for_port(proc: subprocess.Popen[bytes], port: int, timeout: float = 30.0) -> None:

@@ -720,11 +720,30 @@ def test_missing_or_bad_token_is_401(broker: Broker, ns: str, contract: Contract
             client.get(schema_url(ns, "s")),
             client.put(schema_url(ns, "s"), json={"pattern": "*", "schema": {}}),
             client.delete(schema_url(ns, "s")),
+            *amp_calls(client),
         ]
     for response in calls:
         body = contract.check(response, 401)
         assert body["error"]["code"] == "unauthorized"
         assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+def amp_calls(client: httpx.Client, purge: bool = True) -> list[httpx.Response]:
+    """One call to each AMP operation, acting as `agent-1` (purge is refused with 403 before
+    the store is asked, on a broker without AMP_PURGE_RETENTION)."""
+    acting_as = {"X-AMP-Agent-ID": "agent-1"}
+    cell = f"/amp/memories/{UNKNOWN_CELL}"
+    return [
+        client.post("/amp/memories", json=new_cell("x"), headers=acting_as),
+        client.post("/amp/memories/search", json={"query": "python"}, headers=acting_as),
+        client.get(cell, headers=acting_as),
+        client.patch(cell, json={"scoring": {"importance": 1}}, headers=acting_as),
+        client.delete(cell, headers=acting_as),
+        client.post("/amp/lifecycle/run", json={}, headers=acting_as),
+        *([client.post("/amp/purge", json={}, headers=acting_as)] if purge else []),
+        client.post("/amp/import", json={"cells": [imported_cell(
+            "x", created_at="2026-01-01T00:00:00Z")]}, headers=acting_as),
+    ]
 
 
 def message(ns: str, kind: str, **fields: Any) -> dict[str, Any]:
@@ -1092,6 +1111,7 @@ def test_store_down_is_503_with_retry_after(broker_without_redis: Broker, contra
             client.get(schema_url(ns, "s")),
             client.put(schema_url(ns, "s"), json={"pattern": "*", "schema": {}}),
             client.delete(schema_url(ns, "s")),
+            *amp_calls(client, purge=False),
         ]:
             assert contract.check(response, 503)["error"]["code"] == "unavailable"
         batch = client.post("/v1/messages", json=[message(ns, "memory.get", key="k")])
@@ -1210,15 +1230,23 @@ def amp_broker(request: pytest.FixtureRequest, broker_factory: Callable[..., Bro
     """A broker whose AMP namespace is `ns`, with purge enabled and no periodic lifecycle pass
     (the tests run passes as of the times they choose)."""
     handle: Broker = broker_factory(request.param, amp_namespace=ns, amp_purge_retention=True,
-                                    amp_lifecycle_interval_seconds=3600.0)
+                                    amp_lifecycle_interval_seconds=3600.0,
+                                    max_request_bytes=1024 * 1024)
     return handle
+
+
+def acting(broker: Broker, token: str = ADMIN_KEY, agent: str | None = None) -> httpx.Client:
+    """A client with this token, naming `agent` in X-AMP-Agent-ID (none when None)."""
+    client = broker.client(token)
+    if agent is not None:
+        client.headers[AGENT_HEADER] = agent
+    return client
 
 
 @pytest.fixture
 def agent_1(amp_broker: Broker) -> Iterator[httpx.Client]:
     """The admin key acting as `agent-1`."""
-    with amp_broker.client() as client:
-        client.headers[AGENT_HEADER] = "agent-1"
+    with acting(amp_broker, agent="agent-1") as client:
         yield client
 
 
@@ -1390,7 +1418,9 @@ def test_amp_acting_agent_and_access(amp_broker: Broker, agent_1: httpx.Client, 
             "name": "amp-agent", "namespace": ns}), 201)
         agent_key = registered["credentials"]["api_key"]
         gateway_key = key_for(admin, contract, ns, ["read", "write", "impersonate"])
-        reader_key = key_for(admin, contract, ns, ["read"])
+        reader_key = contract.check(admin.post("/v1/keys", json={
+            "grants": [{"namespace": ns, "permissions": ["read"]}], "agent_id": "agent-1"}),
+            201)["api_key"]
         outsider_key = key_for(admin, contract, f"{ns}-other", ["admin"])
     with amp_broker.client(agent_key) as agent:
         own = contract.check(agent.post("/amp/memories", json=new_cell("mine")), 201)
@@ -1408,11 +1438,16 @@ def test_amp_acting_agent_and_access(amp_broker: Broker, agent_1: httpx.Client, 
         assert contract.check(acted, 201)["identity"]["created_by"] == "agent-9"
         unbound = gateway.post("/amp/memories", json=new_cell("for whom?"))
         assert contract.check(unbound, 400)["error"]["details"]["field"] == AGENT_HEADER
-    with amp_broker.client(reader_key, headers={AGENT_HEADER: "agent-1"}) as reader:
-        contract.check(reader.get(url), 200)
+        unsure = gateway.get(url)
+        assert contract.check(unsure, 400)["error"]["details"]["field"] == AGENT_HEADER
+        contract.check(gateway.get(url, headers={AGENT_HEADER: "agent-1"}), 200)
+    with acting(amp_broker, reader_key) as reader:  # a key bound to agent-1
+        assert contract.check(reader.get(url), 200)["id"] == cell["id"]
         write = contract.check(reader.post("/amp/memories", json=new_cell("no")), 403)
         assert write["error"]["details"]["permission"] == "write"
-    with amp_broker.client(outsider_key, headers={AGENT_HEADER: "agent-1"}) as outsider:
+        posing = reader.get(url, headers={AGENT_HEADER: "agent-2"})
+        assert contract.check(posing, 403)["error"]["details"]["agent_id"] == "agent-2"
+    with acting(amp_broker, outsider_key, "agent-1") as outsider:
         assert contract.check(outsider.get(url), 403)["error"]["details"]["permission"] \
             == "read"
         contract.check(outsider.post("/amp/memories/search", json={}), 403)
@@ -1487,7 +1522,7 @@ def test_amp_bad_input(amp_broker: Broker, agent_1: httpx.Client, contract: Cont
             big = agent_1.request(method, path, json={"padding": "x" * (256 * 1024)})
             assert contract.check(big, 413)["error"]["details"]["limit"] == 256 * 1024
     huge = agent_1.post("/amp/import", json={"cells": [], "padding": "x" * (1024 * 1024)})
-    assert contract.check(huge, 413)["error"]["code"] == "payload_too_large"
+    assert contract.check(huge, 413)["error"]["details"]["limit"] == 1024 * 1024
     assert contract.check(agent_1.get(f"/amp/memories/{cell['id']}"), 200)["content"] == \
         cell["content"]
 

@@ -90,3 +90,37 @@ local function loses_to(entry, ts, agent)
   end
   return agent < entry.agent
 end
+
+-- A write's context from its KEYS (entry, history, index, ttl, log, idempotency, meta).
+local function write_context(key, history_limit, log_maxlen)
+  return {
+    entry_key = KEYS[1], history_key = KEYS[2], index_key = KEYS[3], ttl_key = KEYS[4],
+    log_key = KEYS[5], idem_key = KEYS[6], meta_key = KEYS[7], key = key,
+    history_limit = tonumber(history_limit), log_maxlen = log_maxlen
+  }
+end
+
+-- The first reply to this message id, if it was seen within the window.
+local function replayed(ctx)
+  if ctx.idem_key == '' then
+    return nil
+  end
+  local first = redis.call('GET', ctx.idem_key)
+  if first then
+    return {'replay', first}
+  end
+  return nil
+end
+
+-- Encode a verdict with the entry (its value only when asked), and remember it under the
+-- message id for the window unless `forget` is set.
+local function answer(ctx, window_ms, status, entry, with_value, forget)
+  local copy = {}
+  for k, v in pairs(entry) do copy[k] = v end
+  if not with_value then copy.val = '' end
+  local encoded = cjson.encode({status, copy})
+  if ctx.idem_key ~= '' and not forget then
+    redis.call('SET', ctx.idem_key, encoded, 'PX', window_ms)
+  end
+  return {status, encoded}
+end

@@ -2,17 +2,10 @@
 -- ARGV: key, now, agent, ts, if_version, history_limit, log_maxlen, idem_window_ms,
 --       ts_from_client ('1' or '0'), mode ('lww', 'priority' or 'merge'), writer priority,
 --       priority of entries written before priorities were set
-local ctx = {
-  entry_key = KEYS[1], history_key = KEYS[2], index_key = KEYS[3], ttl_key = KEYS[4],
-  log_key = KEYS[5], key = ARGV[1], history_limit = tonumber(ARGV[6]), log_maxlen = ARGV[7],
-  meta_key = KEYS[7]
-}
-local idem_key = KEYS[6]
-if idem_key ~= '' then
-  local first = redis.call('GET', idem_key)
-  if first then
-    return {'replay', first}
-  end
+local ctx = write_context(ARGV[1], ARGV[6], ARGV[7])
+local first = replayed(ctx)
+if first then
+  return first
 end
 
 local now = tonumber(ARGV[2])
@@ -21,14 +14,7 @@ local ts = tonumber(ARGV[4])
 local if_version = ARGV[5]
 
 local function reply(status, entry, with_value)
-  local copy = {}
-  for k, v in pairs(entry) do copy[k] = v end
-  if not with_value then copy.val = '' end
-  local encoded = cjson.encode({status, copy})
-  if idem_key ~= '' then
-    redis.call('SET', idem_key, encoded, 'PX', ARGV[8])
-  end
-  return {status, encoded}
+  return answer(ctx, ARGV[8], status, entry, with_value, false)
 end
 
 local current = load_entry(ctx.entry_key)

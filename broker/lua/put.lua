@@ -4,17 +4,10 @@
 --       mode ('lww', 'priority' or 'merge'), writer priority, internal_cas ('1' when if_version
 --       is the broker's own merge check: its failure is retried, so it is not remembered),
 --       priority of entries written before priorities were set
-local ctx = {
-  entry_key = KEYS[1], history_key = KEYS[2], index_key = KEYS[3], ttl_key = KEYS[4],
-  log_key = KEYS[5], key = ARGV[1], history_limit = tonumber(ARGV[11]), log_maxlen = ARGV[12],
-  meta_key = KEYS[7]
-}
-local idem_key = KEYS[6]
-if idem_key ~= '' then
-  local first = redis.call('GET', idem_key)
-  if first then
-    return {'replay', first}
-  end
+local ctx = write_context(ARGV[1], ARGV[11], ARGV[12])
+local first = replayed(ctx)
+if first then
+  return first
 end
 
 local now = tonumber(ARGV[2])
@@ -27,14 +20,8 @@ local mode = ARGV[17]
 local internal_cas = ARGV[19] == '1'
 
 local function reply(status, entry, with_value)
-  local copy = {}
-  for k, v in pairs(entry) do copy[k] = v end
-  if not with_value then copy.val = '' end
-  local encoded = cjson.encode({status, copy})
-  if idem_key ~= '' and not (internal_cas and status == 'precondition_failed') then
-    redis.call('SET', idem_key, encoded, 'PX', ARGV[13])
-  end
-  return {status, encoded}
+  local forget = internal_cas and status == 'precondition_failed'
+  return answer(ctx, ARGV[13], status, entry, with_value, forget)
 end
 
 local current = load_entry(ctx.entry_key)

@@ -139,7 +139,7 @@ export class Transport {
 
   async send(call: Call): Promise<Reply> {
     const headers = this.headers(call.headers)
-    let body: string | undefined
+    let body: string | null = null
     if (call.body !== undefined) {
       body = JSON.stringify(call.body)
       headers['Content-Type'] = 'application/json'

@@ -1,0 +1,45 @@
+/** MEMP SDK: `import { MEMP } from 'memp-sdk'` — shared, versioned memory for AI agents. */
+
+export { MEMP, Memory, Keys } from './client.js'
+export type {
+  DeleteOptions,
+  HistoryOptions,
+  PageOptions,
+  PutOptions,
+  QueryOptions,
+  RegisterOptions,
+} from './client.js'
+export {
+  ConflictError,
+  ConnectionFailedError,
+  ForbiddenError,
+  InvalidRequestError,
+  MempError,
+  NotFoundError,
+  PayloadTooLargeError,
+  PreconditionFailedError,
+  RateLimitedError,
+  SchemaViolationError,
+  UnauthorizedError,
+  UnavailableError,
+} from './errors.js'
+export type {
+  Agent,
+  ApiKey,
+  Conflict,
+  CreatedKey,
+  Credentials,
+  Entry,
+  EventType,
+  Grant,
+  MempEvent,
+  Page,
+  Permission,
+  SchemaError,
+  Warning,
+} from './models.js'
+export { QueryResult } from './query.js'
+export { Subscription } from './subscription.js'
+export type { SubscribeOptions } from './subscription.js'
+export { DEFAULT_BASE_URL, VERSION } from './transport.js'
+export type { CallOptions, MempOptions } from './transport.js'

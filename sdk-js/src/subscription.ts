@@ -1,0 +1,346 @@
+/**
+ * Subscriptions: Server-Sent Events read with fetch, reconnecting with backoff and resuming
+ * from the last event id.
+ *
+ * The broker's event ids are resume cursors: reconnecting with `Last-Event-ID` replays every
+ * change after it exactly once, so a stream that breaks (broker restart, network, `overflow`,
+ * `shutdown`) resumes without a gap or a duplicate. `reset` is passed on to the caller.
+ */
+
+import { createParser, type EventSourceMessage } from 'eventsource-parser'
+
+import { ConnectionFailedError, errorFromReply, MempError } from './errors.js'
+import { toEntry, type EventType, type MempEvent, type WireEntry } from './models.js'
+import { link, sleep, type Transport } from './transport.js'
+
+export interface SubscribeOptions {
+  /** Start with the current matching entries (`snapshot` events), then `snapshot-end`. */
+  snapshot?: boolean
+  /** Follow this namespace instead of the client's. */
+  namespace?: string
+  /** Ends the subscription when it aborts: the `for await` loop simply finishes. */
+  signal?: AbortSignal
+  /** Resume after this cursor (a `MempEvent.id` or `Subscription.lastEventId` kept earlier). */
+  lastEventId?: string
+}
+
+const ENTRY_EVENTS = new Set(['put', 'delete', 'expire', 'snapshot'])
+const RESUME_EVENTS = new Set(['overflow', 'shutdown'])
+const OPENED = Symbol('opened')
+
+interface Marker {
+  cursor?: string
+  namespace?: string
+  reason?: string
+}
+
+/** What a subscription follows and how far it got; turns SSE messages into events. */
+export class StreamState {
+  cursor: string | null
+  snapshotPending: boolean
+  /** Snapshot entries handed out, so a snapshot asked for again after a break skips them. */
+  readonly snapshotSent = new Set<string>()
+  /** Connection attempts in a row that delivered nothing. */
+  failures = 0
+  /** This connection delivered an event. */
+  live = false
+  /** The broker ended the stream and asked to be resumed. */
+  resumeNow = false
+  /** Connection attempts made so far. */
+  attempts = 0
+
+  constructor(
+    readonly namespace: string,
+    readonly patterns: string[],
+    snapshot: boolean,
+    lastEventId: string | null,
+  ) {
+    this.cursor = lastEventId || null
+    this.snapshotPending = snapshot && this.cursor === null
+  }
+
+  query(): URLSearchParams {
+    this.live = false
+    this.attempts += 1
+    const params = new URLSearchParams({ namespace: this.namespace })
+    for (const pattern of this.patterns) params.append('pattern', pattern)
+    if (this.snapshotPending) params.append('snapshot', '1')
+    return params
+  }
+
+  headers(): Record<string, string> {
+    const headers: Record<string, string> = { Accept: 'text/event-stream' }
+    if (this.cursor !== null) headers['Last-Event-ID'] = this.cursor
+    return headers
+  }
+
+  /** The connection closed or failed. */
+  ended(): void {
+    if (!this.live) this.failures += 1
+  }
+
+  /** No wait after a stream that worked or asked to be resumed; backoff after failures. */
+  delay(transport: Transport): number {
+    if (this.resumeNow || this.failures === 0) {
+      this.resumeNow = false
+      return 0
+    }
+    return transport.delay(this.failures - 1)
+  }
+
+  /** The event to hand out for one message, or null (resume markers, snapshot entries already
+   * handed out before a reconnect, event types this SDK does not know). */
+  handle(message: EventSourceMessage): MempEvent | null {
+    const kind = message.event
+    if (!kind) return null
+    this.live = true
+    this.failures = 0
+    if (message.id) this.cursor = message.id
+    if (ENTRY_EVENTS.has(kind)) {
+      const entry = toEntry(decode<WireEntry>(message.data, kind))
+      if (kind !== 'snapshot') return event(kind as EventType, this.cursor, entry.namespace, entry)
+      const seen = `${entry.namespace}\u0000${entry.key}\u0000${entry.version}`
+      if (this.snapshotSent.has(seen)) return null
+      this.snapshotSent.add(seen)
+      return event('snapshot', null, entry.namespace, entry)
+    }
+    if (kind !== 'snapshot-end' && kind !== 'reset' && !RESUME_EVENTS.has(kind)) return null
+    const marker = message.data ? decode<Marker>(message.data, kind) : {}
+    if (marker.cursor) this.cursor = marker.cursor
+    if (RESUME_EVENTS.has(kind)) {
+      this.resumeNow = true
+      return null
+    }
+    if (kind === 'snapshot-end') {
+      this.snapshotPending = false
+      this.snapshotSent.clear()
+      return event('snapshot-end', this.cursor, null, null)
+    }
+    return event('reset', this.cursor, marker.namespace ?? null, null, marker.reason ?? null)
+  }
+}
+
+function event(
+  type: EventType,
+  id: string | null,
+  namespace: string | null,
+  entry: MempEvent['entry'],
+  reason: string | null = null,
+): MempEvent {
+  return {
+    type,
+    id,
+    namespace,
+    entry,
+    key: entry?.key ?? null,
+    value: entry?.value ?? null,
+    version: entry?.version ?? null,
+    reason,
+    warnings: entry?.warnings ?? [],
+  }
+}
+
+function decode<T>(data: string, kind: string): T {
+  try {
+    return JSON.parse(data) as T
+  } catch (error) {
+    throw new MempError(`the broker sent a ${kind} event that is not JSON`, {
+      code: 'invalid_event',
+      cause: error,
+    })
+  }
+}
+
+/** Refusals that reconnecting cannot fix (4xx) end the subscription with their error; server
+ * trouble (5xx, 503 while Redis is away) and 408/429 are retried with backoff. */
+function fatal(status: number): boolean {
+  return status < 500 && status !== 408 && status !== 429
+}
+
+/**
+ * An endless async iterator of events: `for await (const event of broker.subscribe('x/*'))`.
+ * It connects when iteration starts (or at `open()`); `break`, `close()` or the `signal` ends
+ * it, and then the loop simply finishes.
+ */
+export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>> {
+  readonly #transport: Transport
+  readonly #state: StreamState
+  readonly #stop = new AbortController()
+  readonly #items: AsyncGenerator<MempEvent<T> | typeof OPENED, void, undefined>
+  readonly #onClose: () => void
+  #unlinkSignal: () => void = () => {}
+  #opened = false
+
+  /** Made by `MEMP.subscribe`. */
+  constructor(transport: Transport, state: StreamState, signal?: AbortSignal, onClose = () => {}) {
+    this.#transport = transport
+    this.#state = state
+    this.#onClose = onClose
+    this.#items = this.#run()
+    if (signal) {
+      const close = (): void => this.close()
+      if (signal.aborted) close()
+      else {
+        signal.addEventListener('abort', close, { once: true })
+        this.#unlinkSignal = () => signal.removeEventListener('abort', close)
+      }
+    }
+  }
+
+  /** The cursor to resume from: pass it as `lastEventId` to a later subscribe. */
+  get lastEventId(): string | null {
+    return this.#state.cursor
+  }
+
+  /** Connection attempts made so far (1 while the first connection holds). */
+  get attempts(): number {
+    return this.#state.attempts
+  }
+
+  get closed(): boolean {
+    return this.#stop.signal.aborted
+  }
+
+  /**
+   * Connect now (retrying with backoff while the broker is unreachable) and resolve once the
+   * stream is open: every change made after that is delivered. Call it before iterating.
+   */
+  async open(): Promise<this> {
+    if (!this.#opened) {
+      const item = await this.#items.next()
+      if (!item.done && item.value !== OPENED) {
+        throw new Error('open() must be called before the subscription is iterated')
+      }
+      this.#opened = true
+    }
+    return this
+  }
+
+  async next(): Promise<IteratorResult<MempEvent<T>, undefined>> {
+    for (;;) {
+      let item: IteratorResult<MempEvent<T> | typeof OPENED, void>
+      try {
+        item = await this.#items.next()
+      } catch (error) {
+        this.close()
+        throw error
+      }
+      if (item.done) {
+        this.close()
+        return { done: true, value: undefined }
+      }
+      if (item.value === OPENED) {
+        this.#opened = true
+        continue
+      }
+      return { done: false, value: item.value }
+    }
+  }
+
+  /** What `break` calls: ends the subscription. */
+  async return(): Promise<IteratorResult<MempEvent<T>, undefined>> {
+    this.close()
+    await this.#items.return(undefined)
+    return { done: true, value: undefined }
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this
+  }
+
+  /** End the subscription: the connection is closed and a pending `next()` finishes. */
+  close(): void {
+    if (this.#stop.signal.aborted) return
+    this.#stop.abort()
+    this.#unlinkSignal()
+    this.#onClose()
+  }
+
+  async *#run(): AsyncGenerator<MempEvent<T> | typeof OPENED, void, undefined> {
+    const transport = this.#transport
+    const config = transport.config
+    const state = this.#state
+    const stop = this.#stop.signal
+    while (!stop.aborted) {
+      const connection = new AbortController()
+      const unlink = link(stop, connection)
+      let timer: ReturnType<typeof setTimeout> | undefined
+      // No byte for `streamTimeout` ms (the broker sends a heartbeat every 15 s): a dead peer.
+      const arm = (): void => {
+        clearTimeout(timer)
+        timer = setTimeout(
+          () => connection.abort(new DOMException('the stream went silent', 'TimeoutError')),
+          config.streamTimeout,
+        )
+      }
+      let reader: ReadableStreamDefaultReader<Uint8Array> | undefined
+      try {
+        arm()
+        const response = await config.fetch(transport.url('/v1/subscribe', state.query()), {
+          headers: transport.headers(state.headers()),
+          signal: connection.signal,
+          cache: 'no-store',
+        })
+        if (response.status !== 200) {
+          const text = await response.text()
+          if (fatal(response.status)) {
+            throw errorFromReply(response.status, response.statusText, parseJson(text))
+          }
+        } else if (!response.body || !isEventStream(response)) {
+          throw new ConnectionFailedError(
+            `${config.baseUrl} did not answer with an event stream`,
+            { code: 'connection_error', status: response.status },
+          )
+        } else {
+          reader = response.body.getReader()
+          const decoder = new TextDecoder()
+          const messages: EventSourceMessage[] = []
+          const parser = createParser({ onEvent: (message) => messages.push(message) })
+          let opened = false
+          for (;;) {
+            arm()
+            const { done, value } = await reader.read()
+            if (done) break
+            if (!opened) {
+              opened = true
+              yield OPENED
+            }
+            parser.feed(decoder.decode(value, { stream: true }))
+            while (messages.length > 0) {
+              const item = state.handle(messages.shift()!)
+              if (item !== null) yield item as MempEvent<T>
+              if (stop.aborted) return
+            }
+          }
+        }
+      } catch (error) {
+        if (stop.aborted) return
+        if (error instanceof MempError) throw error
+        // Network trouble (refused, reset, the broker went away, silence): reconnect.
+      } finally {
+        clearTimeout(timer)
+        unlink()
+        connection.abort()
+        reader?.cancel().catch(() => {})
+      }
+      state.ended()
+      try {
+        await sleep(state.delay(transport), stop)
+      } catch {
+        return
+      }
+    }
+  }
+}
+
+function isEventStream(response: Response): boolean {
+  return (response.headers.get('content-type') ?? '').startsWith('text/event-stream')
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text)
+  } catch {
+    return null
+  }
+}
