@@ -5,13 +5,14 @@ bypass, agent-bound tokens and impersonation."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from broker.amp.cells import ULID_RE
-from tests.conftest import BACKENDS, Broker
+from tests.conftest import ADMIN_KEY, BACKENDS, Broker
 from tests.test_amp_support import (
     DAY_MS,
     Amp,
@@ -140,6 +141,35 @@ def test_patch_changes_what_it_names_as_a_versioned_memp_write(amp: Amp) -> None
     assert history[0]["value"]["content"]["text"] == "first text"
     assert history[1]["value"]["content"]["text"] == "second text"
     assert amp.read(cell["id"])["content"]["text"] == "second text"
+
+
+def test_concurrent_patches_lose_no_update(amp: Amp) -> None:
+    cell = amp.create("text 0", scoring={"importance": 0.1})
+    failures: list[str] = []
+
+    def patch_many(make: Callable[[int], dict[str, Any]]) -> None:
+        with amp.as_token(ADMIN_KEY, "agent-1") as client:
+            for i in range(1, 11):
+                response = client.patch(cell["id"], make(i))
+                if response.status_code != 200:
+                    failures.append(response.text)
+
+    threads = [threading.Thread(target=patch_many, args=(make,)) for make in (
+        lambda i: {"content": {"text": f"text {i}"}},
+        lambda i: {"scoring": {"importance": i / 10}},
+        lambda i: {"access_policy": {"readable_by": [f"reader-{i}"]}},
+    )]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    assert failures == []
+    final = amp.stored(cell)
+    assert final["content"]["text"] == "text 10"
+    assert final["scoring"]["importance"] == 1.0
+    assert final["access_policy"]["readable_by"] == ["reader-10"]
+    assert amp.entry_response(cell).json()["version"] == 31
 
 
 def test_patch_through_lifecycle_sets_the_expiry(amp: Amp) -> None:

@@ -366,3 +366,10 @@ def test_import_refuses_a_malformed_body_and_stores_nothing(amp: Amp, body: dict
     assert response.status_code == 400, response.text
     assert error_of(response)["details"]["field"] == field, error_of(response)
     assert all_keys(amp) == before
+
+
+def test_import_refuses_a_body_that_is_not_json(amp: Amp) -> None:
+    response = amp.http.post("/amp/import", content=b'{"cells": [',
+                             headers={"Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert error_of(response)["code"] == "invalid_json"

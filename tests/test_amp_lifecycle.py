@@ -9,6 +9,7 @@ processes applying each transition once."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from tests.conftest import BACKENDS, Broker, BrokerProcess
 from tests.test_amp_support import (
     DAY_MS,
     HOUR_MS,
+    WAIT,
     Amp,
     Subscription,
     TestClock,
@@ -161,6 +163,17 @@ def test_an_imported_cell_decays_from_its_original_timestamps(amp: Amp) -> None:
     amp.run()
     assert amp.status(fresh) == "active"
     assert amp.status(faded) == "stale"
+
+
+def test_the_engine_also_runs_by_itself_on_its_interval(
+        backend: str, broker_factory: Callable[..., Broker], ns: str) -> None:
+    with amp_broker(broker_factory, backend, ns,
+                    amp_lifecycle_interval_seconds=0.2) as amp:
+        cell = amp.create("barely worth keeping", scoring={"importance": 0.1})
+        deadline = time.monotonic() + WAIT
+        while amp.status(cell) != "stale":
+            assert time.monotonic() < deadline, "the periodic engine never made the cell stale"
+            time.sleep(0.05)
 
 
 # ---- stale → active ----

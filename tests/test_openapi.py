@@ -420,6 +420,7 @@ def _same_constraints(contract: Contract, where: str, kind: Any, schema: dict[st
         assert len(kinds) == 1, where
         kind = kinds[0]
     found = _constraints(contract, schema)
+    expected: dict[str, object]
     if isinstance(kind, info.FloatType | info.IntType):
         expected = {"minimum": kind.ge, "maximum": kind.le}
     elif isinstance(kind, info.StrType):
@@ -431,7 +432,7 @@ def _same_constraints(contract: Contract, where: str, kind: Any, schema: dict[st
         # The document may say more (a cell id is a ULID, checked after decoding), not less.
         assert value is None or found.get(keyword) == value, (where, keyword, found, value)
     if isinstance(kind, info.LiteralType):
-        assert sorted(found.get("enum", [])) == sorted(kind.values), where
+        assert sorted(found.get("enum", [])) == sorted(map(str, kind.values)), where
     elif isinstance(kind, info.ListType):
         assert "items" in found, where
         _same_constraints(contract, f"{where}[]", kind.item_type, found["items"])

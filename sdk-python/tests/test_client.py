@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import httpx
 import msgspec
 import pytest
 
@@ -296,3 +297,13 @@ def test_merge_writes_flag_conflicts_against_their_base(server: Broker, client: 
     assert (conflict.path, conflict.base, conflict.stored, conflict.incoming) == (
         "/plan", "free", "pro", "team")
     assert client.memory.get_entry("profile").conflicts == theirs.conflicts
+
+
+def test_a_callers_own_http_client_is_used(server: Broker, ns: str) -> None:
+    seen: list[str] = []
+    http = httpx.Client(event_hooks={"request": [lambda r: seen.append(r.url.path)]})
+    with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=server.url, http_client=http) as client:
+        client.memory.put("k", 1)
+        assert client.memory.get("k") == 1
+    assert seen == [f"/v1/namespaces/{ns}/memory/k"] * 2
+    assert http.is_closed

@@ -6,11 +6,9 @@ Sync iterators are read on a thread (`collect`), so every wait has a deadline.""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
 from memp import MEMP, AsyncMEMP, Event, Forbidden, Grant, InvalidRequest
@@ -175,11 +173,9 @@ def test_overflow_is_resumed_transparently(broker_factory: Callable[..., Broker]
     """A consumer too slow for the broker is cut off with `overflow`; the SDK resumes from its
     cursor and the caller sees every version once, and no overflow."""
     small = broker_factory("redis", subscriber_queue_size=5)
-    tiny_window = httpx.Client(timeout=10.0, transport=httpx.HTTPTransport(
-        socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]))
     total, pad = 150, "x" * 60_000  # 9 MB: the socket buffers fill, then the 5-slot queue
-    with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=small.url, http_client=tiny_window
-              ) as slow, small.client() as writer:
+    with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=small.url) as slow, \
+            small.client() as writer:
         subscription = slow.subscribe("k").open()  # open, but not read until all is written
         for n in range(1, total + 1):
             writer.put(f"/v1/namespaces/{ns}/memory/k", json={"value": {"n": n, "pad": pad}}
