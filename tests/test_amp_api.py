@@ -198,6 +198,11 @@ def test_a_memp_subscriber_sees_creates_and_patches(amp: Amp) -> None:
             lambda name, data: name == "put" and data["key"] == key and data["version"] == 2,
             "the patch")
         assert patched["value"]["content"]["text"] == "carol likes blues"
+        amp.run(ms_of(cell["lifecycle"]["created_at"]) + 200 * DAY_MS)
+        _, stale = stream.wait_for(
+            lambda name, data: name == "put" and data["key"] == key and data["version"] == 3,
+            "the lifecycle engine's change")
+        assert stale["value"]["lifecycle"]["status"] == "stale"
         assert all(data.get("key") != cell_key(other) for _, data in stream.events)
     finally:
         stream.close()

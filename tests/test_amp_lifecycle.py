@@ -431,6 +431,22 @@ def test_an_expired_cell_is_hidden_from_reads_and_search(clocked: Amp, clock: Te
     assert clocked.search_ids(status=["archived"]) == []
 
 
+def test_an_expired_cell_cannot_be_revived_but_can_still_be_erased(
+        clocked: Amp, clock: TestClock) -> None:
+    cell = clocked.create("until lunch", expires_at=iso(clock.now + HOUR_MS))
+    clock.advance(HOUR_MS)
+    later = iso(clock.now + 10 * DAY_MS)
+    assert clocked.patch(cell["id"], {"expires_at": later}).status_code == 404
+    assert clocked.patch(cell["id"], {"content": {"text": "x"}}).status_code == 404
+    assert clocked.stored(cell)["lifecycle"]["expires_at"] == cell["lifecycle"]["expires_at"]
+    assert clocked.delete(cell["id"]).status_code == 409  # still active until the next run
+    clocked.run()
+    assert clocked.delete(cell["id"]).status_code == 200
+    clock.advance(days(30))
+    assert clocked.purge().json() == {"purged": [cell["id"]]}
+    assert clocked.entry_response(cell).status_code == 404
+
+
 def test_an_imported_expired_cell_is_hidden_and_archived(amp: Amp) -> None:
     cell = old_import(amp, new_id(), age_days=3, expires_at=iso(now_ms() - HOUR_MS))
     assert amp.get(cell["id"]).status_code == 404

@@ -298,7 +298,7 @@ def traces(client: Any, marker: str) -> list[str]:
             raise AssertionError(f"key {key!r} has a type this check does not read: {kind}")
         if any(needle in (p if isinstance(p, bytes) else str(p).encode()) for p in parts):
             found.append(f"{kind} {key.decode(errors='replace')}")
-    return found
+    return sorted(found)
 
 
 # ---- a MEMP subscription read on a thread ----

@@ -21,7 +21,7 @@ NAME_RE = re.compile(r"[A-Za-z0-9._:@+-]{1,128}")
 Name = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@+-]+\Z")]
 # The owner names a MEMP key segment (`cells/<type>/<owner>/<id>`), so `.` and `..` are out.
 OwnerId = Annotated[str, Meta(min_length=1, max_length=128,
-                              pattern=r"^(?!\.\.?$)[A-Za-z0-9._:@+-]+\Z")]
+                              pattern=r"^(?!\.\.?\Z)[A-Za-z0-9._:@+-]+\Z")]
 # An agent id or a pattern of them: `*` stands for any run of characters (spec section 4).
 AgentGlob = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@+*-]+\Z")]
 Text = Annotated[str, Meta(max_length=64 * 1024)]

@@ -139,6 +139,7 @@ class CellService:
         for _ in range(_CAS_ATTEMPTS):
             record, cell, entry = await self.load(cell_id)
             now = self.clock()
+            _check_visible(cell, now)  # an expired cell is hidden, from writes as from reads
             if not can_write(cell, agent):
                 raise MempError("forbidden", "the cell's access policy does not let this agent "
                                 "write")

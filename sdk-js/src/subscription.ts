@@ -240,7 +240,7 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
   /** What `break` calls: ends the subscription. */
   async return(): Promise<IteratorResult<MempEvent<T>, undefined>> {
     this.close()
-    await this.#items.return(undefined)
+    await this.#items.return(undefined).catch(() => {})
     return { done: true, value: undefined }
   }
 
@@ -254,6 +254,9 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
     this.#stop.abort()
     this.#unlinkSignal()
     this.#onClose()
+    // Run the generator's cleanup now if it is parked at a `yield` (after a pending `next()`
+    // otherwise, which the abort above ends).
+    this.#items.return(undefined).catch(() => {})
   }
 
   async *#run(): AsyncGenerator<MempEvent<T> | typeof OPENED, void, undefined> {

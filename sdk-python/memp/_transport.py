@@ -25,6 +25,8 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8080"
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 # Errors after which it may have: only idempotent calls are resent.
 _MAYBE_SENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+# Replies that say "not now": nothing was done, try again after a while.
+RETRY_STATUSES = frozenset({429, 503})
 
 
 @dataclass(slots=True)
@@ -110,7 +112,7 @@ class SyncTransport:
                 continue
             if response.is_success:
                 return call.parse(response)
-            if response.status_code == 503 and attempt < self.config.max_retries:
+            if response.status_code in RETRY_STATUSES and attempt < self.config.max_retries:
                 time.sleep(self.config.delay(attempt, response.headers.get("retry-after")))
                 attempt += 1
                 continue
@@ -140,7 +142,7 @@ class AsyncTransport:
                 continue
             if response.is_success:
                 return call.parse(response)
-            if response.status_code == 503 and attempt < self.config.max_retries:
+            if response.status_code in RETRY_STATUSES and attempt < self.config.max_retries:
                 await asyncio.sleep(self.config.delay(attempt,
                                                       response.headers.get("retry-after")))
                 attempt += 1

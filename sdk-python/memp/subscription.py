@@ -19,7 +19,7 @@ import httpx
 import msgspec
 from httpx_sse import ServerSentEvent, SSEError, aconnect_sse, connect_sse
 
-from memp._transport import AsyncTransport, Config, SyncTransport
+from memp._transport import RETRY_STATUSES, AsyncTransport, Config, SyncTransport
 from memp.errors import ConnectionFailed, error_from_response
 from memp.models import Entry, Event, EventType
 
@@ -120,8 +120,8 @@ def _shutdown(response: httpx.Response) -> None:
 
 def _raise_fatal(response: httpx.Response) -> None:
     """Refusals that reconnecting cannot fix (4xx) end the subscription with their error;
-    server trouble (5xx, 503 while Redis is away) is retried with backoff."""
-    if response.status_code < 500:
+    server trouble (5xx, 503 while Redis is away) and 429 are retried with backoff."""
+    if response.status_code < 500 and response.status_code not in RETRY_STATUSES:
         raise error_from_response(response)
 
 

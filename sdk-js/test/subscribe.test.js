@@ -1,0 +1,287 @@
+// Subscriptions against a real broker: live events, snapshot start, resume from a cursor,
+// reset, overflow, several patterns, warnings, and ending by break, close() or an AbortSignal.
+
+import assert from 'node:assert/strict'
+import { after, before, describe, test } from 'node:test'
+
+import { Subscription } from 'memp-sdk'
+
+import { admin, Broker, delay, namespace, rest, startServices, take, WAIT } from './helpers.js'
+
+/** @type {Awaited<ReturnType<typeof startServices>>} */
+let services
+/** @type {string} */
+let url
+
+before(async () => {
+  services = await startServices()
+  url = services.broker.url
+})
+after(async () => {
+  await services?.stop()
+})
+
+/**
+ * A fetch that remembers the signal of every stream request, to check they get closed.
+ * @param {AbortSignal[]} signals
+ * @returns {typeof fetch}
+ */
+function recordingFetch(signals) {
+  return (input, init) => {
+    if (String(input).includes('/v1/subscribe') && init?.signal) signals.push(init.signal)
+    return fetch(input, init)
+  }
+}
+
+/**
+ * Wait until `check()` holds.
+ * @param {() => boolean} check
+ */
+async function until(check, what = 'the condition') {
+  const deadline = Date.now() + WAIT
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await delay(10)
+  }
+}
+
+describe('live events', () => {
+  test('put, delete and expire events carry the entry, its value and a cursor', async () => {
+    const broker = admin(url, namespace())
+    const events = broker.subscribe('customer/*')
+    assert.ok(events instanceof Subscription)
+    await events.open()
+    await broker.memory.put('customer/1', { plan: 'pro' })
+    await broker.memory.put('other/x', 'not followed')
+    await broker.memory.put('customer/2', { plan: 'free' })
+    await broker.memory.delete('customer/1')
+    await broker.memory.put('customer/3', 'brief', { ttlSeconds: 1 })
+    const [first, second, deleted, brief, expired] = await take(events, 5)
+    assert.ok(first && second && deleted && brief && expired)
+    assert.equal(first.type, 'put')
+    assert.equal(first.key, 'customer/1')
+    assert.deepEqual(first.value, { plan: 'pro' })
+    assert.equal(first.version, 1)
+    assert.equal(first.namespace, broker.namespace)
+    assert.equal(first.entry?.agentId, 'admin')
+    assert.deepEqual(first.warnings, [])
+    assert.ok(first.id)
+    assert.deepEqual(second.value, { plan: 'free' })
+    assert.equal(deleted.type, 'delete')
+    assert.equal(deleted.key, 'customer/1')
+    assert.equal(deleted.value, null)
+    assert.equal(deleted.version, 2)
+    assert.equal(brief.key, 'customer/3')
+    assert.equal(expired.type, 'expire')
+    assert.equal(expired.key, 'customer/3')
+    assert.equal(expired.value, null)
+    assert.equal(events.lastEventId, expired.id)
+    events.close()
+  })
+
+  test('several patterns on one stream', async () => {
+    const broker = admin(url, namespace())
+    const events = await broker.subscribe(['a/*', 'b/x']).open()
+    await broker.memory.put('b/y', 0)
+    await broker.memory.put('a/1', 1)
+    await broker.memory.put('c/1', 0)
+    await broker.memory.put('b/x', 2)
+    const got = await take(events, 2)
+    assert.deepEqual(got.map((e) => [e.key, e.value]), [['a/1', 1], ['b/x', 2]])
+    events.close()
+  })
+
+  test('schema warnings and merge conflicts reach subscribers', async () => {
+    const ns = namespace()
+    await rest(url, 'PUT', `/v1/namespaces/${ns}/schemas/num`, {
+      pattern: 'n/*', schema: { type: 'number' },
+    })
+    const broker = admin(url, ns)
+    const events = await broker.subscribe('n/*').open()
+    await broker.memory.put('n/1', 'text')
+    const [event] = await take(events, 1)
+    assert.equal(event?.entry?.schemaViolation, true)
+    assert.deepEqual(event?.warnings, ['schema_violation'])
+    assert.equal(event?.entry?.schemaErrors?.[0]?.schemaId, 'num')
+    events.close()
+  })
+
+  test('the subscription follows another namespace when asked', async () => {
+    const broker = admin(url, namespace())
+    const other = namespace('other')
+    const events = await broker.subscribe('*', { namespace: other }).open()
+    await broker.memory.put('k', 'mine')
+    await broker.memory.put('k', 'theirs', { namespace: other })
+    const [event] = await take(events, 1)
+    assert.equal(event?.namespace, other)
+    assert.equal(event?.value, 'theirs')
+    events.close()
+  })
+})
+
+describe('snapshot', () => {
+  test('starts with the current entries, then snapshot-end, then live changes', async () => {
+    const broker = admin(url, namespace())
+    await broker.memory.put('s/1', 'one')
+    await broker.memory.put('s/2', 'two')
+    await broker.memory.put('s/2', 'two, again')
+    await broker.memory.put('t/1', 'not followed')
+    const events = broker.subscribe('s/*', { snapshot: true })
+    const [a, b, end] = await take(events, 3)
+    assert.deepEqual([a?.type, a?.key, a?.value, a?.id], ['snapshot', 's/1', 'one', null])
+    assert.deepEqual([b?.type, b?.key, b?.value, b?.version], ['snapshot', 's/2', 'two, again', 2])
+    assert.equal(end?.type, 'snapshot-end')
+    assert.ok(end?.id)
+    assert.equal(events.lastEventId, end?.id)
+    await broker.memory.put('s/3', 'three')
+    const [live] = await take(events, 1)
+    assert.deepEqual([live?.type, live?.key], ['put', 's/3'])
+    events.close()
+  })
+})
+
+describe('resume', () => {
+  test('lastEventId resumes after the cursor: every missed change, once', async () => {
+    const broker = admin(url, namespace())
+    const first = await broker.subscribe('r/*').open()
+    await broker.memory.put('r/1', 1)
+    await broker.memory.put('r/2', 2)
+    await take(first, 2)
+    const cursor = first.lastEventId
+    assert.ok(cursor)
+    first.close()
+    for (const n of [3, 4, 5]) await broker.memory.put(`r/${n}`, n)
+    const resumed = broker.subscribe('r/*', { lastEventId: cursor })
+    const got = await take(resumed, 3)
+    assert.deepEqual(got.map((e) => e.value), [3, 4, 5])
+    await broker.memory.put('r/6', 6)
+    const [next] = await take(resumed, 1)
+    assert.equal(next?.value, 6, 'no duplicate between the replay and live events')
+    resumed.close()
+  })
+
+  test('a cursor older than the retained change log gets a reset event', async () => {
+    const small = await Broker.start(services.redis.url, { env: { MEMP_CHANGELOG_MAXLEN: '5' } })
+    try {
+      const broker = admin(small.url, namespace())
+      const first = await broker.subscribe('*').open()
+      await broker.memory.put('k/0', 0)
+      await take(first, 1)
+      const cursor = first.lastEventId
+      first.close()
+      for (let n = 1; n <= 12; n++) await broker.memory.put(`k/${n}`, n)
+      assert.ok(cursor)
+      const resumed = broker.subscribe('*', { lastEventId: cursor })
+      const [reset] = await take(resumed, 1)
+      assert.equal(reset?.type, 'reset')
+      assert.equal(reset?.namespace, broker.namespace)
+      assert.match(reset?.reason ?? '', /older than the retained change log/)
+      assert.ok(reset?.id)
+      await broker.memory.put('k/after', 'live')
+      const [live] = await take(resumed, 1)
+      assert.deepEqual([live?.type, live?.key], ['put', 'k/after'])
+      resumed.close()
+    } finally {
+      await small.stop()
+    }
+  })
+
+  test('an overflow is resumed transparently: every change once, in order', async () => {
+    const tiny = await Broker.start(services.redis.url, { env: { MEMP_SUBSCRIBER_QUEUE_SIZE: '1' } })
+    try {
+      const broker = admin(tiny.url, namespace())
+      const events = await broker.subscribe('o/*').open()
+      const writes = []
+      for (let n = 0; n < 60; n++) writes.push(broker.memory.put(`o/${n}`, n))
+      const written = await Promise.all(writes)
+      const got = await take(events, 60)
+      assert.deepEqual(new Set(got.map((e) => e.key)), new Set(written.map((e) => e.key)))
+      assert.equal(new Set(got.map((e) => e.id)).size, 60, 'no event twice')
+      assert.ok(events.attempts > 1, 'the broker cut the slow subscriber off at least once')
+      await broker.memory.put('o/last', 'x')
+      const [last] = await take(events, 1)
+      assert.equal(last?.key, 'o/last')
+      events.close()
+    } finally {
+      await tiny.stop()
+    }
+  })
+})
+
+describe('ending a subscription', () => {
+  test('break ends the loop and closes the connection', async () => {
+    /** @type {AbortSignal[]} */
+    const signals = []
+    const broker = admin(url, namespace(), { fetch: recordingFetch(signals) })
+    const events = await broker.subscribe('b/*').open()
+    await broker.memory.put('b/1', 1)
+    for await (const event of events) {
+      assert.equal(event.value, 1)
+      break
+    }
+    assert.equal(events.closed, true)
+    assert.equal(signals.length, 1)
+    assert.ok(signals[0]?.aborted, 'the stream request was aborted')
+    assert.deepEqual(await events.next(), { done: true, value: undefined })
+  })
+
+  test('an AbortSignal ends a loop that is waiting for events', async () => {
+    const broker = admin(url, namespace())
+    const controller = new AbortController()
+    const events = await broker.subscribe('w/*', { signal: controller.signal }).open()
+    /** @type {unknown[]} */
+    const seen = []
+    const loop = (async () => {
+      for await (const event of events) seen.push(event.value)
+      return 'finished'
+    })()
+    await broker.memory.put('w/1', 1)
+    await until(() => seen.length === 1, 'the first event')
+    controller.abort()
+    assert.equal(await loop, 'finished', 'the loop ends without an error')
+    assert.deepEqual(seen, [1])
+    assert.equal(events.closed, true)
+  })
+
+  test('an AbortSignal ends a subscription that is still trying to connect', async () => {
+    const controller = new AbortController()
+    const broker = admin('http://127.0.0.1:9', namespace())
+    const events = broker.subscribe('*', { signal: controller.signal })
+    const loop = (async () => {
+      for await (const _ of events) throw new Error('no event expected')
+      return 'finished'
+    })()
+    await delay(300)
+    assert.ok(events.attempts >= 1)
+    controller.abort()
+    assert.equal(await loop, 'finished')
+  })
+
+  test('an already aborted signal sends nothing', async () => {
+    let requests = 0
+    const broker = admin(url, namespace(), {
+      fetch: (input, init) => {
+        requests += 1
+        return fetch(input, init)
+      },
+    })
+    const events = broker.subscribe('*', { signal: AbortSignal.abort() })
+    for await (const _ of events) throw new Error('no event expected')
+    assert.equal(requests, 0)
+  })
+
+  test('close() ends a pending next(); MEMP.close() ends every subscription', async () => {
+    const broker = admin(url, namespace())
+    const one = await broker.subscribe('x/*').open()
+    const pending = one.next()
+    one.close()
+    assert.deepEqual(await pending, { done: true, value: undefined })
+
+    const a = await broker.subscribe('a/*').open()
+    const b = await broker.subscribe('b/*').open()
+    const pendingA = a.next()
+    broker.close()
+    assert.deepEqual(await pendingA, { done: true, value: undefined })
+    assert.equal(b.closed, true)
+  })
+})
