@@ -1,8 +1,9 @@
-"""Reads of the per-namespace change log (a Redis Stream written by the write scripts)."""
+"""Reads of the per-namespace change log (a Redis Stream written by the write scripts), each
+change decoded and encoded once for every subscriber: its JSON payload and its SSE frame."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import msgspec
@@ -21,9 +22,22 @@ class ChangePayload(Entry, kw_only=True):
     type: str
 
 
+def format_cursor(positions: dict[str, str]) -> bytes:
+    """A stream's cursor, sent as every event's id: `ns:ms-seq[,ns:ms-seq...]`, sorted."""
+    return ",".join(f"{ns}:{pos}" for ns, pos in sorted(positions.items())).encode()
+
+
+def encode_frame(event: bytes, cursor: bytes | None, data: bytes) -> bytes:
+    """One SSE event."""
+    head = b"id: " + cursor + b"\n" if cursor is not None else b""
+    return head + b"event: " + event + b"\ndata: " + data + b"\n\n"
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One decoded change-log record; `data` is its JSON payload, encoded once for everyone."""
+    """One decoded change-log record. `data` is its JSON payload; `frame` is its SSE event for
+    a stream following this namespace only (whose cursor is then this position); `order` is
+    the position as numbers. All are made once here, not by each subscriber."""
 
     namespace: str
     position: str
@@ -31,6 +45,13 @@ class Change:
     key: str
     version: int
     data: bytes
+    order: tuple[int, int] = field(init=False, repr=False, compare=False)
+    frame: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "order", position_key(self.position))
+        cursor = format_cursor({self.namespace: self.position})
+        object.__setattr__(self, "frame", encode_frame(self.type.encode(), cursor, self.data))
 
 
 def decode_change(namespace: str, record: StreamRecord) -> Change:

@@ -30,8 +30,10 @@ class Subscription:
         self.resets: set[str] = set()
 
     def wants(self, change: Change) -> bool:
-        patterns = self.patterns.get(change.namespace)
-        return patterns is not None and any(p.matches(change.key) for p in patterns)
+        for pattern in self.patterns.get(change.namespace, ()):
+            if pattern.matches(change.key):
+                return True
+        return False
 
     def offer(self, change: Change) -> None:
         if self.overflowed or not self.wants(change):

@@ -1,7 +1,8 @@
 """One subscriber's event stream: replay or snapshot, then live changes, as SSE frames.
 
 Gap-free seam: the subscription joins the hub (its queue starts filling) before the log is
-read from the cursor, and live changes at or before the last position replayed are dropped."""
+read from the cursor, and live changes at or before the last position replayed are dropped.
+Live changes already queued are sent together, in one write."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ import anyio
 import msgspec
 
 from broker.auth import Principal
-from broker.changelog import Change, ChangeLog, encode_payload, position_key
+from broker.changelog import (
+    Change,
+    ChangeLog,
+    encode_frame,
+    encode_payload,
+    format_cursor,
+    position_key,
+)
 from broker.errors import MempError
 from broker.hub import Hub, Subscription
 from broker.keys import Pattern
@@ -22,10 +30,11 @@ from broker.memory import MemoryService
 
 _CURSOR_PART_RE = re.compile(r"([a-z0-9][a-z0-9._-]{0,62}):(\d{1,20}-\d{1,20})")
 _REPLAY_BATCH = 500
+_LIVE_BATCH = 64  # queued changes sent in one write, at most
 
 
 def parse_cursor(text: str | None) -> dict[str, str] | None:
-    """`ns:ms-seq[,ns:ms-seq...]`, as sent in every event's id."""
+    """`ns:ms-seq[,ns:ms-seq...]`, as sent in every event's id (`format_cursor`)."""
     if text is None or text.strip() == "":
         return None
     positions = {}
@@ -36,15 +45,6 @@ def parse_cursor(text: str | None) -> dict[str, str] | None:
                             {"last_event_id": text[:200]})
         positions[match.group(1)] = match.group(2)
     return positions
-
-
-def format_cursor(positions: dict[str, str]) -> bytes:
-    return ",".join(f"{ns}:{pos}" for ns, pos in sorted(positions.items())).encode()
-
-
-def frame(event: bytes, cursor: bytes | None, data: bytes) -> bytes:
-    head = b"id: " + cursor + b"\n" if cursor is not None else b""
-    return head + b"event: " + event + b"\ndata: " + data + b"\n\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +70,17 @@ class EventStream:
         self.subscription = Subscription(request.patterns, queue_size)
         self.retry_ms = retry_ms
         self.positions: dict[str, str] = {}
+        self.orders: dict[str, tuple[int, int]] = {}  # the positions as numbers
+        self.single = len(request.patterns) == 1
         self.snapshot_versions: dict[tuple[str, str], int] = {}
 
     @property
     def cursor(self) -> bytes:
         return format_cursor(self.positions)
+
+    def _move(self, namespace: str, position: str) -> None:
+        self.positions[namespace] = position
+        self.orders[namespace] = position_key(position)
 
     async def open(self) -> list[str]:
         """Join the hub and fix the start positions before any response is sent, so a store
@@ -120,12 +126,12 @@ class EventStream:
         lost: list[str] = []
         cursor = self.request.cursor or {}
         for namespace in self.request.patterns:
-            self.positions[namespace] = await self.changelog.last_position(namespace)
+            self._move(namespace, await self.changelog.last_position(namespace))
             start = cursor.get(namespace)
             if start is None:
                 continue
             if await self.changelog.continues(namespace, start):
-                self.positions[namespace] = start
+                self._move(namespace, start)
             else:
                 lost.append(namespace)
         return lost
@@ -142,29 +148,37 @@ class EventStream:
                         if seen in self.snapshot_versions:
                             continue
                         self.snapshot_versions[seen] = entry.version
-                        yield frame(b"snapshot", None, encode_payload(entry, "snapshot"))
+                        yield encode_frame(b"snapshot", None, encode_payload(entry, "snapshot"))
                     page_cursor = page.next_cursor
                     if page_cursor is None:
                         break
         marker = msgspec.json.encode({"cursor": self.cursor.decode()})
-        yield frame(b"snapshot-end", self.cursor, marker)
+        yield encode_frame(b"snapshot-end", self.cursor, marker)
 
     def _reset(self, namespace: str, reason: str) -> bytes:
         data = msgspec.json.encode({"namespace": namespace, "reason": reason,
                                     "cursor": self.cursor.decode()})
-        return frame(b"reset", self.cursor, data)
+        return encode_frame(b"reset", self.cursor, data)
 
-    def _fresh(self, change: Change) -> bool:
-        """Not yet sent: after the namespace's position, and newer than the snapshot's version."""
-        position = self.positions.get(change.namespace, "0-0")
-        if position_key(change.position) <= position_key(position):
+    def _fresh(self, change: Change, matched: bool = False) -> bool:
+        """Not yet sent: after the namespace's position, newer than the snapshot's version, and
+        wanted (`matched`: the hub has checked the patterns already). Moves the position."""
+        if change.order <= self.orders.get(change.namespace, (0, 0)):
             return False
         self.positions[change.namespace] = change.position
+        self.orders[change.namespace] = change.order
         if self.snapshot_versions:
             snapshot_version = self.snapshot_versions.get((change.namespace, change.key), 0)
             if change.version <= snapshot_version:
                 return False
-        return self.subscription.wants(change)
+        return matched or self.subscription.wants(change)
+
+    def _frame(self, change: Change) -> bytes:
+        """The change's event, after `_fresh` moved the position: with one namespace the cursor
+        is the change's own position, so every such subscriber sends the same bytes."""
+        if self.single:
+            return change.frame
+        return encode_frame(change.type.encode(), self.cursor, change.data)
 
     async def _catch_up(self) -> AsyncIterator[bytes]:
         """Read the log from each position until it is exhausted with no overflow meanwhile;
@@ -177,7 +191,7 @@ class EventStream:
                                                          _REPLAY_BATCH)
                     for change in changes:
                         if self._fresh(change):
-                            yield frame(change.type.encode(), self.cursor, change.data)
+                            yield self._frame(change)
                     if len(changes) < _REPLAY_BATCH:
                         break
             if not self.subscription.overflowed:
@@ -185,22 +199,38 @@ class EventStream:
         self.snapshot_versions.clear()
 
     async def _live(self) -> AsyncIterator[bytes]:
+        """Queued changes, up to _LIVE_BATCH at a time in one chunk; a farewell ends it."""
         subscription = self.subscription
+        queue = subscription.queue
         while True:
-            change = await subscription.queue.get()
-            if subscription.overflowed:
-                data = msgspec.json.encode({"cursor": self.cursor.decode(),
-                                            "reason": "the subscriber fell too far behind"})
-                yield frame(b"overflow", self.cursor, data)
-                return
-            if subscription.closing:
-                data = msgspec.json.encode({"cursor": self.cursor.decode(),
-                                            "reason": "the broker is shutting down"})
-                yield frame(b"shutdown", self.cursor, data)
-                return
-            while subscription.resets:
-                namespace = subscription.resets.pop()
-                self.positions[namespace] = "0-0"
-                yield self._reset(namespace, "the change log was lost and started over")
-            if change is not None and self._fresh(change):
-                yield frame(change.type.encode(), self.cursor, change.data)
+            change = await queue.get()
+            frames: list[bytes] = []
+            while True:
+                farewell = self._farewell()
+                if farewell is not None:
+                    frames.append(farewell)
+                    yield b"".join(frames)
+                    return
+                while subscription.resets:
+                    namespace = subscription.resets.pop()
+                    self._move(namespace, "0-0")
+                    frames.append(self._reset(namespace,
+                                              "the change log was lost and started over"))
+                if change is not None and self._fresh(change, matched=True):
+                    frames.append(self._frame(change))
+                if queue.empty() or len(frames) >= _LIVE_BATCH:
+                    break
+                change = queue.get_nowait()
+            if frames:
+                yield b"".join(frames)
+
+    def _farewell(self) -> bytes | None:
+        """The last frame, once the subscriber overflowed or the broker is shutting down."""
+        if self.subscription.overflowed:
+            event, reason = b"overflow", "the subscriber fell too far behind"
+        elif self.subscription.closing:
+            event, reason = b"shutdown", "the broker is shutting down"
+        else:
+            return None
+        data = msgspec.json.encode({"cursor": self.cursor.decode(), "reason": reason})
+        return encode_frame(event, self.cursor, data)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,7 +151,7 @@ def malformed_json() -> list[Any]:
         ("batch-item", "POST", "/v1/messages", lambda: b"[" + b'{"a":' * DEEP + b"1"
          + b"}" * DEEP + b"]"),
         ("schema", "PUT", f"{SCHEMAS}/s2",
-         lambda: b'{"pattern": "*", "schema": {"items": ' + deep() + b"}}"),
+         lambda: b'{"pattern": "*", "schema": {"items": ' + deep(30_000) + b"}}"),
     ]
     cases += [P(Bad(method, path, 400, "invalid_json", content=body),
                 id=f"{name}-deep-nesting") for name, method, path, body in nested]
@@ -295,6 +296,9 @@ BAD_KEYS = [
     ("control-01", "%01"),
     ("nul", "a%00b"),
     ("newline", "a%0Ab"),
+    ("trailing-newline", "a%0A"),
+    ("seed-key-trailing-newline", f"{SEED_KEY}%0A"),
+    ("seed-key-trailing-cr", f"{SEED_KEY}%0D"),
     ("del", "a%7Fb"),
     ("c1-control", "a%C2%85b"),
     ("2kb", "k" * 2048),
@@ -312,7 +316,8 @@ def keys() -> list[Any]:
     for name, key in BAD_KEYS:
         cases.append(P(Bad("PUT", f"{MEM}/{key}", 400, "invalid_key", json={"value": 1}),
                        id=f"put-key-{name}"))
-        if name in ("dotdot-encoded", "empty-segment", "star", "control-01", "2kb", "empty"):
+        if name in ("dotdot-encoded", "empty-segment", "star", "control-01", "2kb", "empty",
+                    "seed-key-trailing-newline"):
             cases += [
                 P(Bad("GET", f"{MEM}/{key}", 400, "invalid_key"), id=f"get-key-{name}"),
                 P(Bad("DELETE", f"{MEM}/{key}", 400, "invalid_key"), id=f"delete-key-{name}"),
@@ -723,6 +728,25 @@ def outsider_tokens() -> dict[str, str]:
     return {}
 
 
+@pytest.fixture(scope="module")
+def seeded(outsider_tokens: dict[str, str]) -> Iterator[Callable[[Broker], Context]]:
+    """One seeded namespace per broker for the whole catalogue. Every case checks that its
+    request changed nothing, so they can share it; a namespace per case would also leave the
+    session broker's sweeper with hundreds of namespaces to visit."""
+    contexts: dict[str, Context] = {}
+
+    def get(target: Broker) -> Context:
+        if target.url not in contexts:
+            admin = target.client()
+            contexts[target.url] = seed(target, admin, f"bad-{uuid.uuid4().hex[:12]}",
+                                        outsider_tokens)
+        return contexts[target.url]
+
+    yield get
+    for ctx in contexts.values():
+        ctx.admin.close()
+
+
 def outsider_token(target: Broker, cache: dict[str, str]) -> str:
     if target.url not in cache:
         with target.client() as admin:
@@ -856,21 +880,19 @@ def assert_error_shape(payload: Any, status: int, code: str) -> None:
 
 @pytest.mark.parametrize("bad", CATALOGUE)
 def test_bad_request_is_refused_and_stored_data_is_intact(
-    bad: Bad, broker: Broker, ns: str, request: pytest.FixtureRequest,
-    outsider_tokens: dict[str, str],
+    bad: Bad, broker: Broker, request: pytest.FixtureRequest,
+    seeded: Callable[[Broker], Context],
 ) -> None:
-    target = request.getfixturevalue("limited") if bad.limited else broker
-    with target.client() as admin:
-        ctx = seed(target, admin, ns, outsider_tokens)
-        with_keys = bad.path.startswith("/v1/keys")
-        before = snapshot(ctx, with_keys)
-        status, payload, headers = send(bad, ctx)
-        assert status != 500, payload
-        assert status == bad.status, payload
-        assert_error_shape(payload, status, bad.code)
-        if status == 401:
-            assert headers.get("www-authenticate", "").lower().startswith("bearer")
-        after = snapshot(ctx, with_keys)
+    ctx = seeded(request.getfixturevalue("limited") if bad.limited else broker)
+    with_keys = bad.path.startswith("/v1/keys")
+    before = snapshot(ctx, with_keys)
+    status, payload, headers = send(bad, ctx)
+    assert status != 500, payload
+    assert status == bad.status, payload
+    assert_error_shape(payload, status, bad.code)
+    if status == 401:
+        assert headers.get("www-authenticate", "").lower().startswith("bearer")
+    after = snapshot(ctx, with_keys)
     assert after == before
     assert after["entry"]["value"] == SEED_VALUE and after["entry"]["version"] == 2
 

@@ -142,8 +142,9 @@ class CellIndex:
         found = await self.redis.zrangebyscore(self._due(transition), "-inf", as_of, 0, limit)
         return [_text(i) for i in found]
 
-    async def recovering(self, limit: int) -> list[str]:
-        found = await self.redis.srandmember(layout.amp_recover(self.namespace), limit)
+    async def take_recovering(self, limit: int) -> list[str]:
+        """Remove and return up to `limit` recheck marks."""
+        found = await self.redis.spop(layout.amp_recover(self.namespace), limit)
         return [_text(i) for i in found or []]
 
     async def by_term(self, terms: Iterable[str]) -> set[str]:

@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
-from broker import layout
 from broker.amp.cells import MemoryCell, iso, parse_time
 from broker.amp.index import CellRecord, reference_ms
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
@@ -90,12 +89,14 @@ class LifecycleEngine:
         done = 0
         seen: set[str] = set()
         while True:
-            ids = [i for i in await self.cells.index.recovering(self.batch) if i not in seen]
+            # Marks are taken off before the cells are looked at, so a read that marks a cell
+            # again meanwhile is seen by the next run rather than lost.
+            ids = [i for i in await self.cells.index.take_recovering(self.batch)
+                   if i not in seen]
             if not ids:
                 return done
             seen.update(ids)
             done += await self._apply(ids, _recover, as_of)
-            await self.cells.store.redis.srem(layout.amp_recover(self.cells.namespace), *ids)
 
     async def _apply(self, ids: list[str], decide: Decide, as_of: int) -> int:
         records = await self.cells.index.records(ids)
@@ -113,6 +114,8 @@ class LifecycleEngine:
         entry = await cells.store.get(cells.namespace, record.key, cells.clock())
         if entry is None or entry.value is None:
             return False
+        # Read again after the entry: a read since the batch was fetched moved the decay clock.
+        record = await cells.index.record(record.id) or record
         cell = decode_cell(entry)
         target = decide(cell, record, as_of)
         if target is not None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Awaitable, Callable
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -78,10 +81,20 @@ async def entry_history(request: Request) -> Response:
                           "versions": versions})
 
 
+def _key_route(path: str, endpoint: Callable[[Request], Awaitable[Response]], method: str
+               ) -> Route:
+    """A route whose `{key:path}` takes every character to the end of the path. Starlette's
+    `.*` stops at a newline and its `$` also matches before a trailing one, so `a%0A` would
+    reach the handler as key `a` and write another entry; whole, the key fails validation."""
+    route = Route(path, endpoint, methods=[method])
+    route.path_regex = re.compile(route.path_regex.pattern.removesuffix("$") + r"\Z", re.DOTALL)
+    return route
+
+
 routes = [
     Route("/v1/namespaces/{namespace}/memory", query_entries, methods=["GET"]),
-    Route("/v1/namespaces/{namespace}/memory/{key:path}", get_entry, methods=["GET"]),
-    Route("/v1/namespaces/{namespace}/memory/{key:path}", put_entry, methods=["PUT"]),
-    Route("/v1/namespaces/{namespace}/memory/{key:path}", delete_entry, methods=["DELETE"]),
-    Route("/v1/namespaces/{namespace}/history/{key:path}", entry_history, methods=["GET"]),
+    _key_route("/v1/namespaces/{namespace}/memory/{key:path}", get_entry, "GET"),
+    _key_route("/v1/namespaces/{namespace}/memory/{key:path}", put_entry, "PUT"),
+    _key_route("/v1/namespaces/{namespace}/memory/{key:path}", delete_entry, "DELETE"),
+    _key_route("/v1/namespaces/{namespace}/history/{key:path}", entry_history, "GET"),
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -16,10 +16,21 @@ import httpx
 import msgspec
 
 from memp.errors import SchemaViolationWarning
-from memp.models import ApiKey, CreatedKey, Entry, Grant, Page, Registration
+from memp.models import (
+    ApiKey,
+    CreatedKey,
+    Entry,
+    Grant,
+    NamespaceConfig,
+    Page,
+    Registration,
+    SchemaRecord,
+    StoredConfig,
+)
 
 T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
+UPDATE_ATTEMPTS = 5  # how often update_config re-reads and tries again when raced
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,3 +185,64 @@ def list_keys() -> Call[list[ApiKey]]:
 def revoke_key(key_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/keys/{_segment(key_id)}", lambda response: None,
                 idempotent=False)
+
+
+def _namespace_path(namespace: str, *rest: str) -> str:
+    return "/".join([f"/v1/namespaces/{_segment(namespace)}", *(_segment(p) for p in rest)])
+
+
+def namespace_config(config: NamespaceConfig | None, changes: Mapping[str, Any]
+                     ) -> NamespaceConfig:
+    """`config` (only its configuration fields, so a StoredConfig will do) with `changes`
+    applied; the broker's defaults for whatever neither gives."""
+    fields = {name: getattr(config, name) for name in NamespaceConfig.__struct_fields__
+              } if config is not None else {}
+    unknown = set(changes) - set(NamespaceConfig.__struct_fields__)
+    if unknown:
+        raise TypeError(f"not a namespace configuration field: {', '.join(sorted(unknown))}")
+    fields.update({name: list(value) if name in ("rules", "priorities", "shares") else value
+                   for name, value in changes.items()})
+    return NamespaceConfig(**fields)
+
+
+def get_config(namespace: str) -> Call[StoredConfig]:
+    return Call("GET", _namespace_path(namespace, "config"), _decoder(StoredConfig))
+
+
+def put_config(namespace: str, config: NamespaceConfig, if_revision: int | None
+               ) -> Call[StoredConfig]:
+    body, headers = _json_body(
+        {name: getattr(config, name) for name in NamespaceConfig.__struct_fields__})
+    if if_revision is not None:
+        headers["If-Match"] = f'"{if_revision}"'
+    # Replacing is idempotent, unless conditional: had a lost first try been applied, the
+    # resent one would fail on the revision it moved on.
+    return Call("PUT", _namespace_path(namespace, "config"), _decoder(StoredConfig), body=body,
+                headers=headers, idempotent=if_revision is None)
+
+
+class _Schemas(msgspec.Struct):
+    schemas: list[SchemaRecord]
+
+
+def list_schemas(namespace: str) -> Call[list[SchemaRecord]]:
+    decode = _decoder(_Schemas)
+    return Call("GET", _namespace_path(namespace, "schemas"),
+                lambda response: decode(response).schemas)
+
+
+def get_schema(namespace: str, schema_id: str) -> Call[SchemaRecord]:
+    return Call("GET", _namespace_path(namespace, "schemas", schema_id), _decoder(SchemaRecord))
+
+
+def put_schema(namespace: str, schema_id: str, pattern: str, schema: dict[str, Any] | bool,
+               enforce: bool) -> Call[SchemaRecord]:
+    body, headers = _json_body({"pattern": pattern, "schema": schema, "enforce": enforce})
+    return Call("PUT", _namespace_path(namespace, "schemas", schema_id), _decoder(SchemaRecord),
+                body=body, headers=headers)
+
+
+def delete_schema(namespace: str, schema_id: str) -> Call[None]:
+    # Not resent after a lost reply: a first try that was applied would turn it into NotFound.
+    return Call("DELETE", _namespace_path(namespace, "schemas", schema_id),
+                lambda response: None, idempotent=False)

@@ -6,14 +6,26 @@ import weakref
 from collections.abc import AsyncIterator, Generator, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 
 from memp import _calls
 from memp._transport import AsyncTransport, Config
-from memp.errors import NotFound
-from memp.models import Agent, ApiKey, CreatedKey, Credentials, Entry, Grant, Page
+from memp.errors import NotFound, PreconditionFailed
+from memp.models import (
+    Agent,
+    ApiKey,
+    ConfigFields,
+    CreatedKey,
+    Credentials,
+    Entry,
+    Grant,
+    NamespaceConfig,
+    Page,
+    SchemaRecord,
+    StoredConfig,
+)
 from memp.subscription import AsyncSubscription, StreamState, targets
 
 _MISSING: Any = object()
@@ -118,6 +130,63 @@ class AsyncMemory:
             self._config.require_namespace(namespace), key, limit))
 
 
+class AsyncNamespaces:
+    """Namespace configuration (needs `admin`); see `memp.client.Namespaces`."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._transport = transport
+        self._config = transport.config
+
+    async def config(self, *, namespace: str | None = None) -> StoredConfig:
+        return await self._transport.send(
+            _calls.get_config(self._config.require_namespace(namespace)))
+
+    async def set_config(self, config: NamespaceConfig | None = None, *,
+                         if_revision: int | None = None, namespace: str | None = None,
+                         **fields: Unpack[ConfigFields]) -> StoredConfig:
+        return await self._transport.send(_calls.put_config(
+            self._config.require_namespace(namespace), _calls.namespace_config(config, fields),
+            if_revision))
+
+    async def update_config(self, *, namespace: str | None = None,
+                            **changes: Unpack[ConfigFields]) -> StoredConfig:
+        attempt = 0
+        while True:
+            current = await self.config(namespace=namespace)
+            try:
+                return await self.set_config(current, if_revision=current.revision,
+                                             namespace=namespace, **changes)
+            except PreconditionFailed:
+                attempt += 1
+                if attempt >= _calls.UPDATE_ATTEMPTS:
+                    raise
+
+
+class AsyncSchemas:
+    """JSON Schemas for key patterns; see `memp.client.Schemas`."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._transport = transport
+        self._config = transport.config
+
+    async def put(self, schema_id: str, pattern: str, schema: dict[str, Any] | bool,
+                  enforce: bool = False, *, namespace: str | None = None) -> SchemaRecord:
+        return await self._transport.send(_calls.put_schema(
+            self._config.require_namespace(namespace), schema_id, pattern, schema, enforce))
+
+    async def get(self, schema_id: str, *, namespace: str | None = None) -> SchemaRecord:
+        return await self._transport.send(_calls.get_schema(
+            self._config.require_namespace(namespace), schema_id))
+
+    async def delete(self, schema_id: str, *, namespace: str | None = None) -> None:
+        await self._transport.send(_calls.delete_schema(
+            self._config.require_namespace(namespace), schema_id))
+
+    async def list(self, *, namespace: str | None = None) -> list[SchemaRecord]:
+        return await self._transport.send(_calls.list_schemas(
+            self._config.require_namespace(namespace)))
+
+
 class AsyncKeys:
     """API-key management (needs an admin token)."""
 
@@ -146,6 +215,8 @@ class AsyncMEMP:
                                      max_retries=max_retries, stream_timeout=stream_timeout)
         self._transport = AsyncTransport(self.config, http_client)
         self.memory = AsyncMemory(self._transport)
+        self.namespaces = AsyncNamespaces(self._transport)
+        self.schemas = AsyncSchemas(self._transport)
         self.keys = AsyncKeys(self._transport)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None

@@ -1,4 +1,5 @@
-"""`memp`: the command line for a MEMP broker (put, get, query, delete, history, watch, ...).
+"""`memp`: the command line for a MEMP broker (put, get, query, delete, history, watch, config,
+schema, ...).
 
 Output is JSON (one document, or one per line for lists and events) unless `--table` asks for
 a readable table. Exit codes: 0 done, 1 the broker refused (message on stderr), 2 bad usage,
@@ -12,12 +13,15 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from memp._version import __version__
 from memp.client import MEMP
 from memp.errors import ConnectionFailed, MempError
-from memp.models import Entry, Event, Grant, to_builtins
+from memp.models import Entry, Event, Grant, NamespaceConfig, to_builtins
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 
@@ -128,6 +132,66 @@ def cmd_watch(broker: MEMP, args: argparse.Namespace) -> None:
                 _out(event_document(event))
 
 
+def _json_input(text: str | None, what: str) -> Any:
+    """JSON from the argument, from stdin when it is omitted or '-', or from @FILE."""
+    if text in (None, "-"):
+        source = sys.stdin.read()
+    elif text.startswith("@"):
+        try:
+            source = Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{what}: cannot read {text[1:]}: {exc.strerror}") from None
+    else:
+        source = text
+    try:
+        return json.loads(source)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} must be JSON ({exc})") from None
+
+
+def cmd_config_get(broker: MEMP, args: argparse.Namespace) -> None:
+    _out(to_builtins(broker.namespaces.config()))
+
+
+def cmd_config_set(broker: MEMP, args: argparse.Namespace) -> None:
+    document = _json_input(args.config, "CONFIG")
+    try:  # extra fields (`revision`, ... from `config get`) are ignored
+        config = msgspec.convert(document, NamespaceConfig)
+    except msgspec.ValidationError as exc:
+        raise UsageError(f"CONFIG: {exc}") from None
+    _out(to_builtins(broker.namespaces.set_config(config, if_revision=args.if_revision)))
+
+
+def cmd_schema_put(broker: MEMP, args: argparse.Namespace) -> None:
+    schema = _json_input(args.schema, "SCHEMA")
+    if not isinstance(schema, dict | bool):
+        raise UsageError("SCHEMA must be a JSON object (or true / false)")
+    _out(to_builtins(broker.schemas.put(args.schema_id, args.pattern, schema,
+                                        enforce=args.enforce)))
+
+
+def cmd_schema_get(broker: MEMP, args: argparse.Namespace) -> None:
+    record = broker.schemas.get(args.schema_id)
+    _out(to_builtins(record if args.record else record.schema))
+
+
+def cmd_schema_list(broker: MEMP, args: argparse.Namespace) -> None:
+    records = broker.schemas.list()
+    if args.table:
+        _line(f"{'ID':<24}  {'PATTERN':<32}  {'ENFORCE':<7}  DRAFT")
+        for record in records:
+            _line(f"{record.id:<24}  {record.pattern:<32}  "
+                  f"{'yes' if record.enforce else 'no':<7}  {record.draft}")
+    else:
+        for record in records:
+            _out(to_builtins(record))
+
+
+def cmd_schema_delete(broker: MEMP, args: argparse.Namespace) -> None:
+    broker.schemas.delete(args.schema_id)
+    print(f"deleted schema {args.schema_id}", file=sys.stderr)
+
+
 def cmd_register(broker: MEMP, args: argparse.Namespace) -> None:
     agent = broker.register(name=args.name, framework=args.framework)
     credentials = to_builtins(broker.credentials)
@@ -231,6 +295,50 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--name", required=True)
     register.add_argument("--framework", default="custom",
                           help="langchain, crewai, claude, autogen, custom, ...")
+
+    config = commands.add_parser(
+        "config", parents=[common], help="read or replace the namespace configuration (admin)",
+        description="read or replace the namespace's configuration: conflict strategies, "
+                    "agent priorities, retention, shares (needs admin on the namespace)")
+    config_commands = config.add_subparsers(dest="config_command", required=True,
+                                            metavar="COMMAND")
+    command("get", cmd_config_get, "print the configuration, with its revision",
+            config_commands)
+    config_set = command("set", cmd_config_set,
+                         "replace the configuration with a JSON document; prints the result "
+                         "(fields left out take their defaults)", config_commands)
+    config_set.add_argument("config", nargs="?", metavar="CONFIG",
+                            help="JSON object, e.g. '{\"strategy\": \"merge\"}', or @FILE; "
+                                 "omit or '-' to read it from stdin (the output of `config get` "
+                                 "will do)")
+    config_set.add_argument("--if-revision", type=int,
+                            help="replace only while the stored revision is this")
+
+    schema = commands.add_parser(
+        "schema", parents=[common], help="manage JSON Schemas for key patterns",
+        description="manage the namespace's JSON Schemas (put and delete need admin)")
+    schema_commands = schema.add_subparsers(dest="schema_command", required=True,
+                                            metavar="COMMAND")
+    schema_put = command("put", cmd_schema_put,
+                         "register or replace a schema for a key pattern; prints the record",
+                         schema_commands)
+    schema_put.add_argument("schema_id", metavar="ID", help="[a-z0-9][a-z0-9._-]{0,63}")
+    schema_put.add_argument("schema", metavar="SCHEMA",
+                            help="the JSON Schema: JSON text, @FILE, or '-' to read it from "
+                                 "stdin")
+    schema_put.add_argument("--pattern", required=True, help="keys it applies to, e.g. "
+                                                             "'customer/*'")
+    schema_put.add_argument("--enforce", action="store_true",
+                            help="refuse non-conforming values instead of flagging them")
+    schema_get = command("get", cmd_schema_get, "print a schema", schema_commands)
+    schema_get.add_argument("schema_id", metavar="ID")
+    schema_get.add_argument("--record", action="store_true",
+                            help="print the whole record (pattern, enforce, draft, ...)")
+    schema_list = command("list", cmd_schema_list, "print every schema's record, one per line",
+                          schema_commands)
+    schema_list.add_argument("--table", action="store_true", help="print a readable table")
+    schema_delete = command("delete", cmd_schema_delete, "delete a schema", schema_commands)
+    schema_delete.add_argument("schema_id", metavar="ID")
 
     keys = commands.add_parser("keys", parents=[admin], help="manage API keys (admin)",
                                description="manage API keys (needs an admin token)")

@@ -1,4 +1,5 @@
-"""The synchronous client: `MEMP`, its `memory` and `keys`, and lazily paged query results."""
+"""The synchronous client: `MEMP`, its `memory`, `namespaces`, `schemas` and `keys`, and lazily
+paged query results."""
 
 from __future__ import annotations
 
@@ -6,14 +7,26 @@ import weakref
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, overload
+from typing import Any, Unpack, overload
 
 import httpx
 
 from memp import _calls
 from memp._transport import Config, SyncTransport
-from memp.errors import NotFound
-from memp.models import Agent, ApiKey, CreatedKey, Credentials, Entry, Grant, Page
+from memp.errors import NotFound, PreconditionFailed
+from memp.models import (
+    Agent,
+    ApiKey,
+    ConfigFields,
+    CreatedKey,
+    Credentials,
+    Entry,
+    Grant,
+    NamespaceConfig,
+    Page,
+    SchemaRecord,
+    StoredConfig,
+)
 from memp.subscription import StreamState, Subscription, targets
 
 _MISSING: Any = object()
@@ -144,6 +157,78 @@ class Memory:
             self._config.require_namespace(namespace), key, limit))
 
 
+class Namespaces:
+    """Namespace configuration: conflict strategies, agent priorities, retention and shares
+    (needs `admin` on the namespace). Calls act on the client's namespace or `namespace=`."""
+
+    def __init__(self, transport: SyncTransport) -> None:
+        self._transport = transport
+        self._config = transport.config
+
+    def config(self, *, namespace: str | None = None) -> StoredConfig:
+        """The configuration, with its `revision` (0 and the defaults if never set)."""
+        return self._transport.send(_calls.get_config(self._config.require_namespace(namespace)))
+
+    def set_config(self, config: NamespaceConfig | None = None, *,
+                   if_revision: int | None = None, namespace: str | None = None,
+                   **fields: Unpack[ConfigFields]) -> StoredConfig:
+        """Replace the configuration with `config` and/or the fields given (keywords win);
+        fields neither gives take their defaults. With `if_revision`, only while the stored
+        configuration is still that revision, else PreconditionFailed (`.current_revision`).
+        Returns the stored configuration with its new revision."""
+        return self._transport.send(_calls.put_config(
+            self._config.require_namespace(namespace), _calls.namespace_config(config, fields),
+            if_revision))
+
+    def update_config(self, *, namespace: str | None = None, **changes: Unpack[ConfigFields]
+                      ) -> StoredConfig:
+        """Change only the fields given and keep the rest: reads the configuration and
+        replaces it on condition that it did not change in between (re-reading if it did)."""
+        attempt = 0
+        while True:
+            current = self.config(namespace=namespace)
+            try:
+                return self.set_config(current, if_revision=current.revision,
+                                       namespace=namespace, **changes)
+            except PreconditionFailed:
+                attempt += 1
+                if attempt >= _calls.UPDATE_ATTEMPTS:
+                    raise
+
+
+class Schemas:
+    """JSON Schemas that values under a key pattern must conform to (registering and deleting
+    need `admin`, reading `read`). Calls act on the client's namespace or `namespace=`."""
+
+    def __init__(self, transport: SyncTransport) -> None:
+        self._transport = transport
+        self._config = transport.config
+
+    def put(self, schema_id: str, pattern: str, schema: dict[str, Any] | bool,
+            enforce: bool = False, *, namespace: str | None = None) -> SchemaRecord:
+        """Register (or replace) schema `schema_id` for keys matching `pattern`. Values that do
+        not conform are stored and flagged (a SchemaViolationWarning on the write), or with
+        `enforce=True` refused with SchemaViolation. An invalid schema raises InvalidRequest
+        (`code` "invalid_schema")."""
+        return self._transport.send(_calls.put_schema(
+            self._config.require_namespace(namespace), schema_id, pattern, schema, enforce))
+
+    def get(self, schema_id: str, *, namespace: str | None = None) -> SchemaRecord:
+        """The schema registered as `schema_id`; NotFound if there is none."""
+        return self._transport.send(_calls.get_schema(
+            self._config.require_namespace(namespace), schema_id))
+
+    def delete(self, schema_id: str, *, namespace: str | None = None) -> None:
+        """Remove schema `schema_id`; NotFound if there is none."""
+        self._transport.send(_calls.delete_schema(
+            self._config.require_namespace(namespace), schema_id))
+
+    def list(self, *, namespace: str | None = None) -> list[SchemaRecord]:
+        """Every schema in the namespace, by id."""
+        return self._transport.send(_calls.list_schemas(
+            self._config.require_namespace(namespace)))
+
+
 class Keys:
     """API-key management (needs an admin token)."""
 
@@ -172,6 +257,8 @@ class MEMP:
                                      max_retries=max_retries, stream_timeout=stream_timeout)
         self._transport = SyncTransport(self.config, http_client)
         self.memory = Memory(self._transport)
+        self.namespaces = Namespaces(self._transport)
+        self.schemas = Schemas(self._transport)
         self.keys = Keys(self._transport)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None

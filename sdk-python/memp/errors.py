@@ -28,7 +28,8 @@ class MempError(Exception):
 
 
 class InvalidRequest(MempError):
-    """400: the request is malformed (`code` says which check: invalid_key, invalid_ttl, ...)."""
+    """400: the request is malformed (`code` says which check: invalid_key, invalid_ttl,
+    invalid_schema, ...)."""
 
 
 class Unauthorized(MempError):
@@ -36,11 +37,11 @@ class Unauthorized(MempError):
 
 
 class Forbidden(MempError):
-    """403: the token lacks the permission on that namespace."""
+    """403: the token lacks the permission on that namespace (e.g. `admin` to configure it)."""
 
 
 class NotFound(MempError):
-    """404: no such entry, agent, key or endpoint."""
+    """404: no such entry, agent, key, schema or endpoint."""
 
 
 class ConflictError(MempError):
@@ -52,7 +53,8 @@ class ConflictError(MempError):
 
 
 class PreconditionFailed(MempError):
-    """412: `if_version` / `if_absent` did not hold; `current_version` is the stored version."""
+    """412: `if_version` / `if_absent` did not hold (`current_version` is the stored version),
+    or `if_revision` on a namespace configuration (`current_revision` is the stored one)."""
 
     @property
     def current_version(self) -> int | None:
@@ -62,6 +64,11 @@ class PreconditionFailed(MempError):
     @property
     def current(self) -> Entry | None:
         return _entry_detail(self.details.get("current"))
+
+    @property
+    def current_revision(self) -> int | None:
+        revision = self.details.get("current_revision")
+        return revision if isinstance(revision, int) else None
 
 
 class PayloadTooLarge(MempError):

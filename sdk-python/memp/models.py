@@ -4,13 +4,17 @@ Unknown fields from newer brokers are ignored, so an older SDK keeps working."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any, Literal, TypedDict
 
 import msgspec
 from msgspec import Struct
 
 Permission = Literal["read", "write", "subscribe", "admin"]
 EventType = Literal["put", "delete", "expire", "snapshot", "snapshot-end", "reset"]
+Strategy = Literal["last-write-wins", "agent-priority", "merge"]
+ArrayMode = Literal["replace", "append"]
+SharePermission = Literal["read", "subscribe"]
 
 
 class SchemaError(Struct, kw_only=True, frozen=True):
@@ -137,6 +141,78 @@ class Event(Struct, kw_only=True, frozen=True):
     @property
     def version(self) -> int | None:
         return self.entry.version if self.entry is not None else None
+
+
+class StrategyRule(Struct, frozen=True):
+    """Use `strategy` for keys matching `pattern` (the most specific matching rule wins)."""
+
+    pattern: str
+    strategy: Strategy
+
+
+class PriorityRule(Struct, frozen=True):
+    """An agent id, or a pattern of ids with `*`, and its priority (higher wins)."""
+
+    agent: str
+    priority: int
+
+
+class Share(Struct, frozen=True):
+    """Lets tokens granted on namespaces matching `namespace` read and/or subscribe here."""
+
+    namespace: str
+    permissions: list[SharePermission]
+
+
+class NamespaceConfig(Struct, kw_only=True, frozen=True):
+    """A namespace's conflict strategies, agent priorities, retention and shares; a field left
+    out takes the broker's default."""
+
+    strategy: Strategy = "last-write-wins"
+    rules: list[StrategyRule] = []
+    priorities: list[PriorityRule] = []
+    default_priority: int = 0
+    merge_arrays: ArrayMode = "replace"
+    history_limit: int | None = None
+    default_ttl_seconds: int | None = None
+    shares: list[Share] = []
+
+
+class StoredConfig(NamespaceConfig, kw_only=True, frozen=True):
+    """The configuration as stored: with its namespace, `revision` (pass it as `if_revision`
+    to change it only if nobody else has since), and who changed it last, when (Unix ms)."""
+
+    namespace: str = ""
+    revision: int = 0
+    updated_at: int | None = None
+    updated_by: str | None = None
+
+
+class ConfigFields(TypedDict, total=False):
+    """The fields of a `NamespaceConfig`, as keyword arguments to `set_config`."""
+
+    strategy: Strategy
+    rules: Sequence[StrategyRule]
+    priorities: Sequence[PriorityRule]
+    default_priority: int
+    merge_arrays: ArrayMode
+    history_limit: int | None
+    default_ttl_seconds: int | None
+    shares: Sequence[Share]
+
+
+class SchemaRecord(Struct, kw_only=True, frozen=True):
+    """A JSON Schema registered for the keys matching `pattern`; `draft` is the `$schema` URI
+    it is validated by, `created_at` Unix ms."""
+
+    id: str
+    namespace: str
+    pattern: str
+    schema: dict[str, Any] | bool
+    enforce: bool
+    draft: str
+    created_at: int
+    created_by: str
 
 
 _entry_decoder = msgspec.json.Decoder(Entry)

@@ -10,6 +10,8 @@ import msgspec
 import pytest
 
 import broker.models as wire
+import broker.namespaces as wire_namespaces
+import broker.schemas as wire_schemas
 from broker.conflicts import Conflict as BrokerConflict
 from broker.schemas import SchemaErrorDetail
 from memp import (
@@ -20,13 +22,19 @@ from memp import (
     Forbidden,
     Grant,
     InvalidRequest,
+    NamespaceConfig,
     NotFound,
     PayloadTooLarge,
     PreconditionFailed,
+    PriorityRule,
     QueryResult,
     SchemaError,
+    SchemaRecord,
     SchemaViolation,
     SchemaViolationWarning,
+    Share,
+    StoredConfig,
+    StrategyRule,
     Unauthorized,
 )
 from tests.conftest import ADMIN_KEY, Broker
@@ -254,18 +262,37 @@ def test_typed_results_match_the_brokers_wire_format() -> None:
     assert decoded.value == {"x": [1]} and decoded.version == 1
     assert decoded.schema_errors is None and decoded.conflicts is None
 
+    # Namespace configuration and schemas: the same fields, in the same order, same defaults.
+    for ours, theirs in [(NamespaceConfig, wire_namespaces.NamespaceConfig),
+                         (StoredConfig, wire_namespaces.StoredConfig),
+                         (StrategyRule, wire_namespaces.StrategyRule),
+                         (PriorityRule, wire_namespaces.PriorityRule),
+                         (Share, wire_namespaces.Share),
+                         (SchemaRecord, wire_schemas.SchemaRecord)]:
+        assert ours.__struct_fields__ == theirs.__struct_fields__, ours.__name__
+    assert msgspec.to_builtins(StoredConfig()) == msgspec.to_builtins(
+        wire_namespaces.StoredConfig())
+    assert set(wire_schemas.SchemaBody.__struct_fields__) <= set(SchemaRecord.__struct_fields__)
+    stored = wire_namespaces.StoredConfig(
+        strategy="merge", rules=[wire_namespaces.StrategyRule("p/*", "agent-priority")],
+        priorities=[wire_namespaces.PriorityRule("a", 3)], history_limit=4,
+        shares=[wire_namespaces.Share("x-*", ["read"])], namespace="n", revision=2,
+        updated_at=5, updated_by="admin")
+    assert msgspec.json.decode(wire.encode(stored), type=StoredConfig) == StoredConfig(
+        strategy="merge", rules=[StrategyRule("p/*", "agent-priority")],
+        priorities=[PriorityRule("a", 3)], history_limit=4, shares=[Share("x-*", ["read"])],
+        namespace="n", revision=2, updated_at=5, updated_by="admin")
+    record = wire_schemas.SchemaRecord(id="s", namespace="n", pattern="*", schema={"type": "x"},
+                                       enforce=True, draft="d", created_at=1, created_by="b")
+    assert msgspec.to_builtins(msgspec.json.decode(wire.encode(record), type=SchemaRecord)
+                               ) == msgspec.to_builtins(record)
 
-def test_schema_violations_surface_as_warnings_and_fields(server: Broker, client: MEMP,
-                                                          ns: str) -> None:
-    # Registering schemas is not in the SDK yet: set them up over plain HTTP.
-    with server.client() as admin:
-        schema = {"type": "object", "required": ["plan"],
-                  "properties": {"plan": {"enum": ["free", "pro"]}}}
-        admin.put(f"/v1/namespaces/{ns}/schemas/customer",
-                  json={"pattern": "customer/*", "schema": schema}).raise_for_status()
-        admin.put(f"/v1/namespaces/{ns}/schemas/strict",
-                  json={"pattern": "strict/*", "schema": schema, "enforce": True}
-                  ).raise_for_status()
+
+def test_schema_violations_surface_as_warnings_and_fields(client: MEMP) -> None:
+    schema = {"type": "object", "required": ["plan"],
+              "properties": {"plan": {"enum": ["free", "pro"]}}}
+    client.schemas.put("customer", "customer/*", schema)
+    client.schemas.put("strict", "strict/*", schema, enforce=True)
 
     assert not client.memory.put("customer/1", {"plan": "pro"}).schema_violation
     with pytest.warns(SchemaViolationWarning, match="customer/2 v1 was stored") as caught:
@@ -282,10 +309,8 @@ def test_schema_violations_surface_as_warnings_and_fields(server: Broker, client
     assert client.memory.get("strict/1", None) is None, "nothing was written"
 
 
-def test_merge_writes_flag_conflicts_against_their_base(server: Broker, client: MEMP,
-                                                        ns: str) -> None:
-    with server.client() as admin:
-        admin.put(f"/v1/namespaces/{ns}/config", json={"strategy": "merge"}).raise_for_status()
+def test_merge_writes_flag_conflicts_against_their_base(client: MEMP) -> None:
+    client.namespaces.set_config(strategy="merge")
     base = client.memory.put("profile", {"name": "Ada", "plan": "free", "tags": {"a": 1}})
     mine = client.memory.put("profile", {"plan": "pro"}, base_version=base.version)
     assert mine.conflicts is None and mine.value == {"name": "Ada", "plan": "pro",

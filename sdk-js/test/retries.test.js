@@ -1,0 +1,185 @@
+// Retries are safe: writes carry an Idempotency-Key made once per call and are resent with the
+// same key after a lost reply or a 503, and the broker applies them once.
+
+import assert from 'node:assert/strict'
+import { connect, createServer } from 'node:net'
+import { after, before, describe, test } from 'node:test'
+
+import { ConnectionFailedError, UnavailableError } from 'memp-sdk'
+
+import { admin, delay, namespace, rest, startServices, take } from './helpers.js'
+
+/** @type {Awaited<ReturnType<typeof startServices>>} */
+let services
+/** @type {string} */
+let url
+
+before(async () => {
+  services = await startServices()
+  url = services.broker.url
+})
+after(async () => {
+  await services?.stop()
+})
+
+/**
+ * A TCP proxy to the broker that lets the first request through but drops its reply: the
+ * write is applied, and the client sees the connection break.
+ * @param {number} port the broker's
+ */
+async function replyDroppingProxy(port) {
+  let connections = 0
+  /** @type {Set<import('node:net').Socket>} */
+  const sockets = new Set()
+  const server = createServer((client) => {
+    connections += 1
+    sockets.add(client)
+    const upstream = connect(port, '127.0.0.1')
+    client.pipe(upstream)
+    client.on('error', () => upstream.destroy())
+    upstream.on('error', () => client.destroy())
+    sockets.add(upstream)
+    if (connections === 1) {
+      upstream.once('data', () => {
+        client.destroy()
+        upstream.destroy()
+      })
+    } else {
+      upstream.pipe(client)
+    }
+  })
+  await new Promise((done) => server.listen(0, '127.0.0.1', () => done(null)))
+  const address = server.address()
+  return {
+    url: `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`,
+    connections: () => connections,
+    close: () => new Promise((done) => {
+      server.close(() => done(null))
+      for (const socket of sockets) socket.destroy()
+    }),
+  }
+}
+
+/**
+ * A fetch that records each request's method and headers, and each reply's status.
+ * @param {{ method: string, key: string | null, status: number | null }[]} log
+ * @returns {typeof fetch}
+ */
+function loggingFetch(log) {
+  return async (input, init) => {
+    const headers = new Headers(init?.headers)
+    /** @type {{ method: string, key: string | null, status: number | null }} */
+    const record = { method: init?.method ?? 'GET', key: headers.get('idempotency-key'), status: null }
+    log.push(record)
+    const response = await fetch(input, init)
+    record.status = response.status
+    return response
+  }
+}
+
+describe('a lost reply', () => {
+  test('put is resent with the same Idempotency-Key and applied once', async () => {
+    const proxy = await replyDroppingProxy(services.broker.port)
+    try {
+      /** @type {{ method: string, key: string | null, status: number | null }[]} */
+      const log = []
+      const broker = admin(proxy.url, namespace(), { fetch: loggingFetch(log) })
+      const entry = await broker.memory.put('once', { n: 1 })
+      assert.equal(entry.version, 1, 'the replayed reply is the first write')
+      assert.equal(log.length, 2)
+      assert.ok(log[0]?.key)
+      assert.equal(log[0]?.key, log[1]?.key)
+      assert.equal(proxy.connections(), 2)
+      const history = await admin(url, broker.namespace ?? '').memory.history('once')
+      assert.equal(history.length, 1, 'written once')
+    } finally {
+      await proxy.close()
+    }
+  })
+
+  test('register is resent and creates one agent', async () => {
+    const proxy = await replyDroppingProxy(services.broker.port)
+    try {
+      const ns = namespace()
+      const broker = admin(proxy.url, ns)
+      const agent = await broker.register({ name: 'retried', framework: 'test' })
+      const listed = await rest(url, 'GET', `/v1/namespaces/${ns}/agents`)
+      assert.deepEqual(listed.agents.map((/** @type {{id: string}} */ a) => a.id), [agent.id])
+      assert.equal(await broker.memory.put('k', 1).then((e) => e.agentId), agent.id)
+    } finally {
+      await proxy.close()
+    }
+  })
+
+  test('each call has its own Idempotency-Key', async () => {
+    /** @type {{ method: string, key: string | null, status: number | null }[]} */
+    const log = []
+    const broker = admin(url, namespace(), { fetch: loggingFetch(log) })
+    await broker.memory.put('a', 1)
+    await broker.memory.put('a', 1)
+    await broker.memory.delete('a')
+    const keys = log.map((r) => r.key)
+    assert.equal(new Set(keys).size, 3)
+    assert.ok(keys.every((k) => k && /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/.test(k)))
+    assert.equal((await broker.memory.history('a')).length, 3)
+  })
+
+  test('a call without a key (creating an API key) is not resent after it may have arrived', async () => {
+    const proxy = await replyDroppingProxy(services.broker.port)
+    try {
+      const broker = admin(proxy.url, namespace())
+      await assert.rejects(
+        broker.keys.create({ grants: [{ namespace: 'x', permissions: ['read'] }] }),
+        ConnectionFailedError,
+      )
+      assert.equal(proxy.connections(), 1)
+    } finally {
+      await proxy.close()
+    }
+  })
+})
+
+describe('Redis unavailable (503)', () => {
+  test('writes wait through the outage with backoff, same key; subscriptions reconnect', async () => {
+    const ns = namespace()
+    /** @type {{ method: string, key: string | null, status: number | null }[]} */
+    const log = []
+    const broker = admin(url, ns, { fetch: loggingFetch(log), maxRetries: 30 })
+    const impatient = admin(url, ns, { maxRetries: 0 })
+    await services.redis.stop()
+    try {
+      await assert.rejects(impatient.memory.get('k'), (error) => {
+        assert.ok(error instanceof UnavailableError)
+        assert.equal(error.status, 503)
+        assert.equal(error.code, 'unavailable')
+        return true
+      })
+      const events = broker.subscribe('k')
+      const firstEvent = take(events, 1, 60_000)
+      const writing = broker.memory.put('k', 'through the outage')
+      await delay(1500)
+      await services.redis.restart()
+      const entry = await writing
+      assert.equal(entry.value, 'through the outage')
+      const puts = log.filter((r) => r.method === 'PUT')
+      assert.ok(puts.length >= 2, 'the put was resent')
+      assert.ok(puts.slice(0, -1).every((r) => r.status === 503))
+      assert.equal(new Set(puts.map((r) => r.key)).size, 1, 'with the same Idempotency-Key')
+
+      // The subscription kept retrying while the broker answered 503, and is live now.
+      await assert.doesNotReject(Promise.race([firstEvent, delay(1).then(() => null)]))
+      const writer = admin(url, ns)
+      const deadline = Date.now() + 30_000
+      let got = null
+      while (got === null && Date.now() < deadline) {
+        await writer.memory.put('k', 'after')
+        got = await Promise.race([firstEvent, delay(500).then(() => null)])
+      }
+      assert.ok(got, 'the subscription delivered an event after the outage')
+      assert.equal(got[0]?.key, 'k')
+      events.close()
+    } finally {
+      if (!services.redis.proc) await services.redis.restart()
+    }
+  })
+})
