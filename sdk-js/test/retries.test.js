@@ -62,14 +62,16 @@ async function replyDroppingProxy(port) {
 
 /**
  * A fetch that records each request's method and headers, and each reply's status.
- * @param {{ method: string, key: string | null, status: number | null }[]} log
+ * @param {{ method: string, url: string, key: string | null, status: number | null }[]} log
  * @returns {typeof fetch}
  */
 function loggingFetch(log) {
   return async (input, init) => {
     const headers = new Headers(init?.headers)
-    /** @type {{ method: string, key: string | null, status: number | null }} */
-    const record = { method: init?.method ?? 'GET', key: headers.get('idempotency-key'), status: null }
+    /** @type {{ method: string, url: string, key: string | null, status: number | null }} */
+    const record = {
+      method: init?.method ?? 'GET', url: String(input), key: headers.get('idempotency-key'), status: null,
+    }
     log.push(record)
     const response = await fetch(input, init)
     record.status = response.status
@@ -81,7 +83,7 @@ describe('a lost reply', () => {
   test('put is resent with the same Idempotency-Key and applied once', async () => {
     const proxy = await replyDroppingProxy(services.broker.port)
     try {
-      /** @type {{ method: string, key: string | null, status: number | null }[]} */
+      /** @type {{ method: string, url: string, key: string | null, status: number | null }[]} */
       const log = []
       const broker = admin(proxy.url, namespace(), { fetch: loggingFetch(log) })
       const entry = await broker.memory.put('once', { n: 1 })
@@ -112,7 +114,7 @@ describe('a lost reply', () => {
   })
 
   test('each call has its own Idempotency-Key', async () => {
-    /** @type {{ method: string, key: string | null, status: number | null }[]} */
+    /** @type {{ method: string, url: string, key: string | null, status: number | null }[]} */
     const log = []
     const broker = admin(url, namespace(), { fetch: loggingFetch(log) })
     await broker.memory.put('a', 1)
@@ -142,7 +144,7 @@ describe('a lost reply', () => {
 describe('Redis unavailable (503)', () => {
   test('writes wait through the outage with backoff, same key; subscriptions reconnect', async () => {
     const ns = namespace()
-    /** @type {{ method: string, key: string | null, status: number | null }[]} */
+    /** @type {{ method: string, url: string, key: string | null, status: number | null }[]} */
     const log = []
     const broker = admin(url, ns, { fetch: loggingFetch(log), maxRetries: 30 })
     const impatient = admin(url, ns, { maxRetries: 0 })
@@ -167,7 +169,6 @@ describe('Redis unavailable (503)', () => {
       assert.equal(new Set(puts.map((r) => r.key)).size, 1, 'with the same Idempotency-Key')
 
       // The subscription kept retrying while the broker answered 503, and is live now.
-      await assert.doesNotReject(Promise.race([firstEvent, delay(1).then(() => null)]))
       const writer = admin(url, ns)
       const deadline = Date.now() + 30_000
       let got = null
@@ -176,10 +177,36 @@ describe('Redis unavailable (503)', () => {
         got = await Promise.race([firstEvent, delay(500).then(() => null)])
       }
       assert.ok(got, 'the subscription delivered an event after the outage')
+      const streams = log.filter((r) => r.url.includes('/v1/subscribe')).map((r) => r.status)
+      assert.ok(streams.length >= 2 && streams.slice(0, -1).every((status) => status === 503),
+        `the stream was refused with 503, then retried: ${streams}`)
+      assert.equal(streams.at(-1), 200)
       assert.equal(got[0]?.key, 'k')
       events.close()
     } finally {
       if (!services.redis.proc) await services.redis.restart()
+    }
+  })
+
+  test('Redis losing its data is surfaced as a reset event, then live events go on', async () => {
+    const broker = admin(url, namespace(), { maxRetries: 30 })
+    const events = await broker.subscribe('*').open()
+    await broker.memory.put('k', 'before')
+    const [before] = await take(events, 1)
+    assert.equal(before?.value, 'before')
+    await services.redis.stop()
+    await delay(300)
+    await services.redis.restart()
+    try {
+      const [reset] = await take(events, 1, 30_000)
+      assert.equal(reset?.type, 'reset')
+      assert.equal(reset?.namespace, broker.namespace)
+      assert.ok(reset?.reason)
+      await broker.memory.put('k', 'after')
+      const [live] = await take(events, 1)
+      assert.deepEqual([live?.type, live?.value, live?.version], ['put', 'after', 1])
+    } finally {
+      events.close()
     }
   })
 })

@@ -37,6 +37,7 @@ from tests.conftest import ADMIN_KEY, Broker
 CUSTOMER = {"type": "object", "required": ["plan"],
             "properties": {"plan": {"enum": ["free", "pro"]}}}
 DRAFT_2020 = "https://json-schema.org/draft/2020-12/schema"
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def run(coroutine: Any) -> Any:
@@ -108,7 +109,7 @@ def test_bad_configs_are_refused_with_the_brokers_code(client: MEMP) -> None:
         client.namespaces.set_config(history_limit=-1)
     assert history.value.code == "invalid_request" and "history_limit" in history.value.message
     with pytest.raises(InvalidRequest) as strategy:
-        client.namespaces.set_config(strategy="coin-toss")  # type: ignore[typeddict-item]
+        client.namespaces.set_config(strategy="coin-toss")  # type: ignore[arg-type]
     assert strategy.value.code == "invalid_request"
     with pytest.raises(InvalidRequest):
         client.namespaces.config(namespace="Not A Namespace")
@@ -228,6 +229,18 @@ def test_registered_schemas_flag_or_refuse_writes(client: MEMP) -> None:
 
     client.schemas.delete("strict")
     assert not client.memory.put("strict/1", {"nothing": True}).schema_violation
+
+
+def test_the_readme_example_runs(client: MEMP) -> None:
+    text = README.read_text()
+    section = text[text.index("## Namespace configuration and JSON Schemas"):]
+    example = section[section.index("```python\n") + 10:section.index("```\n")]
+    with pytest.warns(SchemaViolationWarning):
+        exec(example, {"broker": client})
+    config = client.namespaces.config()
+    assert config.revision == 2 and config.default_ttl_seconds == 86400
+    assert config.rules[0] == StrategyRule("profile/*", "merge") and config.history_limit == 32
+    assert client.memory.get_entry("customer/1").schema_violation
 
 
 # --- the async twin ----------------------------------------------------------------------------
