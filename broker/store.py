@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from broker import layout
+from broker.connection import HiredisPackingConnection
 from broker.keys import Pattern
 from broker.models import Agent, ApiKeyRecord, Entry
 
@@ -130,10 +131,14 @@ class Store:
         if redis_url:
             url = redis_url
 
+            plain_tcp = url.startswith("redis://")
+
             def connect() -> aioredis.Redis:
+                extra: dict[str, Any] = (
+                    {"connection_class": HiredisPackingConnection} if plain_tcp else {})
                 pool = aioredis.BlockingConnectionPool.from_url(
                     url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                    max_connections=1024, timeout=timeout,
+                    max_connections=1024, timeout=timeout, **extra,
                 )
                 return aioredis.Redis.from_pool(pool)
         else:

@@ -32,7 +32,7 @@ def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, 
     assert response.status_code == status, response.text
     body = response.json()
     assert set(body) == {"error"}
-    error = body["error"]
+    error: dict[str, Any] = body["error"]
     assert set(error) == {"code", "message", "details"}
     assert error["code"] == code
     assert isinstance(error["message"], str) and error["message"]

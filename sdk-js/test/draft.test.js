@@ -6,11 +6,13 @@ import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
-import { after, before, test } from 'node:test'
+import { after, afterEach, before, test } from 'node:test'
 
 import { MEMP } from 'memp-sdk'
 
-import { admin, ADMIN_KEY, delay, REPO_DIR, rest, SDK_DIR, startServices, WAIT } from './helpers.js'
+import {
+  admin, ADMIN_KEY, closeClients, delay, REPO_DIR, rest, SDK_DIR, startServices, WAIT,
+} from './helpers.js'
 
 const EXAMPLE = resolve(SDK_DIR, 'examples', 'draft.js')
 const SEED = resolve(REPO_DIR, '..', 'shared', 'seeds', 'memp-protocol-draft.txt')
@@ -31,6 +33,7 @@ before(async () => {
   process.env.MEMP_API_KEY = created.api_key
   process.env.MEMP_BASE_URL = url
 })
+afterEach(closeClients)
 after(async () => {
   delete process.env.MEMP_API_KEY
   delete process.env.MEMP_BASE_URL

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict'
 import { createServer } from 'node:http'
-import { after, before, describe, test } from 'node:test'
+import { after, afterEach, before, describe, test } from 'node:test'
 
 import {
   ConnectionFailedError,
@@ -16,7 +16,7 @@ import {
   UnauthorizedError,
 } from 'memp-sdk'
 
-import { admin, freePort, namespace, startServices } from './helpers.js'
+import { admin, closeClients, freePort, namespace, startServices } from './helpers.js'
 
 /** @type {Awaited<ReturnType<typeof startServices>>} */
 let services
@@ -27,6 +27,7 @@ before(async () => {
   services = await startServices()
   url = services.broker.url
 })
+afterEach(closeClients)
 after(async () => {
   await services?.stop()
 })

@@ -225,7 +225,18 @@ export function namespace(prefix = 'ns') {
  * @param {import('memp-sdk').MempOptions} options
  */
 export function admin(baseUrl, ns, options = {}) {
-  return new MEMP({ apiKey: ADMIN_KEY, namespace: ns, baseUrl, ...options })
+  const client = new MEMP({ apiKey: ADMIN_KEY, namespace: ns, baseUrl, ...options })
+  clients.add(client)
+  return client
+}
+
+/** @type {Set<MEMP>} */
+const clients = new Set()
+
+/** Ends the subscriptions of every client `admin()` made (so a failed test leaves none open). */
+export function closeClients() {
+  for (const client of clients) client.close()
+  clients.clear()
 }
 
 /**

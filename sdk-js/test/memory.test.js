@@ -2,7 +2,7 @@
 // timestamps, merge base, schema warnings), get, getEntry, query, page, delete, history.
 
 import assert from 'node:assert/strict'
-import { after, before, describe, test } from 'node:test'
+import { after, afterEach, before, describe, test } from 'node:test'
 
 import {
   ConflictError,
@@ -14,7 +14,7 @@ import {
   SchemaViolationError,
 } from 'memp-sdk'
 
-import { admin, delay, namespace, rest, startServices } from './helpers.js'
+import { admin, closeClients, delay, namespace, rest, startServices } from './helpers.js'
 
 /** @type {Awaited<ReturnType<typeof startServices>>} */
 let services
@@ -25,6 +25,7 @@ before(async () => {
   services = await startServices()
   url = services.broker.url
 })
+afterEach(closeClients)
 after(async () => {
   await services?.stop()
 })

@@ -2,9 +2,9 @@
 // while writers keep writing: every change arrives once, in order, none lost, none doubled.
 
 import assert from 'node:assert/strict'
-import { after, before, test } from 'node:test'
+import { after, afterEach, before, test } from 'node:test'
 
-import { admin, Broker, delay, namespace, startServices, WAIT } from './helpers.js'
+import { admin, Broker, closeClients, delay, namespace, startServices, WAIT } from './helpers.js'
 
 /** @type {Awaited<ReturnType<typeof startServices>>} */
 let services
@@ -12,6 +12,7 @@ let services
 before(async () => {
   services = await startServices()
 })
+afterEach(closeClients)
 after(async () => {
   await services?.stop()
 })

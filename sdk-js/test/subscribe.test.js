@@ -2,11 +2,11 @@
 // reset, overflow, several patterns, warnings, and ending by break, close() or an AbortSignal.
 
 import assert from 'node:assert/strict'
-import { after, before, describe, test } from 'node:test'
+import { after, afterEach, before, describe, test } from 'node:test'
 
 import { Subscription } from 'memp-sdk'
 
-import { admin, Broker, delay, namespace, rest, startServices, take, WAIT } from './helpers.js'
+import { admin, Broker, closeClients, delay, namespace, rest, startServices, take, WAIT } from './helpers.js'
 
 /** @type {Awaited<ReturnType<typeof startServices>>} */
 let services
@@ -17,6 +17,7 @@ before(async () => {
   services = await startServices()
   url = services.broker.url
 })
+afterEach(closeClients)
 after(async () => {
   await services?.stop()
 })
