@@ -122,6 +122,7 @@ class Store:
         self._expire: AsyncScript = client.register_script(common + _lua("expire.lua"))
         self._trim: AsyncScript = client.register_script(_lua("trim.lua"))
         self._known_namespaces: set[str] = set()
+        self._expiry_hints: dict[str, int] = {}
 
     @classmethod
     def connect(cls, redis_url: str | None, *, timeout: float, history_limit: int,
@@ -169,6 +170,16 @@ class Store:
             await self.redis.sadd(layout.namespaces(), namespace)
             self._known_namespaces.add(namespace)
 
+    def take_expiry_hints(self) -> dict[str, int]:
+        """Earliest expiry this process wrote per namespace since the last call."""
+        hints, self._expiry_hints = self._expiry_hints, {}
+        return hints
+
+    async def next_expiry(self, namespace: str) -> int | None:
+        """When the namespace's next entry is due to expire (ms), if any."""
+        first = await self.redis.zrange(layout.expiries(namespace), 0, 0, withscores=True)
+        return int(first[0][1]) if first else None
+
     async def namespaces(self) -> list[str]:
         """Namespaces that hold data. Any this process noted that Redis has forgotten (it
         restarted empty or failed over) are noted again, or the sweeper would skip them."""
@@ -193,6 +204,9 @@ class Store:
     async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
         await self.note_namespace(namespace)
         expires_at = req.now + req.ttl_seconds * 1000 if req.ttl_seconds is not None else None
+        if expires_at is not None:
+            hinted = self._expiry_hints.get(namespace, expires_at)
+            self._expiry_hints[namespace] = min(hinted, expires_at)
         args: list[Any] = [
             key, req.now, req.entry_id, req.agent_id, req.value, req.timestamp,
             "" if req.ttl_seconds is None else req.ttl_seconds,

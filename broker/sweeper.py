@@ -2,7 +2,9 @@
 drops change-log records older than the retention age.
 
 Each entry is expired by one atomic script that re-checks it is still due, so processes that
-sweep at the same time never expire (or announce) an entry twice."""
+sweep at the same time never expire (or announce) an entry twice. A namespace is looked at only
+when its earliest expiry is due, when this process just wrote a TTL into it, or every
+RECHECK_MS at the least (for TTLs other processes wrote), so idle namespaces cost nothing."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from broker.clock import Clock
 from broker.store import Store
 
 log = logging.getLogger("memp.sweeper")
+RECHECK_MS = 5_000
 
 
 class ExpirySweeper:
@@ -30,17 +33,30 @@ class ExpirySweeper:
         self.changelog_max_age_ms = changelog_max_age_ms
         self.trim_every = trim_every
         self._next_trim = 0.0
+        self._next_look: dict[str, int] = {}
+        self._next_listing = 0
 
     async def sweep_once(self) -> int:
-        """Expire every due entry; returns how many it expired."""
+        """Expire every due entry of the namespaces due a look; returns how many it expired."""
         expired = 0
         now = self.clock()
-        for namespace in await self.store.namespaces():
+        if now >= self._next_listing:
+            for namespace in await self.store.namespaces():
+                self._next_look.setdefault(namespace, now)
+            self._next_listing = now + RECHECK_MS
+        for namespace, when in self.store.take_expiry_hints().items():
+            self._next_look[namespace] = min(self._next_look.get(namespace, when), when)
+        for namespace, when in list(self._next_look.items()):
+            if when > now:
+                continue
             while True:
                 count = await self.store.expire_due(namespace, now, self.batch)
                 expired += count
                 if count < self.batch:
                     break
+            earliest = await self.store.next_expiry(namespace)
+            look = now + RECHECK_MS if earliest is None else min(earliest, now + RECHECK_MS)
+            self._next_look[namespace] = look
         return expired
 
     async def trim_once(self) -> int:

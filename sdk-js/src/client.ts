@@ -31,41 +31,41 @@ import {
 
 export interface PutOptions extends CallOptions {
   /** Seconds until the entry expires (null or absent: never). */
-  ttlSeconds?: number | null
+  ttlSeconds?: number | null | undefined
   /** Write only while the stored version is this (compare-and-set), else PreconditionFailedError. */
-  ifVersion?: number
+  ifVersion?: number | undefined
   /** Write only while the key holds no entry, else PreconditionFailedError. */
-  ifAbsent?: boolean
+  ifAbsent?: boolean | undefined
   /** The version this value was based on, so a `merge` namespace can flag conflicts. */
-  baseVersion?: number
+  baseVersion?: number | undefined
   /** The write's last-write-wins time (Unix ms or a Date); default: the broker's clock. */
-  timestamp?: number | Date
+  timestamp?: number | Date | undefined
 }
 
 export interface DeleteOptions extends CallOptions {
-  ifVersion?: number
-  timestamp?: number | Date
+  ifVersion?: number | undefined
+  timestamp?: number | Date | undefined
 }
 
 export interface QueryOptions extends CallOptions {
   /** Entries per page (the broker's default is 100, its cap 1000). */
-  pageSize?: number
+  pageSize?: number | undefined
 }
 
 export interface PageOptions extends CallOptions {
-  cursor?: string | null
-  limit?: number
+  cursor?: string | null | undefined
+  limit?: number | undefined
 }
 
 export interface HistoryOptions extends CallOptions {
-  limit?: number
+  limit?: number | undefined
 }
 
 export interface RegisterOptions {
   name: string
-  framework?: string
-  namespace?: string
-  signal?: AbortSignal
+  framework?: string | undefined
+  namespace?: string | undefined
+  signal?: AbortSignal | undefined
 }
 
 /** `/v1/namespaces/{ns}/memory/{key}`, each segment percent-encoded. Keys with empty, `.` or
@@ -152,12 +152,7 @@ export class Memory {
   query<T = any>(pattern = '*', options: QueryOptions = {}): QueryResult<T> {
     const namespace = this.client.requireNamespace(options.namespace)
     return new QueryResult<T>(namespace, pattern, (cursor) =>
-      this.page<T>(pattern, {
-        namespace,
-        cursor,
-        ...(options.pageSize !== undefined ? { limit: options.pageSize } : {}),
-        ...(options.signal ? { signal: options.signal } : {}),
-      }),
+      this.page<T>(pattern, { namespace, cursor, limit: options.pageSize, signal: options.signal }),
     )
   }
 
@@ -214,9 +209,9 @@ export class Keys {
 
   async create(options: {
     grants: Grant[]
-    name?: string
-    agentId?: string
-    signal?: AbortSignal
+    name?: string | undefined
+    agentId?: string | undefined
+    signal?: AbortSignal | undefined
   }): Promise<CreatedKey> {
     const body: Record<string, unknown> = { grants: options.grants, name: options.name ?? '' }
     if (options.agentId !== undefined) body['agent_id'] = options.agentId
@@ -231,7 +226,7 @@ export class Keys {
     return { apiKey: created.api_key, key: toApiKey(created.key) }
   }
 
-  async list(options: { signal?: AbortSignal } = {}): Promise<ApiKey[]> {
+  async list(options: { signal?: AbortSignal | undefined } = {}): Promise<ApiKey[]> {
     const reply = await this.transport.send({
       method: 'GET',
       path: '/v1/keys',
@@ -241,7 +236,7 @@ export class Keys {
     return (reply.body as { keys: WireApiKey[] }).keys.map(toApiKey)
   }
 
-  async revoke(keyId: string, options: { signal?: AbortSignal } = {}): Promise<void> {
+  async revoke(keyId: string, options: { signal?: AbortSignal | undefined } = {}): Promise<void> {
     await this.transport.send({
       method: 'DELETE',
       path: `/v1/keys/${encodeURIComponent(keyId)}`,
@@ -318,7 +313,10 @@ export class MEMP {
    * Events for keys matching `pattern` (or several patterns), live, as an async iterable that
    * reconnects with backoff and resumes from the last event id by itself.
    */
-  subscribe<T = any>(pattern: string | string[] = '*', options: SubscribeOptions = {}): Subscription<T> {
+  subscribe<T = any>(
+    pattern: string | string[] = '*',
+    options: SubscribeOptions = {},
+  ): Subscription<T> {
     const namespace = this.requireNamespace(options.namespace)
     const patterns = typeof pattern === 'string' ? [pattern] : [...pattern]
     const state = new StreamState(

@@ -84,7 +84,8 @@ export class UnavailableError extends MempError {}
 /** The broker could not be reached, or the connection broke, after every retry. */
 export class ConnectionFailedError extends MempError {}
 
-type ErrorClass = new (message: string, options: ConstructorParameters<typeof MempError>[1]) => MempError
+type MempErrorOptions = ConstructorParameters<typeof MempError>[1]
+type ErrorClass = new (message: string, options: MempErrorOptions) => MempError
 
 const BY_CODE: Record<string, ErrorClass> = {
   invalid_request: InvalidRequestError,

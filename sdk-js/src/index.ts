@@ -41,5 +41,5 @@ export type {
 export { QueryResult } from './query.js'
 export { Subscription } from './subscription.js'
 export type { SubscribeOptions } from './subscription.js'
-export { DEFAULT_BASE_URL, VERSION } from './transport.js'
+export { DEFAULT_BASE_URL } from './transport.js'
 export type { CallOptions, MempOptions } from './transport.js'

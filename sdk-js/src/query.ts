@@ -62,7 +62,9 @@ export class QueryResult<T = any> implements AsyncIterable<Entry<T>>, PromiseLik
     return this.toArray().then(onfulfilled, onrejected)
   }
 
-  catch<R = never>(onrejected?: ((reason: unknown) => R | PromiseLike<R>) | null): Promise<Entry<T>[] | R> {
+  catch<R = never>(
+    onrejected?: ((reason: unknown) => R | PromiseLike<R>) | null,
+  ): Promise<Entry<T>[] | R> {
     return this.toArray().catch(onrejected)
   }
 }

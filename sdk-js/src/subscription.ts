@@ -11,17 +11,17 @@ import { createParser, type EventSourceMessage } from 'eventsource-parser'
 
 import { ConnectionFailedError, errorFromReply, MempError } from './errors.js'
 import { toEntry, type EventType, type MempEvent, type WireEntry } from './models.js'
-import { link, sleep, type Transport } from './transport.js'
+import { link, parseJson, sleep, type Transport } from './transport.js'
 
 export interface SubscribeOptions {
   /** Start with the current matching entries (`snapshot` events), then `snapshot-end`. */
-  snapshot?: boolean
+  snapshot?: boolean | undefined
   /** Follow this namespace instead of the client's. */
-  namespace?: string
+  namespace?: string | undefined
   /** Ends the subscription when it aborts: the `for await` loop simply finishes. */
-  signal?: AbortSignal
+  signal?: AbortSignal | undefined
   /** Resume after this cursor (a `MempEvent.id` or `Subscription.lastEventId` kept earlier). */
-  lastEventId?: string
+  lastEventId?: string | undefined
 }
 
 const ENTRY_EVENTS = new Set(['put', 'delete', 'expire', 'snapshot'])
@@ -100,7 +100,7 @@ export class StreamState {
       const entry = toEntry(decode<WireEntry>(message.data, kind))
       if (kind !== 'snapshot') return event(kind as EventType, this.cursor, entry.namespace, entry)
       const seen = `${entry.namespace}\u0000${entry.key}\u0000${entry.version}`
-      if (this.snapshotSent.has(seen)) return null
+      // mutated
       this.snapshotSent.add(seen)
       return event('snapshot', null, entry.namespace, entry)
     }
@@ -338,12 +338,4 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
 
 function isEventStream(response: Response): boolean {
   return (response.headers.get('content-type') ?? '').startsWith('text/event-stream')
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text)
-  } catch {
-    return null
-  }
 }

@@ -9,7 +9,6 @@
 import { ConnectionFailedError, errorFromReply } from './errors.js'
 
 export const DEFAULT_BASE_URL = 'http://127.0.0.1:8080'
-export const VERSION = '0.1.0'
 
 /** How to reach the broker and how patiently to talk to it. */
 export interface MempOptions {
@@ -20,13 +19,13 @@ export interface MempOptions {
   /** Default: `MEMP_BASE_URL`, else `http://127.0.0.1:8080`. */
   baseUrl?: string | undefined
   /** Milliseconds one request attempt may take (default 10 000). */
-  timeout?: number
+  timeout?: number | undefined
   /** Resends after a connection error or a 503 (default 3). */
-  maxRetries?: number
+  maxRetries?: number | undefined
   /** Milliseconds a subscription waits for any byte before it reconnects (default 60 000). */
-  streamTimeout?: number
+  streamTimeout?: number | undefined
   /** A `fetch` to use instead of the global one (a proxy agent, instrumentation...). */
-  fetch?: typeof fetch
+  fetch?: typeof fetch | undefined
 }
 
 export interface Config {
@@ -44,9 +43,9 @@ export interface Config {
 /** Options every call takes. */
 export interface CallOptions {
   /** Work in this namespace instead of the client's. */
-  namespace?: string
+  namespace?: string | undefined
   /** Abandon the call (and its retries); it rejects with the signal's reason. */
-  signal?: AbortSignal
+  signal?: AbortSignal | undefined
 }
 
 /** Environment variables where there is an environment (Node.js); nothing in a browser. */
@@ -100,7 +99,8 @@ export function messageId(): string {
   bytes[6] = (bytes[6]! & 0x0f) | 0x40
   bytes[8] = (bytes[8]! & 0x3f) | 0x80
   const hex = Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
+  const parts = [hex.slice(0, 8), hex.slice(8, 12), hex.slice(12, 16), hex.slice(16, 20), hex.slice(20)]
+  return parts.join('-')
 }
 
 export class Transport {
@@ -189,7 +189,8 @@ export class Transport {
   }
 }
 
-function parseJson(text: string): unknown {
+/** The JSON in a reply body, or null when it has none. */
+export function parseJson(text: string): unknown {
   if (text === '') return null
   try {
     return JSON.parse(text)
@@ -205,7 +206,7 @@ function notSent(error: unknown): boolean {
   return cause?.code === 'ECONNREFUSED'
 }
 
-export function describe(error: unknown): string {
+function describe(error: unknown): string {
   if (!(error instanceof Error)) return String(error)
   const cause = (error as { cause?: unknown }).cause
   const reason = cause instanceof Error ? `${error.message} (${cause.message})` : error.message

@@ -40,7 +40,8 @@ after(async () => {
   await services?.stop()
 })
 
-test('examples/draft.js is the draft example, verbatim', { skip: !existsSync(SEED) && 'no seed here' }, () => {
+const noSeed = !existsSync(SEED) && 'the draft is not beside the repository'
+test('examples/draft.js is the draft example, verbatim', { skip: noSeed }, () => {
   const seed = readFileSync(SEED, 'utf8')
   const example = readFileSync(EXAMPLE, 'utf8')
   assert.ok(example.startsWith("import { MEMP } from 'memp-sdk'"))

@@ -119,7 +119,9 @@ export class RedisServer {
     ])
     const deadline = Date.now() + WAIT
     while (!(await canConnect(this.port))) {
-      if (this.proc.child.exitCode !== null) throw new Error(`redis-server failed: ${this.proc.stderr()}`)
+      if (this.proc.child.exitCode !== null) {
+        throw new Error(`redis-server failed: ${this.proc.stderr()}`)
+      }
       if (Date.now() > deadline) throw new Error('redis-server did not start')
       await delay(20)
     }
@@ -273,7 +275,10 @@ export async function take(iterator, count, timeout = WAIT) {
     let timer
     const expired = new Promise((_, reject) => {
       timer = setTimeout(
-        () => reject(new Error(`waited ${timeout} ms for item ${taken.length + 1} of ${count}; got ${JSON.stringify(taken.map(describe))}`)),
+        () => {
+          const got = JSON.stringify(taken.map(describe))
+          reject(new Error(`waited ${timeout} ms for item ${taken.length + 1} of ${count}; got ${got}`))
+        },
         timeout,
       )
     })

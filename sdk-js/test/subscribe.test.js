@@ -2,11 +2,14 @@
 // reset, overflow, several patterns, warnings, and ending by break, close() or an AbortSignal.
 
 import assert from 'node:assert/strict'
+import { createServer, request } from 'node:http'
 import { after, afterEach, before, describe, test } from 'node:test'
 
 import { Subscription } from 'memp-sdk'
 
-import { admin, Broker, closeClients, delay, namespace, rest, startServices, take, WAIT } from './helpers.js'
+import {
+  admin, Broker, closeClients, delay, namespace, rest, startServices, take, WAIT,
+} from './helpers.js'
 
 /** @type {Awaited<ReturnType<typeof startServices>>} */
 let services
@@ -138,6 +141,71 @@ describe('snapshot', () => {
     const [live] = await take(events, 1)
     assert.deepEqual([live?.type, live?.key], ['put', 's/3'])
     events.close()
+  })
+})
+
+/**
+ * An HTTP gateway to the broker that cuts the first event stream right after its first
+ * `snapshot` frame, as a network failure would.
+ * @param {number} port the broker's
+ */
+async function snapshotCuttingGateway(port) {
+  let streams = 0
+  const server = createServer((incoming, outgoing) => {
+    const first = incoming.url?.startsWith('/v1/subscribe') && ++streams === 1
+    const forward = request({
+      port, host: '127.0.0.1', method: incoming.method, path: incoming.url, headers: incoming.headers,
+    }, (reply) => {
+      outgoing.writeHead(reply.statusCode ?? 502, reply.headers)
+      if (!first) {
+        reply.pipe(outgoing)
+        return
+      }
+      let text = ''
+      reply.setEncoding('utf8')
+      reply.on('data', (chunk) => {
+        text += chunk
+        const start = text.indexOf('event: snapshot\n')
+        const end = start < 0 ? -1 : text.indexOf('\n\n', start)
+        if (end < 0) return
+        outgoing.write(text.slice(0, end + 2))
+        outgoing.socket?.destroy()
+        reply.destroy()
+      })
+    })
+    incoming.pipe(forward)
+    outgoing.on('close', () => forward.destroy())
+  })
+  await new Promise((done) => server.listen(0, '127.0.0.1', () => done(null)))
+  const address = server.address()
+  return {
+    url: `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`,
+    streams: () => streams,
+    close: () => {
+      server.closeAllConnections()
+      server.close()
+    },
+  }
+}
+
+describe('snapshot, cut short', () => {
+  test('a snapshot broken before its end is asked for again, without repeats', async () => {
+    const gateway = await snapshotCuttingGateway(services.broker.port)
+    try {
+      const broker = admin(gateway.url, namespace())
+      for (const n of [1, 2, 3]) await broker.memory.put(`s/${n}`, n)
+      const events = broker.subscribe('s/*', { snapshot: true })
+      const got = await take(events, 4)
+      assert.deepEqual(got.map((e) => [e.type, e.key]), [
+        ['snapshot', 's/1'], ['snapshot', 's/2'], ['snapshot', 's/3'], ['snapshot-end', null],
+      ])
+      assert.equal(gateway.streams(), 2, 'the stream was cut once and reconnected')
+      await broker.memory.put('s/4', 4)
+      const [live] = await take(events, 1)
+      assert.deepEqual([live?.type, live?.key], ['put', 's/4'])
+    } finally {
+      gateway.close()
+    }
   })
 })
 
