@@ -64,11 +64,21 @@ def agent_priority(priorities: list[tuple[str, int]], default: int, agent_id: st
     return matches[0][1] if matches else default
 
 
+def _copy(value: Any) -> Any:
+    """A deep copy of decoded JSON (objects and arrays rebuilt, scalars shared): several
+    times faster than `copy.deepcopy`, which dominated the cost of a merge."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return copy.deepcopy(value) if isinstance(value, tuple | set) else value
+
+
 def deep_merge(stored: Any, incoming: Any, arrays: ArrayMode = "replace") -> Any:
     """Objects merge recursively; the incoming side wins for scalars and (by default) arrays."""
     if not isinstance(stored, dict) or not isinstance(incoming, dict):
-        return copy.deepcopy(incoming)
-    return _MERGERS[arrays].merge(copy.deepcopy(stored), copy.deepcopy(incoming))
+        return _copy(incoming)
+    return _MERGERS[arrays].merge(_copy(stored), _copy(incoming))
 
 
 def pointer(parts: tuple[str, ...]) -> str:

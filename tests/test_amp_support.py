@@ -230,7 +230,10 @@ class TestClock:
 @contextlib.contextmanager
 def clocked_broker(backend: str, redis_url: str, namespace: str, clock: TestClock,
                    **overrides: Any) -> Iterator[Amp]:
-    """A broker built with `create_app(settings, clock=clock)`, served over real HTTP."""
+    """A broker built with `create_app(settings, clock=clock)`, served over real HTTP. Its
+    change-log age retention is off: with the clock moved ahead it would trim every
+    namespace in the shared test Redis."""
+    overrides.setdefault("changelog_max_age_seconds", 0)
     port = free_port()
     settings = Settings.from_env(
         environ={}, port=port, admin_key=ADMIN_KEY, amp_namespace=namespace,

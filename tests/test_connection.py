@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from redis.asyncio.connection import Connection
 
@@ -22,7 +24,7 @@ from broker.connection import HiredisPackingConnection
         pytest.param(("XADD", "s", "*", "v", -3), id="negative"),
     ],
 )
-def test_packing_matches_redis_py(args: tuple[object, ...]) -> None:
+def test_packing_matches_redis_py(args: tuple[Any, ...]) -> None:
     ours = b"".join(bytes(part) for part in HiredisPackingConnection().pack_command(*args))
     theirs = b"".join(bytes(part) for part in Connection().pack_command(*args))
     assert ours == theirs

@@ -11,11 +11,11 @@ import fakeredis
 import pytest
 
 from broker import layout
-from broker.changelog import Change, ChangeLog, position_key
+from broker.changelog import Change, ChangeLog, format_cursor, position_key
 from broker.errors import MempError
 from broker.hub import Hub, Subscription
 from broker.keys import compile_pattern
-from broker.subscriptions import format_cursor, parse_cursor
+from broker.subscriptions import parse_cursor
 
 # ---- cursors ----
 

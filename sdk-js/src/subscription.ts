@@ -100,7 +100,7 @@ export class StreamState {
       const entry = toEntry(decode<WireEntry>(message.data, kind))
       if (kind !== 'snapshot') return event(kind as EventType, this.cursor, entry.namespace, entry)
       const seen = `${entry.namespace}\u0000${entry.key}\u0000${entry.version}`
-      // mutated
+      if (this.snapshotSent.has(seen)) return null
       this.snapshotSent.add(seen)
       return event('snapshot', null, entry.namespace, entry)
     }

@@ -168,9 +168,11 @@ async function snapshotCuttingGateway(port) {
         const start = text.indexOf('event: snapshot\n')
         const end = start < 0 ? -1 : text.indexOf('\n\n', start)
         if (end < 0) return
-        outgoing.write(text.slice(0, end + 2))
-        outgoing.socket?.destroy()
         reply.destroy()
+        // Let the frame reach the client, then break the connection.
+        outgoing.write(text.slice(0, end + 2), () => {
+          setTimeout(() => outgoing.socket?.destroy(), 100)
+        })
       })
     })
     incoming.pipe(forward)
@@ -255,17 +257,21 @@ describe('resume', () => {
     }
   })
 
-  test('an overflow is resumed transparently: every change once, in order', async () => {
+  test('an overflow is resumed transparently: every change arrives once', async () => {
     const tiny = await Broker.start(services.redis.url, { env: { MEMP_SUBSCRIBER_QUEUE_SIZE: '1' } })
     try {
       const broker = admin(tiny.url, namespace())
       const events = await broker.subscribe('o/*').open()
-      const writes = []
-      for (let n = 0; n < 60; n++) writes.push(broker.memory.put(`o/${n}`, n))
-      const written = await Promise.all(writes)
-      const got = await take(events, 60)
-      assert.deepEqual(new Set(got.map((e) => e.key)), new Set(written.map((e) => e.key)))
-      assert.equal(new Set(got.map((e) => e.id)).size, 60, 'no event twice')
+      // Bursts of concurrent writes reach the subscriber's queue (one slot) in batches; the
+      // broker cuts it off with `overflow`, and the SDK resumes from the cursor.
+      for (let burst = 0; burst < 3 && events.attempts === 1; burst++) {
+        const writes = []
+        for (let n = 0; n < 60; n++) writes.push(broker.memory.put(`o/${burst}/${n}`, n))
+        const written = await Promise.all(writes)
+        const got = await take(events, 60)
+        assert.deepEqual(new Set(got.map((e) => e.key)), new Set(written.map((e) => e.key)))
+        assert.equal(new Set(got.map((e) => e.id)).size, 60, 'no event twice')
+      }
       assert.ok(events.attempts > 1, 'the broker cut the slow subscriber off at least once')
       await broker.memory.put('o/last', 'x')
       const [last] = await take(events, 1)
