@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
@@ -163,4 +164,12 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.agents = agent_service
     app.state.messages = MessageHandler(memory_service, agent_service, clock)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    if origins:
+        app.add_middleware(
+            CORSMiddleware, allow_origins=origins, allow_methods=["*"], max_age=600,
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "If-Match",
+                           "If-None-Match", "Last-Event-ID", "X-AMP-Agent-ID"],
+            expose_headers=["ETag", "MEMP-Warning", "Retry-After"],
+        )
     return app

@@ -57,6 +57,7 @@ class Settings:
     amp_namespace: str = "amp"
     amp_lifecycle_interval_seconds: float = 60.0
     amp_purge_retention: bool = False
+    cors_origins: str = ""
 
     @property
     def embedded(self) -> bool:

@@ -139,7 +139,7 @@ class Store:
                     {"connection_class": HiredisPackingConnection} if plain_tcp else {})
                 pool = aioredis.BlockingConnectionPool.from_url(
                     url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                    max_connections=1024, timeout=timeout, **extra,
+                    max_connections=1024, timeout=timeout, health_check_interval=10, **extra,
                 )
                 return aioredis.Redis.from_pool(pool)
         else:

@@ -157,3 +157,20 @@ def test_idempotency_key_applies_a_retry_once(admin: httpx.Client, ns: str) -> N
     second = admin.put(f"/v1/namespaces/{ns}/memory/once", json={"value": 1}, headers=headers)
     assert first.json() == second.json()
     assert admin.get(f"/v1/namespaces/{ns}/memory/once").json()["version"] == 1
+
+
+def test_cors_lets_a_configured_origin_read_etags(broker_factory) -> None:
+    origin = "https://app.example"
+    handle = broker_factory("embedded", cors_origins=origin)
+    with handle.client() as client:
+        preflight = client.options("/v1/namespaces/web/memory/k", headers={
+            "Origin": origin, "Access-Control-Request-Method": "PUT",
+            "Access-Control-Request-Headers": "authorization, content-type, if-match"})
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == origin
+        written = client.put("/v1/namespaces/web/memory/k", json={"value": 1},
+                             headers={"Origin": origin})
+        assert written.headers["access-control-allow-origin"] == origin
+        assert "etag" in written.headers["access-control-expose-headers"].lower()
+        other = client.get("/v1/namespaces/web/memory/k", headers={"Origin": "https://evil"})
+        assert "access-control-allow-origin" not in other.headers
