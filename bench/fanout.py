@@ -13,7 +13,6 @@ writes/s for --seconds (latency), then a burst (delivery throughput). Server RSS
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import os
@@ -25,16 +24,13 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
-
-import msgspec
-import redis.asyncio as aioredis
+from typing import Any
 
 from bench import client
+from bench.fanout_publish import BrokerPublisher, FloorPublisher, Publisher, publish
 from bench.fanout_report import table, verdicts
 from bench.servers import (
     Processes,
@@ -104,108 +100,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# ---- publishing ----
-
-
-def bench_value(phase: str, seq: int, value_bytes: int) -> bytes:
-    """A JSON object of `value_bytes` bytes carrying the phase, sequence number and send time."""
-    head = f'{{"bench":"{phase}:{seq}:{time.time_ns()}","pad":"'.encode()
-    return head + b"x" * max(value_bytes - len(head) - 2, 0) + b'"}'
-
-
-class Publisher(Protocol):
-    async def open(self, lanes: int) -> None: ...
-
-    async def write(self, lane: int, phase: str, seq: int) -> bool: ...
-
-    async def close(self) -> None: ...
-
-
-class BrokerPublisher:
-    """PUTs over keep-alive connections, one per lane, taking turns over the broker processes."""
-
-    def __init__(self, target: Target, value_bytes: int) -> None:
-        self.target = target
-        self.value_bytes = value_bytes
-        self.conns: list[client.Connection] = []
-
-    async def open(self, lanes: int) -> None:
-        ports = self.target.ports
-        self.conns = [await client.Connection.open(HOST, ports[n % len(ports)])
-                      for n in range(lanes)]
-
-    async def write(self, lane: int, phase: str, seq: int) -> bool:
-        path = f"/v1/namespaces/{self.target.namespace}/memory/fanout/k-{seq % 64}"
-        body = b'{"value":' + bench_value(phase, seq, self.value_bytes) + b"}"
-        status, _ = await self.conns[lane].send(
-            client.build_request("PUT", path, self.target.token, body))
-        return 200 <= status < 300
-
-    async def close(self) -> None:
-        for conn in self.conns:
-            await conn.close()
-
-
-class FloorPublisher:
-    """XADDs to the change log a record whose `val` is as large as the broker's event data."""
-
-    def __init__(self, target: Target, redis_url: str, value_bytes: int) -> None:
-        self.target = target
-        self.redis_url = redis_url
-        self.value_bytes = value_bytes
-        self.agent = str(uuid.uuid4())
-        self.redis: aioredis.Redis | None = None
-
-    async def open(self, lanes: int) -> None:
-        self.redis = aioredis.Redis.from_url(self.redis_url, max_connections=lanes + 1)
-
-    async def write(self, lane: int, phase: str, seq: int) -> bool:
-        assert self.redis is not None, "open() first"
-        key = f"fanout/k-{seq % 64}"
-        value = bench_value(phase, seq, self.value_bytes)
-        now = time.time_ns() // 1_000_000
-        # The same fields as the broker's event payload (broker.changelog.ChangePayload).
-        data = msgspec.json.encode({
-            "id": str(uuid.uuid4()), "agent_id": self.agent, "namespace": self.target.namespace,
-            "key": key, "value": msgspec.Raw(value), "ttl_seconds": None, "version": seq + 1,
-            "created_at": now, "updated_at": now, "timestamp": now, "expires_at": None,
-            "schema_violation": False, "deleted": False, "type": "put"})
-        await self.redis.xadd(f"memp:{{{self.target.namespace}}}:log",
-                              {"type": "put", "key": key, "val": data},
-                              maxlen=100_000, approximate=True)
-        return True
-
-    async def close(self) -> None:
-        if self.redis is not None:
-            await self.redis.aclose()
-
-
-async def _publish(publisher: Publisher, phase: str, writes: int, rate: float, lanes: int
-                   ) -> dict[str, Any]:
-    """`writes` writes on a steady schedule of `rate` per second, over `lanes` connections."""
-    await publisher.open(lanes)
-    loop = asyncio.get_running_loop()
-    schedule = iter(range(writes))
-    failed = 0
-    start, start_ns = loop.time() + 0.02, time.time_ns() + 20_000_000
-
-    async def lane(n: int) -> None:
-        nonlocal failed
-        for seq in schedule:
-            delay = start + seq / rate - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            if not await publisher.write(n, phase, seq):
-                failed += 1
-
-    try:
-        await asyncio.gather(*(lane(n) for n in range(lanes)))
-    finally:
-        await publisher.close()
-    return {"writes": writes, "failed": failed, "start_ns": start_ns,
-            "publish_seconds": round((time.time_ns() - start_ns) / 1e9, 3)}
-
-
 # ---- processes ----
 
 
@@ -220,7 +114,8 @@ class Load:
         self.proc = procs.start("load", argv, clean_env(), capture=True, stdin=True)
 
     def ask(self, command: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if self.proc.stdin is None or self.proc.stdout is None:
+            raise RuntimeError("the load process has no pipes")
         self.proc.stdin.write(json.dumps(command).encode() + b"\n")
         self.proc.stdin.flush()
         noise = []
@@ -301,13 +196,16 @@ def _phase(cfg: Config, target: Target, load: Load, publisher: Publisher, watch:
            phase: str, writes: int, rate: float, lanes: int, streams: int) -> dict[str, Any]:
     """Publish one phase, wait for the streams to receive it, and sum it up."""
     before = {name: cpu_seconds(pid) for name, pid in watch.items()}
-    sent = client.run(lambda: _publish(publisher, phase, writes, rate, lanes))
+    sent = client.run(lambda: publish(publisher, phase, writes, rate, lanes))
     got = load.ask({"cmd": "wait", "phase": phase, "writes": writes, "quiet": 5,
                     "timeout": 30 + 2 * writes / rate + streams * writes / 10_000})
-    after = {name: cpu_seconds(pid) for name, pid in watch.items()}
+    cpu = {}
+    for name, pid in watch.items():
+        start, end = before[name], cpu_seconds(pid)
+        if start is not None and end is not None:
+            cpu[name] = end - start
+    # From the first write to the last delivery: the time the fan-out took.
     seconds = (got["last_ns"] - sent["start_ns"]) / 1e9 if got["last_ns"] else 0.0
-    cpu = {name: after[name] - start for name, start in before.items()  # type: ignore[operator]
-           if start is not None and after[name] is not None}
     server_cpu = sum(v for k, v in cpu.items() if k.startswith("server"))
     delivered = got["delivered"]
     return {
@@ -329,8 +227,9 @@ def _measure(procs: Processes, cfg: Config, name: str, count: int, redis_pid: in
              ) -> dict[str, Any]:
     target = _start(procs, cfg, name, count)
     load = Load(procs, target, count)
-    publisher: Publisher = (FloorPublisher(target, cfg.redis_url, cfg.value_bytes)
-                            if name == "floor" else BrokerPublisher(target, cfg.value_bytes))
+    publisher: Publisher = (
+        FloorPublisher(cfg.redis_url, target.namespace, cfg.value_bytes) if name == "floor"
+        else BrokerPublisher(HOST, target.ports, target.namespace, target.token, cfg.value_bytes))
     watch = {f"server{n}": p.pid for n, p in enumerate(target.procs)}
     watch.update(redis=redis_pid, load=load.proc.pid)
 

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 
+import anyio
 from redis.exceptions import RedisError
 
 from broker.changelog import Change, ChangeLog
@@ -19,12 +20,53 @@ from broker.tasks import stop_tasks
 log = logging.getLogger("memp.hub")
 
 
+class ChangeQueue:
+    """A bounded FIFO with one consumer: asyncio.Queue's get/put_nowait without its three
+    deques and an event per queue (about 3 KiB, held by each of thousands of subscribers).
+    None is a nudge: look at the subscription's flags."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._items: list[Change | None] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def put_nowait(self, item: Change | None) -> None:
+        if len(self._items) >= self.maxsize:
+            raise asyncio.QueueFull
+        self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def get_nowait(self) -> Change | None:
+        if not self._items:
+            raise asyncio.QueueEmpty
+        return self._items.pop(0)
+
+    async def get(self) -> Change | None:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.pop(0)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
 class Subscription:
     """One subscriber: what it wants, its bounded queue, and flags the hub sets."""
 
     def __init__(self, patterns: dict[str, list[Pattern]], queue_size: int) -> None:
         self.patterns = patterns
-        self.queue: asyncio.Queue[Change | None] = asyncio.Queue(queue_size)
+        self.queue = ChangeQueue(queue_size)
         self.overflowed = False
         self.closing = False
         self.resets: set[str] = set()
@@ -45,8 +87,7 @@ class Subscription:
 
     def rearm(self) -> None:
         """Forget queued changes after an overflow; the caller re-reads them from the log."""
-        while not self.queue.empty():
-            self.queue.get_nowait()
+        self.queue.clear()
         self.overflowed = False
 
     def nudge(self) -> None:
@@ -115,6 +156,30 @@ class Hub:
         self.block_ms = block_ms
         self.ready_timeout = ready_timeout
         self.readers: dict[str, NamespaceReader] = {}
+        self.finishing = False
+        self._shutdown: anyio.Event | None = None
+        self._shutdown_watch: asyncio.Task[None] | None = None
+
+    def shutdown_event(self) -> anyio.Event:
+        """One event for every stream of the process, which sse-starlette sets when the server
+        starts shutting down; one task then tells every subscriber to send its farewell (one
+        task per process, not one per subscriber)."""
+        if self._shutdown is None:
+            self._shutdown = anyio.Event()
+            self._shutdown_watch = asyncio.create_task(self._finish_on(self._shutdown),
+                                                       name="memp-hub-shutdown")
+        return self._shutdown
+
+    async def _finish_on(self, event: anyio.Event) -> None:
+        await event.wait()
+        self._finish_all()
+
+    def _finish_all(self) -> None:
+        self.finishing = True
+        for reader in self.readers.values():
+            for subscriber in reader.subscribers:
+                subscriber.closing = True
+                subscriber.nudge()
 
     async def join(self, subscription: Subscription) -> None:
         """Register the subscription; returns once every reader it needs is following its log."""
@@ -126,6 +191,9 @@ class Hub:
                 self.readers[namespace] = reader
             reader.subscribers.add(subscription)
             readers.append(reader)
+        if self.finishing:
+            subscription.closing = True
+            subscription.nudge()
         try:
             async with asyncio.timeout(self.ready_timeout):
                 for reader in readers:
@@ -152,9 +220,9 @@ class Hub:
 
     async def close(self) -> None:
         """Tell every subscriber to finish, then stop the readers."""
-        for reader in self.readers.values():
-            for subscriber in reader.subscribers:
-                subscriber.closing = True
-                subscriber.nudge()
-        await stop_tasks([r.task for r in self.readers.values()])
+        self._finish_all()
+        tasks = [r.task for r in self.readers.values()]
+        if self._shutdown_watch is not None:
+            tasks.append(self._shutdown_watch)
+        await stop_tasks(tasks)
         self.readers.clear()

@@ -201,13 +201,12 @@ class Store:
     def _history_limit(self, req: WriteRequest) -> int:
         return self.history_limit if req.history_limit is None else req.history_limit
 
-    async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
-        await self.note_namespace(namespace)
+    def _put_args(self, namespace: str, key: str, req: WriteRequest) -> list[Any]:
         expires_at = req.now + req.ttl_seconds * 1000 if req.ttl_seconds is not None else None
         if expires_at is not None:
             hinted = self._expiry_hints.get(namespace, expires_at)
             self._expiry_hints[namespace] = min(hinted, expires_at)
-        args: list[Any] = [
+        return [
             key, req.now, req.entry_id, req.agent_id, req.value, req.timestamp,
             "" if req.ttl_seconds is None else req.ttl_seconds,
             "" if expires_at is None else expires_at,
@@ -216,8 +215,25 @@ class Store:
             req.schema_errors, req.conflicts, "1" if req.timestamp_from_client else "0",
             req.mode, req.priority, "1" if req.internal_cas else "0", req.default_priority,
         ]
-        raw = await self._put(self._write_keys(namespace, key, req.idempotency_key), args)
+
+    async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
+        await self.note_namespace(namespace)
+        raw = await self._put(self._write_keys(namespace, key, req.idempotency_key),
+                              self._put_args(namespace, key, req))
         return self._outcome(raw)
+
+    async def put_many(self, namespace: str, writes: list[tuple[str, WriteRequest]]
+                       ) -> list[WriteOutcome]:
+        """Several puts in one round trip; each is still its own atomic script call."""
+        if not writes:
+            return []
+        await self.note_namespace(namespace)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key, req in writes:
+                await self._put(self._write_keys(namespace, key, req.idempotency_key),
+                                self._put_args(namespace, key, req), client=pipe)
+            raws = await pipe.execute()
+        return [self._outcome(raw) for raw in raws]
 
     async def delete(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
         args: list[Any] = [

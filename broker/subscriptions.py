@@ -6,12 +6,10 @@ Live changes already queued are sent together, in one write."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import anyio
 import msgspec
 
 from broker.auth import Principal
@@ -98,8 +96,7 @@ class EventStream:
         """Leave the hub (idempotent)."""
         self.hub.leave(self.subscription)
 
-    async def frames(self, lost: list[str], shutdown: anyio.Event) -> AsyncIterator[bytes]:
-        watcher = asyncio.create_task(self._watch_shutdown(shutdown))
+    async def frames(self, lost: list[str]) -> AsyncIterator[bytes]:
         try:
             yield f"retry: {self.retry_ms}\n\n".encode()
             for namespace in lost:
@@ -112,13 +109,7 @@ class EventStream:
             async for chunk in self._live():
                 yield chunk
         finally:
-            watcher.cancel()
             self.close()
-
-    async def _watch_shutdown(self, shutdown: anyio.Event) -> None:
-        await shutdown.wait()
-        self.subscription.closing = True
-        self.subscription.nudge()
 
     async def _locate(self) -> list[str]:
         """Set each namespace's start: the cursor, else the log's end; returns the namespaces

@@ -17,6 +17,7 @@ from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, stale_at
 
 _TERM_RE = re.compile(r"[a-z0-9]+")
 MAX_TERMS = 200
+RECORD_FIELDS = ("key", "status", "ref", "count", "accessed")
 
 
 def words_of(text: str) -> list[str]:
@@ -50,10 +51,16 @@ class CellRecord:
 
     @classmethod
     def from_hash(cls, cell_id: str, raw: dict[bytes, bytes]) -> CellRecord:
-        fields = {k.decode(): v.decode() for k, v in raw.items()}
-        return cls(cell_id, fields["key"], fields["status"], int(fields["ref"]),
-                   int(fields.get("count", "0")),
-                   int(fields["accessed"]) if fields.get("accessed") else None)
+        return cls.from_values(cell_id, [raw.get(f.encode()) for f in RECORD_FIELDS])
+
+    @classmethod
+    def from_values(cls, cell_id: str, values: list[bytes | None]) -> CellRecord:
+        """From the values of RECORD_FIELDS, in that order (an HMGET reply)."""
+        key, status, ref, count, accessed = values
+        if key is None or status is None or ref is None:
+            raise ValueError(f"incomplete index record for cell {cell_id}")
+        return cls(cell_id, key.decode(), status.decode(), int(ref), int(count or 0),
+                   int(accessed) if accessed else None)
 
 
 def reference_ms(cell: MemoryCell) -> int:
@@ -83,9 +90,11 @@ class CellIndex:
         ids = list(cell_ids)
         async with self.redis.pipeline(transaction=False) as pipe:
             for cell_id in ids:
-                pipe.hgetall(layout.amp_cell(self.namespace, cell_id))
+                pipe.hmget(layout.amp_cell(self.namespace, cell_id), RECORD_FIELDS)
             rows = await pipe.execute()
-        return {i: CellRecord.from_hash(i, r) for i, r in zip(ids, rows, strict=True) if r}
+        # A record without its key is absent (HMGET answers nils for a missing hash).
+        return {i: CellRecord.from_values(i, r) for i, r in zip(ids, rows, strict=True)
+                if r[0] is not None}
 
     def save(self, pipe: Any, cell: MemoryCell, key: str, old_text: str | None = None,
              count: int | None = None) -> None:
@@ -114,25 +123,38 @@ class CellIndex:
 
     def schedule(self, pipe: Any, cell: MemoryCell, ref: int) -> None:
         """Put the cell in exactly the due-time sets its status calls for."""
-        status = cell.lifecycle.status
-        for transition in ("stale", "archive", "expire", "purge"):
-            pipe.zrem(self._due(transition), cell.id)
-        pipe.srem(layout.amp_recover(self.namespace), cell.id)
-        scoring = cell.scoring
-        if status == "active":
-            due = stale_at(scoring.importance, scoring.confidence, scoring.decay_rate, ref)
-            if math.isfinite(due):
-                pipe.zadd(self._due("stale"), {cell.id: int(due)})
-        if status == "stale":
-            since = _ms(cell.lifecycle.stale_since, "lifecycle.stale_since") or ref
-            pipe.zadd(self._due("archive"), {cell.id: max(since, ref) + ARCHIVE_AFTER_MS})
-        if status in ("active", "stale"):
-            expires = _ms(cell.lifecycle.expires_at, "lifecycle.expires_at")
-            if expires is not None:
-                pipe.zadd(self._due("expire"), {cell.id: expires})
-        if status == "deleted":
-            deleted = _ms(cell.lifecycle.deleted_at, "lifecycle.deleted_at") or ref
-            pipe.zadd(self._due("purge"), {cell.id: deleted + PURGE_AFTER_MS})
+        self.schedule_many(pipe, [(cell, ref)])
+
+    def schedule_many(self, pipe: Any, cells: list[tuple[MemoryCell, int]]) -> None:
+        """`schedule` for several cells (each with its decay reference time), with one command
+        per set rather than per cell: every set loses the cells, then gains those due in it."""
+        if not cells:
+            return
+        ids = [cell.id for cell, _ in cells]
+        due: dict[str, dict[str, int]] = {t: {} for t in ("stale", "archive", "expire", "purge")}
+        for transition in due:
+            pipe.zrem(self._due(transition), *ids)
+        pipe.srem(layout.amp_recover(self.namespace), *ids)
+        for cell, ref in cells:
+            status = cell.lifecycle.status
+            scoring = cell.scoring
+            if status == "active":
+                at = stale_at(scoring.importance, scoring.confidence, scoring.decay_rate, ref)
+                if math.isfinite(at):
+                    due["stale"][cell.id] = int(at)
+            if status == "stale":
+                since = _ms(cell.lifecycle.stale_since, "lifecycle.stale_since") or ref
+                due["archive"][cell.id] = max(since, ref) + ARCHIVE_AFTER_MS
+            if status in ("active", "stale"):
+                expires = _ms(cell.lifecycle.expires_at, "lifecycle.expires_at")
+                if expires is not None:
+                    due["expire"][cell.id] = expires
+            if status == "deleted":
+                deleted = _ms(cell.lifecycle.deleted_at, "lifecycle.deleted_at") or ref
+                due["purge"][cell.id] = deleted + PURGE_AFTER_MS
+        for transition, members in due.items():
+            if members:
+                pipe.zadd(self._due(transition), members)
 
     def recheck(self, pipe: Any, cell_id: str) -> None:
         """A stale cell was read or patched: the engine's next run looks at it again."""

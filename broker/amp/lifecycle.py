@@ -58,12 +58,10 @@ def _archive(cell: MemoryCell, record: CellRecord, as_of: int) -> str | None:
 class LifecycleEngine:
     """One pass: expiry, active → stale, stale → active, stale → archived."""
 
-    def __init__(self, cells: CellService, clock: Clock, batch: int = 500,
-                 concurrency: int = 64) -> None:
+    def __init__(self, cells: CellService, clock: Clock, batch: int = 500) -> None:
         self.cells = cells
         self.clock = clock
         self.batch = batch
-        self.concurrency = concurrency
 
     async def run(self, as_of: int | None = None) -> dict[str, int]:
         when = self.clock() if as_of is None else as_of
@@ -99,37 +97,40 @@ class LifecycleEngine:
             done += await self._apply(ids, _recover, as_of)
 
     async def _apply(self, ids: list[str], decide: Decide, as_of: int) -> int:
-        records = await self.cells.index.records(ids)
-        gate = asyncio.Semaphore(self.concurrency)
-
-        async def one(record: CellRecord) -> bool:
-            async with gate:
-                return await self._transition(record, decide, as_of)
-
-        results = await asyncio.gather(*(one(r) for r in records.values()))
-        return sum(results)
-
-    async def _transition(self, record: CellRecord, decide: Decide, as_of: int) -> bool:
+        """Decide and apply the transitions of one batch, a round trip per step rather than
+        per cell: entries, then their index records, then the writes, then the schedules."""
         cells = self.cells
-        entry = await cells.store.get(cells.namespace, record.key, cells.clock())
-        if entry is None or entry.value is None:
-            return False
-        # Read again after the entry: a read since the batch was fetched moved the decay clock.
-        record = await cells.index.record(record.id) or record
-        cell = decode_cell(entry)
-        target = decide(cell, record, as_of)
-        if target is not None:
-            cell.lifecycle.status = target  # type: ignore[assignment]
-            cell.lifecycle.stale_since = iso(as_of) if target == "stale" else None
-            if await cells.write(cell, ENGINE_AGENT, version=entry.version,
-                                 now=cells.clock()) is None:
-                return False
-        async with cells.store.redis.pipeline(transaction=False) as pipe:
-            cells.index.schedule(pipe, cell, max(reference_ms(cell), record.ref))
+        records = await cells.index.records(ids)
+        found = await cells.store.get_many(cells.namespace, [r.key for r in records.values()],
+                                           cells.clock())
+        entries = {entry.key: entry for entry in found if entry.value is not None}
+        # Read again after the entries: a read since the batch was fetched moved the decay clock.
+        fresh = await cells.index.records(ids)
+        decided: list[tuple[MemoryCell, CellRecord, str | None, int]] = []
+        for cell_id, record in records.items():
+            entry = entries.get(record.key)
+            if entry is None:
+                continue
+            record = fresh.get(cell_id, record)
+            cell = decode_cell(entry)
+            target = decide(cell, record, as_of)
             if target is not None:
-                pipe.hset(cells.record_key(cell.id), "status", cell.lifecycle.status)
+                cell.lifecycle.status = target  # type: ignore[assignment]
+                cell.lifecycle.stale_since = iso(as_of) if target == "stale" else None
+            decided.append((cell, record, target, entry.version))
+        moving = [(cell, version) for cell, _, target, version in decided if target is not None]
+        written = iter(await cells.write_many(moving, ENGINE_AGENT, cells.clock()))
+        # A cell whose write lost (another engine, a patch changed it) is left for the next run.
+        applied = [(cell, record, target) for cell, record, target, _ in decided
+                   if target is None or next(written)]
+        async with cells.store.redis.pipeline(transaction=False) as pipe:
+            cells.index.schedule_many(pipe, [(cell, max(reference_ms(cell), record.ref))
+                                             for cell, record, _ in applied])
+            for cell, _, target in applied:
+                if target is not None:
+                    pipe.hset(cells.record_key(cell.id), "status", cell.lifecycle.status)
             await pipe.execute()
-        return target is not None
+        return sum(target is not None for _, _, target in applied)
 
     async def run_forever(self, interval: float) -> None:
         while True:

@@ -151,12 +151,14 @@ class CellSearch:
                 keys, _ = await cells.store.scan_keys(cells.namespace, pattern, None,
                                                       MAX_CANDIDATES)
                 owned.update(k.rsplit("/", 1)[1] for k in keys)
+        if owned is not None:
+            # One owner's cells are few: their text decides relevance (`_hits` drops cells
+            # without a query word), which is far cheaper than a union of the term sets of every
+            # cell in the namespace, which a common word makes as large as the namespace.
+            return sorted(owned)
         if terms:
             found = await cells.index.by_term(terms)
-            found = found & owned if owned is not None else found
             return sorted(found)[:MAX_CANDIDATES]
-        if owned is not None:
-            return sorted(owned)
         ids = await cells.index.created_between(start, end, 0, MAX_CANDIDATES + 1)
         return ids if len(ids) <= MAX_CANDIDATES else None
 

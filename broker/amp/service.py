@@ -61,18 +61,31 @@ class CellService:
         self.clock = clock
         self.index = CellIndex(store.redis, namespace)
 
-    async def write(self, cell: MemoryCell, agent: str, *, version: int | None,
-                    now: int) -> Entry | None:
-        """Store the cell as a new MEMP version; None when `version` is no longer current."""
-        request = WriteRequest(
+    @staticmethod
+    def _request(cell: MemoryCell, agent: str, version: int | None, now: int) -> WriteRequest:
+        return WriteRequest(
             agent_id=agent, now=now, timestamp=now, timestamp_from_client=False,
             value=msgspec.json.encode(cell), entry_id=str(uuid.uuid4()),
             if_version=version, if_absent=version is None, mode="merge", internal_cas=True,
         )
-        outcome = await self.store.put(self.namespace, cell_key(cell), request)
+
+    async def write(self, cell: MemoryCell, agent: str, *, version: int | None,
+                    now: int) -> Entry | None:
+        """Store the cell as a new MEMP version; None when `version` is no longer current."""
+        outcome = await self.store.put(self.namespace, cell_key(cell),
+                                       self._request(cell, agent, version, now))
         if outcome.status == "precondition_failed":
             return None
         return outcome.entry(self.namespace, cell_key(cell))
+
+    async def write_many(self, cells: list[tuple[MemoryCell, int]], agent: str, now: int
+                         ) -> list[bool]:
+        """`write` for several cells, each at its version, in one round trip; True where the
+        cell was written, False where its version was no longer current."""
+        outcomes = await self.store.put_many(self.namespace, [
+            (cell_key(cell), self._request(cell, agent, version, now))
+            for cell, version in cells])
+        return [o.status != "precondition_failed" for o in outcomes]
 
     async def load(self, cell_id: str) -> tuple[CellRecord, MemoryCell, Entry]:
         """A cell that is not deleted, with its index record and MEMP entry."""

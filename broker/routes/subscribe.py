@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import anyio
 from sse_starlette.sse import EventSourceResponse
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -56,12 +55,11 @@ async def subscribe(request: Request) -> Response:
         settings.subscriber_queue_size, settings.sse_retry_ms,
     )
     lost = await stream.open()
-    shutdown = anyio.Event()
     return EventSourceResponse(
-        stream.frames(lost, shutdown), ping=settings.heartbeat_seconds,
+        stream.frames(lost), ping=settings.heartbeat_seconds,
         send_timeout=settings.sse_send_timeout_seconds,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        shutdown_event=shutdown, shutdown_grace_period=1.0,
+        shutdown_event=state.hub.shutdown_event(), shutdown_grace_period=1.0,
         background=BackgroundTask(stream.close),
     )
 
