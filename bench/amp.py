@@ -11,22 +11,22 @@ three years ahead, so every cell goes stale.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import random
 import secrets
-import shutil
-import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from bench import amp_cells, replay, report
 from bench.replay import Agent, Broker, Driver, build
-from bench.servers import Processes, cpu_seconds, start_redis
+from bench.servers import (
+    cpu_since,
+    cpu_snapshot,
+    failure_status,
+    start_redis,
+)
 
 NAMESPACE = "bench"  # the plain MEMP side; cells live in the broker's AMP namespace, `amp`
 SEARCH_P50_MS = 20.0
@@ -141,7 +141,7 @@ def _import(broker: Broker, batches: list[bytes], connections: int) -> dict[str,
         imported: int = reply["imported"]
         return imported
 
-    before = {name: cpu_seconds(pid) for name, pid in broker.watch.items()}
+    before = cpu_snapshot(broker.watch)
     started = time.perf_counter()
     done = 0
     with ThreadPoolExecutor(connections) as pool:
@@ -156,18 +156,16 @@ def _import(broker: Broker, batches: list[bytes], connections: int) -> dict[str,
 
 def _cpu(broker: Broker, before: dict[str, float | None], count: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, pid in broker.watch.items():
-        start, end = before[name], cpu_seconds(pid)
-        if start is not None and end is not None:
-            out[f"{name}_cpu_s"] = round(end - start, 2)
-            out[f"{name}_us_per_cell"] = round((end - start) * 1e6 / max(count, 1), 1)
+    for name, used in cpu_since(broker.watch, before).items():
+        out[f"{name}_cpu_s"] = round(used, 2)
+        out[f"{name}_us_per_cell"] = round(used * 1e6 / max(count, 1), 1)
     return out
 
 
 def _lifecycle(broker: Broker, timeout: float) -> dict[str, Any]:
     """One pass as of three years ahead: every active cell's score is then below 0.3."""
     as_of = amp_cells.iso(int(time.time() * 1000) + 3 * _YEAR_MS)
-    before = {name: cpu_seconds(pid) for name, pid in broker.watch.items()}
+    before = cpu_snapshot(broker.watch)
     started = time.perf_counter()
     reply = replay.call(broker, build("POST", "/amp/lifecycle/run", broker.admin_key,
                                       {"as_of": as_of}), (200,), timeout=timeout)
@@ -237,16 +235,16 @@ def table(results: dict[str, Any], checks: dict[str, Any], loaded: dict[str, Any
     if lifecycle is not None:
         lines.append(f"lifecycle pass as of {lifecycle['as_of']}: {lifecycle['transitions']} in "
                      f"{lifecycle['seconds']:.1f} s ({_per_cell(lifecycle)}); "
-                     f"< {LIFECYCLE_SECONDS:.0f} s {_verdict(lifecycle['met'])}")
+                     f"< {LIFECYCLE_SECONDS:.0f} s {report.verdict(lifecycle['met'])}")
     for amp in ("create", "read"):
         c = checks[amp]
         lines.append(f"target, AMP {amp} within {WITHIN}x of MEMP {c['vs']}: server CPU/req "
                      f"{_x(c['cpu_factor'])} (req/s {_x(c['rps_factor'])}), p50 @1 "
-                     f"{_x(c['p50_at_1_factor'])} {_verdict(c['met'])}")
+                     f"{_x(c['p50_at_1_factor'])} {report.verdict(c['met'])}")
     for phase in ("search_owner", "search_text"):
         c = checks[phase]
         lines.append(f"target, {LABELS[phase]}: p50 {c['p50_ms']:.2f} ms (< {SEARCH_P50_MS:.0f} "
-                     f"ms) {_verdict(c['met'])}")
+                     f"ms) {report.verdict(c['met'])}")
     for name, r in results.items():
         if r["errors"]:
             lines.append(f"ERRORS {name}: non-2xx {r['non2xx']}, socket {r['socket_errors']}")
@@ -262,22 +260,12 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _verdict(met: bool) -> str:
-    return "met" if met else "MISSED"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if min(args.cells, args.owners, args.batch, args.import_connections, args.keys,
            args.seconds, args.rounds, args.connections) < 1 or args.owners > args.cells:
         raise SystemExit("bench: every count must be >= 1, and --owners <= --cells")
-    if not shutil.which("redis-server"):
-        raise SystemExit("bench: redis-server is not installed (apt-get install -y redis-server)")
-    loadgen = replay.choose_loadgen(args.load_generator)
-
-    signal.signal(signal.SIGTERM, replay.on_sigterm)
-    procs = Processes()
-    driver = Driver(procs, loadgen, args.seconds)
+    loadgen, procs, driver = replay.start_run(args.load_generator, args.seconds)
     load_before = os.getloadavg()[0]
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(f"bench.amp: {args.cells:,} cells over {args.owners:,} owners, {args.connections} "
@@ -303,21 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_lifecycle:
             print("  lifecycle pass", flush=True)
             lifecycle = _lifecycle(broker, args.lifecycle_timeout)
-    except KeyboardInterrupt:
-        print("bench: interrupted; stopping everything it started", file=sys.stderr)
-        return 130
-    except RuntimeError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        return failure_status(exc)
     finally:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            procs.stop_all()
-            driver.close()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        replay.end_run(procs, driver)
 
     checks = verdicts(results, args.connections)
     print()
@@ -326,18 +303,14 @@ def main(argv: list[str] | None = None) -> int:
         document = {
             "config": {k: v for k, v in vars(args).items() if k != "json"}
             | {"load_generator": loadgen},
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                        "load_average_before": load_before,
-                        "load_average_after": os.getloadavg()[0],
-                        "versions": replay.versions()},
+            "machine": report.machine(load_before, versions=replay.versions()),
             "started_at": started_at,
             "import": loaded,
             "results": results,
             "lifecycle": lifecycle,
             "targets": checks,
         }
-        Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
-        print(f"\nwrote {args.json}")
+        report.write_json(args.json, document)
     return 1 if any(r["errors"] for r in results.values()) else 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
@@ -159,3 +160,15 @@ def run(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
         return asyncio.run(main())
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main())
+
+
+def register_agent(host: str, port: int, admin_key: str, namespace: str) -> dict[str, Any]:
+    """Register an agent named "bench" with the admin key: its credentials (api_key, key_id,
+    agent_id). The broker is driven with its API key, as an agent would drive it."""
+    body = json.dumps({"name": "bench", "namespace": namespace}).encode()
+    status, reply = run(lambda: request_once(
+        host, port, build_request("POST", "/v1/agents", admin_key, body)))
+    if status != 201:
+        raise RuntimeError(f"agent registration failed: {status} {reply[:300]!r}")
+    credentials: dict[str, Any] = json.loads(reply)["credentials"]
+    return credentials

@@ -19,26 +19,29 @@ import os
 import platform
 import resource
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from bench import client
+from bench import client, report
 from bench.fanout_publish import BrokerPublisher, FloorPublisher, Publisher, publish
 from bench.fanout_report import table, verdicts
 from bench.servers import (
     Processes,
     clean_env,
-    cpu_seconds,
+    cpu_since,
+    cpu_snapshot,
+    failure_status,
     free_port,
+    need_redis_server,
+    on_sigterm,
+    signals_held,
     start_redis,
-    wait_for_port,
+    wait_started,
 )
 
 HOST = "127.0.0.1"
@@ -159,26 +162,14 @@ def _start(procs: Processes, cfg: Config, name: str, count: int) -> Target:
             env = clean_env(MEMP_REDIS_URL=cfg.redis_url, MEMP_ADMIN_KEY=cfg.admin_key,
                             MEMP_SUBSCRIBER_QUEUE_SIZE=str(cfg.queue_size))
         proc = procs.start(f"{name}-{n}", argv, env)
-        try:
-            wait_for_port(proc, port)
-        except RuntimeError as exc:
-            raise RuntimeError(f"{name} {exc}:\n{procs.log_tail(proc)}") from None
+        wait_started(procs, proc, port, name)
         target.procs.append(proc)
         target.ports.append(port)
     if name != "floor":
-        target.token = _register(cfg, target)
+        # An agent's API key (read, write, subscribe on the run's namespace) drives the broker.
+        target.token = client.register_agent(HOST, target.ports[0], cfg.admin_key,
+                                             target.namespace)["api_key"]
     return target
-
-
-def _register(cfg: Config, target: Target) -> str:
-    """An agent's API key (read, write, subscribe on the run's namespace) drives the broker."""
-    body = json.dumps({"name": "bench", "namespace": target.namespace}).encode()
-    status, reply = client.run(lambda: client.request_once(
-        HOST, target.ports[0], client.build_request("POST", "/v1/agents", cfg.admin_key, body)))
-    if status != 201:
-        raise RuntimeError(f"agent registration failed: {status} {reply[:300]!r}")
-    token: str = json.loads(reply)["credentials"]["api_key"]
-    return token
 
 
 def rss_kib(pid: int) -> int:
@@ -195,15 +186,11 @@ def rss_kib(pid: int) -> int:
 def _phase(cfg: Config, target: Target, load: Load, publisher: Publisher, watch: dict[str, int],
            phase: str, writes: int, rate: float, lanes: int, streams: int) -> dict[str, Any]:
     """Publish one phase, wait for the streams to receive it, and sum it up."""
-    before = {name: cpu_seconds(pid) for name, pid in watch.items()}
+    before = cpu_snapshot(watch)
     sent = client.run(lambda: publish(publisher, phase, writes, rate, lanes))
     got = load.ask({"cmd": "wait", "phase": phase, "writes": writes, "quiet": 5,
                     "timeout": 30 + 2 * writes / rate + streams * writes / 10_000})
-    cpu = {}
-    for name, pid in watch.items():
-        start, end = before[name], cpu_seconds(pid)
-        if start is not None and end is not None:
-            cpu[name] = end - start
+    cpu = cpu_since(watch, before)
     # From the first write to the last delivery: the time the fan-out took.
     seconds = (got["last_ns"] - sent["start_ns"]) / 1e9 if got["last_ns"] else 0.0
     server_cpu = sum(v for k, v in cpu.items() if k.startswith("server"))
@@ -294,8 +281,7 @@ def _config(args: argparse.Namespace) -> Config:
                                                          args.burst_rate) <= 0:
         raise SystemExit("bench: --workers >= 1, --value-bytes >= 64; --seconds, --rate and "
                          "--burst-rate > 0")
-    if not shutil.which("redis-server"):
-        raise SystemExit("bench: redis-server is not installed (apt-get install -y redis-server)")
+    need_redis_server()
     targets = [t for t in ("floor", "broker") if t in targets]
     if args.workers > 1:
         targets.append(f"broker-x{args.workers}")
@@ -318,15 +304,11 @@ def _raise_open_files(wanted: int) -> None:
               file=sys.stderr)
 
 
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cfg = _config(args)
     _raise_open_files(max(cfg.counts) + 1024)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, on_sigterm)
     procs = Processes()
     results: dict[str, dict[str, Any]] = {}
     load_before = os.getloadavg()[0]
@@ -341,21 +323,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{count} subscribers, {name}:", flush=True)
                 results.setdefault(str(count), {})[name] = _measure(procs, cfg, name, count,
                                                                     redis_proc.pid)
-    except KeyboardInterrupt:
-        print("bench: interrupted; stopping everything it started", file=sys.stderr)
-        return 130
-    except (RuntimeError, OSError) as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
+    except (KeyboardInterrupt, RuntimeError, OSError) as exc:
+        return failure_status(exc)
     finally:
-        # A second Ctrl-C must not cut the cleanup short and leave servers running.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
+        with signals_held():
             procs.stop_all()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     checks = verdicts(results)
     print()
@@ -366,15 +338,11 @@ def main(argv: list[str] | None = None) -> int:
                        "seconds": cfg.seconds, "rate": cfg.rate,
                        "burst_deliveries": cfg.burst_deliveries, "burst_rate": cfg.burst_rate,
                        "value_bytes": cfg.value_bytes, "queue_size": cfg.queue_size},
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                        "python": platform.python_version(),
-                        "load_average_before": load_before,
-                        "load_average_after": os.getloadavg()[0]},
+            "machine": report.machine(load_before, python=platform.python_version()),
             "results": results,
             "targets": checks,
         }
-        Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
-        print(f"\nwrote {args.json}")
+        report.write_json(args.json, document)
     return 0
 
 

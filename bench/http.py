@@ -12,25 +12,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
-import resource
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from bench import client, report
+from bench.replay import measure_phase
 from bench.report import TARGETS
-from bench.servers import Processes, cpu_seconds, free_port, start_redis, wait_for_port
+from bench.servers import (
+    Processes,
+    choose_loadgen,
+    clean_env,
+    failure_status,
+    free_port,
+    need_redis_server,
+    on_sigterm,
+    run_wrk,
+    signals_held,
+    start_redis,
+    wait_started,
+)
 
 HOST = "127.0.0.1"
 WRK_SCRIPT = Path(__file__).with_name("wrk.lua")
@@ -103,60 +110,26 @@ def _requests(cfg: Config, method: str, token: str) -> list[bytes]:
 
 def _wrk(procs: Processes, cfg: Config, server: Server, method: str, connections: int
          ) -> dict[str, Any]:
-    argv = ["wrk", "-t1", f"-c{connections}", f"-d{cfg.seconds}s", "--timeout", "10s",
-            "-s", str(WRK_SCRIPT), f"http://{HOST}:{server.port}", "--",
-            method, cfg.namespace, str(cfg.keys), str(cfg.value_bytes), server.token]
-    proc = procs.start("wrk", argv, capture=True)
-    try:
-        out, _ = proc.communicate(timeout=cfg.seconds + 60)
-    finally:
-        procs.stop(proc)
-    for line in out.decode(errors="replace").splitlines():
-        if line.startswith("BENCH_RESULT "):
-            result: dict[str, Any] = json.loads(line.removeprefix("BENCH_RESULT "))
-            return result
-    raise RuntimeError(f"wrk printed no result (status {proc.returncode}):\n{out.decode()}")
-
-
-def _own_cpu() -> float:
-    """CPU seconds of this process and its waited-for children (wrk)."""
-    me, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
-                                                         resource.RUSAGE_CHILDREN))
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+    return run_wrk(procs, WRK_SCRIPT, f"http://{HOST}:{server.port}", connections, cfg.seconds,
+                   [method, cfg.namespace, str(cfg.keys), str(cfg.value_bytes), server.token])
 
 
 def _drive(procs: Processes, cfg: Config, server: Server, method: str, connections: int
            ) -> dict[str, Any]:
     """One measured phase, with the CPU used meanwhile by the server, Redis and the load."""
     requests = _requests(cfg, method, server.token) if cfg.loadgen == "python" else []
-    before = {name: cpu_seconds(pid) for name, pid in server.watch.items()}
-    load_before = _own_cpu()
-    if cfg.loadgen == "wrk":
-        raw = _wrk(procs, cfg, server, method, connections)
-    else:
-        raw = client.run(lambda: client.load(HOST, server.port, requests, connections,
-                                             cfg.seconds))
-    cpu = {"loadgen": _own_cpu() - load_before}
-    for name, pid in server.watch.items():
-        start, end = before[name], cpu_seconds(pid)
-        if start is not None and end is not None:
-            cpu[name] = end - start
-    if server.proc.poll() is not None:
-        raise RuntimeError(f"{TARGETS[server.target]} exited while measured:\n"
-                           f"{procs.log_tail(server.proc)}")
-    return report.phase_result(raw, cpu)
+
+    def drive() -> dict[str, Any]:
+        if cfg.loadgen == "wrk":
+            return _wrk(procs, cfg, server, method, connections)
+        raw: dict[str, Any] = client.run(lambda: client.load(HOST, server.port, requests,
+                                                             connections, cfg.seconds))
+        return raw
+
+    return measure_phase(procs, server.proc, TARGETS[server.target], server.watch, drive)
 
 
 # ---- targets ----
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    """The caller's environment without MEMP_* settings, so the runs are comparable."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMP_", "BENCH_"))}
-    env.update(extra)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    return env
 
 
 def _start(procs: Processes, cfg: Config, target: str, redis_pid: int | None) -> Server:
@@ -165,36 +138,23 @@ def _start(procs: Processes, cfg: Config, target: str, redis_pid: int | None) ->
         argv = [sys.executable, "-m", "uvicorn", "--factory", "bench.floor:create_app",
                 "--host", HOST, "--port", str(port), "--loop", "uvloop", "--http", "httptools",
                 "--no-access-log", "--log-level", "warning"]
-        env = _clean_env(BENCH_REDIS_URL=cfg.redis_url)
+        env = clean_env(BENCH_REDIS_URL=cfg.redis_url)
     else:
         argv = [sys.executable, "-m", "broker.cli", "serve", "--host", HOST, "--port", str(port),
                 "--log-level", "warning"]
-        env = _clean_env(MEMP_ADMIN_KEY=cfg.admin_key)
+        env = clean_env(MEMP_ADMIN_KEY=cfg.admin_key)
         if target == "redis":
             env["MEMP_REDIS_URL"] = cfg.redis_url
     proc = procs.start(target, argv, env)
-    try:
-        wait_for_port(proc, port)
-    except RuntimeError as exc:
-        raise RuntimeError(f"{TARGETS[target]} {exc}:\n{procs.log_tail(proc)}") from None
+    wait_started(procs, proc, port, TARGETS[target])
     watch = {"server": proc.pid}
     if redis_pid is not None and target != "embedded":
         watch["redis"] = redis_pid
     server = Server(target, proc, port, watch)
     if target != "floor":
-        server.token, server.key_id = _register(cfg, port)
+        credentials = client.register_agent(HOST, port, cfg.admin_key, cfg.namespace)
+        server.token, server.key_id = credentials["api_key"], credentials["key_id"]
     return server
-
-
-def _register(cfg: Config, port: int) -> tuple[str, str]:
-    """Register an agent; the broker is driven with its API key, as an agent would drive it."""
-    body = json.dumps({"name": "bench", "namespace": cfg.namespace}).encode()
-    status, reply = client.run(lambda: client.request_once(
-        HOST, port, client.build_request("POST", "/v1/agents", cfg.admin_key, body)))
-    if status != 201:
-        raise RuntimeError(f"agent registration failed: {status} {reply[:300]!r}")
-    credentials = json.loads(reply)["credentials"]
-    return credentials["api_key"], credentials["key_id"]
 
 
 def _fill(cfg: Config, server: Server) -> None:
@@ -252,45 +212,17 @@ def _measure(procs: Processes, cfg: Config, servers: list[Server]) -> dict[str, 
 # ---- main ----
 
 
-def _choose_loadgen(choice: str) -> str:
-    has_wrk = shutil.which("wrk") is not None
-    if choice == "wrk" and not has_wrk:
-        raise SystemExit("bench: wrk is not installed (apt-get install -y wrk, or brew install "
-                         "wrk), or pass --load-generator python")
-    if choice == "auto" and not has_wrk:
-        print("bench: wrk not found (apt-get install -y wrk); using the Python load generator, "
-              "which needs a core of its own and may not saturate the server", file=sys.stderr)
-        return "python"
-    return "wrk" if choice == "auto" else choice
-
-
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for dist in ("uvicorn", "uvloop", "httptools", "starlette", "redis", "hiredis", "msgspec",
-                 "fakeredis", "lupa"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "absent"
-    return out
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def _config(args: argparse.Namespace, targets: list[str]) -> Config:
     if args.value_bytes < 11 or min(args.connections, args.keys, args.seconds, args.rounds) < 1:
         raise SystemExit("bench: --value-bytes must be >= 11; --connections, --keys, --seconds "
                          "and --rounds >= 1")
     own_redis = not args.redis_url and bool({"floor", "redis"} & set(targets))
-    if own_redis and not shutil.which("redis-server"):
-        raise SystemExit("bench: redis-server is not installed (apt-get install -y redis-server)"
-                         ", or pass --redis-url")
+    if own_redis:
+        need_redis_server(", or pass --redis-url")
     return Config(seconds=args.seconds, rounds=args.rounds, connections=args.connections,
                   value_bytes=args.value_bytes, keys=args.keys,
                   namespace="bench" if not args.redis_url else f"bench-{secrets.token_hex(4)}",
-                  loadgen=_choose_loadgen(args.load_generator), redis_url=args.redis_url or "",
+                  loadgen=choose_loadgen(args.load_generator), redis_url=args.redis_url or "",
                   own_redis=own_redis)
 
 
@@ -303,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = [t for t in TARGETS if t in targets]
     cfg = _config(args, targets)
 
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, on_sigterm)
     procs = Processes()
     servers: list[Server] = []
     load_before = os.getloadavg()[0]
@@ -320,27 +252,19 @@ def main(argv: list[str] | None = None) -> int:
             servers.append(_start(procs, cfg, target, redis_pid))
             _fill(cfg, servers[-1])
         results = _measure(procs, cfg, servers)
-    except KeyboardInterrupt:
-        print("bench: interrupted; stopping everything it started", file=sys.stderr)
-        return 130
-    except RuntimeError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        return failure_status(exc)
     finally:
-        # A second Ctrl-C must not cut the cleanup short and leave servers running.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        shared_redis = bool(servers) and not cfg.own_redis
-        try:
-            for server in servers:
-                if shared_redis and server.key_id and server.proc.poll() is None:
-                    _revoke(cfg, server)
-        finally:
-            procs.stop_all()
-            if shared_redis:
-                _forget(cfg)
-            signal.signal(signal.SIGINT, previous)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with signals_held():
+            shared_redis = bool(servers) and not cfg.own_redis
+            try:
+                for server in servers:
+                    if shared_redis and server.key_id and server.proc.poll() is None:
+                        _revoke(cfg, server)
+            finally:
+                procs.stop_all()
+                if shared_redis:
+                    _forget(cfg)
 
     vs_floor = report.ratios(results)
     print()
@@ -351,15 +275,13 @@ def main(argv: list[str] | None = None) -> int:
                        "connections": cfg.connections, "value_bytes": cfg.value_bytes,
                        "keys": cfg.keys, "load_generator": cfg.loadgen,
                        "redis": "own redis-server" if cfg.own_redis else "--redis-url"},
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                        "load_average_before": load_before,
-                        "load_average_after": os.getloadavg()[0], "versions": _versions()},
+            "machine": report.machine(load_before,
+                                      versions=report.versions("fakeredis", "lupa")),
             "started_at": started_at,
             "results": results,
             "vs_floor": vs_floor,
         }
-        Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
-        print(f"\nwrote {args.json}")
+        report.write_json(args.json, document)
     errors = sum(p["errors"] for r in results.values() for p in r.values())
     return 1 if errors else 0
 

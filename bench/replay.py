@@ -6,20 +6,31 @@ from __future__ import annotations
 
 import asyncio
 import json
-import platform
-import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from bench import client, report
-from bench.servers import Processes, clean_env, cpu_seconds, free_port, wait_for_port
+from bench.servers import (
+    Processes,
+    choose_loadgen,
+    clean_env,
+    cpu_since,
+    cpu_snapshot,
+    free_port,
+    need_redis_server,
+    on_sigterm,
+    own_cpu,
+    run_wrk,
+    signals_held,
+    wait_started,
+)
 
 HOST = "127.0.0.1"
 REPLAY_SCRIPT = Path(__file__).with_name("replay.lua")
@@ -63,10 +74,7 @@ def start_broker(procs: Processes, redis_url: str, redis_pid: int | None, admin_
             "--log-level", "warning"]
     proc = procs.start("broker", argv, clean_env(MEMP_ADMIN_KEY=admin_key,
                                                  MEMP_REDIS_URL=redis_url, **env))
-    try:
-        wait_for_port(proc, port)
-    except RuntimeError as exc:
-        raise RuntimeError(f"broker {exc}:\n{procs.log_tail(proc)}") from None
+    wait_started(procs, proc, port, "broker")
     watch = {"server": proc.pid}
     if redis_pid is not None:
         watch["redis"] = redis_pid
@@ -103,11 +111,19 @@ def fill(broker: Broker, requests: list[bytes], connections: int = 32) -> None:
     client.run(lambda: client.fill(HOST, broker.port, requests, connections))
 
 
-def own_cpu() -> float:
-    """CPU seconds of this process and its waited-for children (wrk)."""
-    me, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
-                                                         resource.RUSAGE_CHILDREN))
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+def measure_phase(procs: Processes, server: subprocess.Popen[bytes], label: str,
+                  watch: dict[str, int], drive: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One measured phase: `drive()` sends the load and returns wrk's (or the asyncio client's)
+    figures; to them is added the CPU used meanwhile by the load generator and each watched
+    process. Fails if the server (`label`) exited meanwhile."""
+    before = cpu_snapshot(watch)
+    load_before = own_cpu()
+    raw = drive()
+    cpu = {"loadgen": own_cpu() - load_before}
+    cpu.update(cpu_since(watch, before))
+    if server.poll() is not None:
+        raise RuntimeError(f"{label} exited while measured:\n{procs.log_tail(server)}")
+    return report.phase_result(raw, cpu)
 
 
 class Driver:
@@ -124,63 +140,40 @@ class Driver:
         shutil.rmtree(self._pools, ignore_errors=True)
 
     def phase(self, broker: Broker, requests: list[bytes], connections: int) -> dict[str, Any]:
-        before = {name: cpu_seconds(pid) for name, pid in broker.watch.items()}
-        load_before = own_cpu()
-        if self.loadgen == "wrk":
-            raw = self._wrk(broker, requests, connections)
-        else:
-            raw = client.run(lambda: client.load(HOST, broker.port, requests, connections,
-                                                 self.seconds))
-        cpu = {"loadgen": own_cpu() - load_before}
-        for name, pid in broker.watch.items():
-            start, end = before[name], cpu_seconds(pid)
-            if start is not None and end is not None:
-                cpu[name] = end - start
-        if broker.proc.poll() is not None:
-            raise RuntimeError(f"the broker exited while measured:\n"
-                               f"{self.procs.log_tail(broker.proc)}")
-        return report.phase_result(raw, cpu)
+        def drive() -> dict[str, Any]:
+            if self.loadgen == "wrk":
+                return self._wrk(broker, requests, connections)
+            raw: dict[str, Any] = client.run(lambda: client.load(
+                HOST, broker.port, requests, connections, self.seconds))
+            return raw
+
+        return measure_phase(self.procs, broker.proc, "the broker", broker.watch, drive)
 
     def _wrk(self, broker: Broker, requests: list[bytes], connections: int) -> dict[str, Any]:
         pool = self._pools / "pool.bin"
         pool.write_bytes(b"".join(b"%d\n" % len(r) + r for r in requests))
-        argv = ["wrk", "-t1", f"-c{connections}", f"-d{self.seconds}s", "--timeout", "10s",
-                "-s", str(REPLAY_SCRIPT), f"http://{HOST}:{broker.port}", "--", str(pool)]
-        proc = self.procs.start("wrk", argv, capture=True)
-        try:
-            out, _ = proc.communicate(timeout=self.seconds + 60)
-        finally:
-            self.procs.stop(proc)
-        for line in out.decode(errors="replace").splitlines():
-            if line.startswith("BENCH_RESULT "):
-                result: dict[str, Any] = json.loads(line.removeprefix("BENCH_RESULT "))
-                return result
-        raise RuntimeError(f"wrk printed no result (status {proc.returncode}):\n{out.decode()}")
-
-
-def choose_loadgen(choice: str) -> str:
-    has_wrk = shutil.which("wrk") is not None
-    if choice == "wrk" and not has_wrk:
-        raise SystemExit("bench: wrk is not installed (apt-get install -y wrk), or pass "
-                         "--load-generator python")
-    if choice == "auto" and not has_wrk:
-        print("bench: wrk not found (apt-get install -y wrk); using the Python load generator, "
-              "which needs a core of its own and may not saturate the server", file=sys.stderr)
-        return "python"
-    return "wrk" if choice == "auto" else choice
+        return run_wrk(self.procs, REPLAY_SCRIPT, f"http://{HOST}:{broker.port}", connections,
+                       self.seconds, [str(pool)])
 
 
 def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for dist in ("uvicorn", "uvloop", "httptools", "starlette", "redis", "hiredis", "msgspec",
-                 "jsonschema", "deepmerge"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "absent"
-    return out
+    """The versions bench.strategies and bench.amp report: those of the broker's stack."""
+    return report.versions("jsonschema", "deepmerge")
 
 
-def on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+def start_run(load_generator: str, seconds: int) -> tuple[str, Processes, Driver]:
+    """The start of a bench.strategies or bench.amp run: check for redis-server, choose the load
+    generator, have SIGTERM stop the run as Ctrl-C does; the load generator, the processes to
+    start and the driver of measured phases."""
+    need_redis_server()
+    loadgen = choose_loadgen(load_generator)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    procs = Processes()
+    return loadgen, procs, Driver(procs, loadgen, seconds)
 
+
+def end_run(procs: Processes, driver: Driver) -> None:
+    """However the run ends: stop every process it started and drop the request pools."""
+    with signals_held():
+        procs.stop_all()
+        driver.close()

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import statistics
 from collections import Counter
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 TARGETS = {"floor": "floor", "redis": "broker (Redis)", "embedded": "broker (embedded)"}
@@ -106,10 +111,10 @@ def table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
         checks = []
         if "put_ratio" in ratio:
             checks.append(f"put {ratio['put_ratio']:.1%} of floor (>= 50%) "
-                          f"{_verdict(ratio['put_met'])}")
-            checks.append(f"get {ratio['get_ratio']:.1%} (>= 60%) {_verdict(ratio['get_met'])}")
+                          f"{verdict(ratio['put_met'])}")
+            checks.append(f"get {ratio['get_ratio']:.1%} (>= 60%) {verdict(ratio['get_met'])}")
         checks.append(f"p50 put @1 {ratio['put_c1_p50_ms']:.2f} ms (< 2 ms) "
-                      f"{_verdict(ratio['put_c1_p50_met'])}")
+                      f"{verdict(ratio['put_c1_p50_met'])}")
         lines.append(f"targets, {TARGETS[target]}: " + "; ".join(checks))
     for target, label in TARGETS.items():
         for phase, p in results.get(target, {}).items():
@@ -145,5 +150,36 @@ def _cpu_table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _verdict(met: bool) -> str:
+def verdict(met: bool) -> str:
     return "met" if met else "MISSED"
+
+
+# ---- the JSON document ----
+
+# The installed versions every benchmark reports; each adds those its own targets use.
+VERSIONED = ("uvicorn", "uvloop", "httptools", "starlette", "redis", "hiredis", "msgspec")
+
+
+def versions(*extra: str) -> dict[str, str]:
+    """Python's version and the installed version of each distribution in VERSIONED + `extra`
+    ("absent" where it is not installed)."""
+    out = {"python": platform.python_version()}
+    for dist in VERSIONED + extra:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "absent"
+    return out
+
+
+def machine(load_before: float, **extra: Any) -> dict[str, Any]:
+    """The "machine" part of a run's JSON: CPUs, platform, load average before and after (now),
+    and `extra` (such as versions)."""
+    return {"cpus": os.cpu_count(), "platform": platform.platform(),
+            "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
+            **extra}
+
+
+def write_json(path: str, document: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(document, indent=2) + "\n")
+    print(f"\nwrote {path}")

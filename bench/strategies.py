@@ -14,20 +14,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import secrets
-import shutil
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from bench import profiles, replay, report
 from bench.replay import Agent, Broker, Driver, build
-from bench.servers import Processes, start_redis
+from bench.servers import (
+    failure_status,
+    start_redis,
+)
 
 # The targets: what each variant may cost, as a share of plain put throughput.
 MAX_COST = {"lww_ts": 0.15, "priority": 0.15, "schema": 0.15, "merge": 0.35}
@@ -187,13 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"bench: unknown variants {sorted(chosen - {v.name for v in VARIANTS})}")
     if min(args.seconds, args.rounds, args.connections, args.keys) < 1:
         raise SystemExit("bench: --seconds, --rounds, --connections and --keys must be >= 1")
-    if not shutil.which("redis-server"):
-        raise SystemExit("bench: redis-server is not installed (apt-get install -y redis-server)")
-    loadgen = replay.choose_loadgen(args.load_generator)
-
-    signal.signal(signal.SIGTERM, replay.on_sigterm)
-    procs = Processes()
-    driver = Driver(procs, loadgen, args.seconds)
+    loadgen, procs, driver = replay.start_run(args.load_generator, args.seconds)
     load_before = os.getloadavg()[0]
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(f"bench.strategies: {args.connections} connections, {args.rounds} rounds of "
@@ -206,21 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         for seed, variant in enumerate(variants):
             _prepare(broker, variant, args.keys, max(args.keys, 4000), seed)
         results = _measure(driver, broker, variants, args.rounds, args.connections)
-    except KeyboardInterrupt:
-        print("bench: interrupted; stopping everything it started", file=sys.stderr)
-        return 130
-    except RuntimeError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        return failure_status(exc)
     finally:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            procs.stop_all()
-            driver.close()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        replay.end_run(procs, driver)
 
     checks = verdicts(results)
     labels = {v.name: v.label for v in variants}
@@ -232,16 +214,12 @@ def main(argv: list[str] | None = None) -> int:
                        "connections": args.connections, "keys": args.keys,
                        "load_generator": loadgen, "variants": [v.name for v in variants],
                        "schema": profiles.SCHEMA},
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                        "load_average_before": load_before,
-                        "load_average_after": os.getloadavg()[0],
-                        "versions": replay.versions()},
+            "machine": report.machine(load_before, versions=replay.versions()),
             "started_at": started_at,
             "results": results,
             "vs_plain": checks,
         }
-        Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
-        print(f"\nwrote {args.json}")
+        report.write_json(args.json, document)
     return 1 if any(r["errors"] for r in results.values()) else 0
 
 

@@ -6,38 +6,31 @@ import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
-import { after, afterEach, before, test } from 'node:test'
+import { test } from 'node:test'
 
 import { MEMP } from 'memp-sdk'
 
 import {
-  admin, ADMIN_KEY, closeClients, delay, REPO_DIR, rest, SDK_DIR, startServices, WAIT,
+  admin, ADMIN_KEY, delay, REPO_DIR, rest, SDK_DIR, useServices, WAIT,
 } from './helpers.js'
 
 const EXAMPLE = resolve(SDK_DIR, 'examples', 'draft.js')
 const SEED = resolve(REPO_DIR, '..', 'shared', 'seeds', 'memp-protocol-draft.txt')
 
-/** @type {Awaited<ReturnType<typeof startServices>>} */
-let services
-/** @type {string} */
-let url
-
-before(async () => {
-  services = await startServices()
-  url = services.broker.url
+const services = useServices({
   // The example reads its key from MEMP_API_KEY and finds the broker through MEMP_BASE_URL.
-  const created = await rest(url, 'POST', '/v1/keys', {
-    name: 'draft example',
-    grants: [{ namespace: 'my-app', permissions: ['read', 'write', 'subscribe'] }],
-  })
-  process.env.MEMP_API_KEY = created.api_key
-  process.env.MEMP_BASE_URL = url
-})
-afterEach(closeClients)
-after(async () => {
-  delete process.env.MEMP_API_KEY
-  delete process.env.MEMP_BASE_URL
-  await services?.stop()
+  async ready({ broker }) {
+    const created = await rest(broker.url, 'POST', '/v1/keys', {
+      name: 'draft example',
+      grants: [{ namespace: 'my-app', permissions: ['read', 'write', 'subscribe'] }],
+    })
+    process.env.MEMP_API_KEY = created.api_key
+    process.env.MEMP_BASE_URL = broker.url
+  },
+  cleanup() {
+    delete process.env.MEMP_API_KEY
+    delete process.env.MEMP_BASE_URL
+  },
 })
 
 const noSeed = !existsSync(SEED) && 'the draft is not beside the repository'
@@ -60,7 +53,7 @@ test('the draft example runs as a program', async () => {
   child.stderr.setEncoding('utf8').on('data', (chunk) => { stderr += chunk })
   const exited = new Promise((done) => child.once('exit', done))
   try {
-    const watcher = new MEMP({ apiKey: ADMIN_KEY, namespace: 'my-app', baseUrl: url })
+    const watcher = new MEMP({ apiKey: ADMIN_KEY, namespace: 'my-app', baseUrl: services.url })
     // It registers, publishes, reads and queries, then subscribes; a change made once the
     // stream is open is printed. Keep publishing until one is.
     const deadline = Date.now() + WAIT
@@ -83,7 +76,7 @@ test('the draft example runs as a program', async () => {
 
     const entry = await watcher.memory.getEntry('customer/123')
     assert.deepEqual(entry.value, { plan: 'pro', acv: 12000 })
-    const agents = (await rest(url, 'GET', '/v1/namespaces/my-app/agents')).agents
+    const agents = (await rest(services.url, 'GET', '/v1/namespaces/my-app/agents')).agents
     const agent = agents.find((/** @type {{ id: string }} */ a) => a.id === entry.agentId)
     assert.ok(agent, 'customer/123 was written by the agent the example registered')
     assert.equal(agent.name, 'my-agent')
@@ -95,7 +88,7 @@ test('the draft example runs as a program', async () => {
 })
 
 test('the draft example, line by line, with its results checked', async () => {
-  const writer = admin(url, 'my-app')
+  const writer = admin(services.url, 'my-app')
 
   const broker = new MEMP({
     apiKey: process.env.MEMP_API_KEY,
@@ -105,7 +98,7 @@ test('the draft example, line by line, with its results checked', async () => {
   // Register
   await broker.register({ name: 'my-agent', framework: 'langchain' })
   assert.equal(broker.agent?.name, 'my-agent')
-  assert.equal(broker.config.baseUrl, url)
+  assert.equal(broker.config.baseUrl, services.url)
 
   // Publish
   await broker.memory.put('customer/123', { plan: 'pro', acv: 12000 })

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict'
 import { createServer } from 'node:http'
-import { after, afterEach, before, describe, test } from 'node:test'
+import { describe, test } from 'node:test'
 
 import {
   ConnectionFailedError,
@@ -16,21 +16,9 @@ import {
   UnauthorizedError,
 } from 'memp-sdk'
 
-import { admin, closeClients, freePort, namespace, startServices } from './helpers.js'
+import { admin, freePort, namespace, useServices } from './helpers.js'
 
-/** @type {Awaited<ReturnType<typeof startServices>>} */
-let services
-/** @type {string} */
-let url
-
-before(async () => {
-  services = await startServices()
-  url = services.broker.url
-})
-afterEach(closeClients)
-after(async () => {
-  await services?.stop()
-})
+const services = useServices()
 
 /**
  * Asserts a rejection with this class, code and status; returns the error.
@@ -67,11 +55,11 @@ async function drain(events) {
 
 describe('broker errors', () => {
   test('an unknown token: UnauthorizedError, for calls and subscriptions', async () => {
-    const broker = new MEMP({ apiKey: 'memp_sk_live_nonsense', namespace: namespace(), baseUrl: url })
+    const broker = new MEMP({ apiKey: 'memp_sk_live_nonsense', namespace: namespace(), baseUrl: services.url })
     await rejectsWith(broker.memory.put('k', 1), UnauthorizedError, 'unauthorized', 401)
     await rejectsWith(broker.memory.get('k'), UnauthorizedError, 'unauthorized', 401)
     await rejectsWith(drain(broker.subscribe('*')), UnauthorizedError, 'unauthorized', 401)
-    const anonymous = new MEMP({ namespace: namespace(), baseUrl: url })
+    const anonymous = new MEMP({ namespace: namespace(), baseUrl: services.url })
     if (!process.env.MEMP_API_KEY) {
       await rejectsWith(anonymous.memory.query('*'), UnauthorizedError, 'unauthorized', 401)
     }
@@ -79,7 +67,7 @@ describe('broker errors', () => {
 
   test('a key without the permission: ForbiddenError; keys can be created and revoked', async () => {
     const ns = namespace()
-    const root = admin(url, ns)
+    const root = admin(services.url, ns)
     const created = await root.keys.create({
       grants: [{ namespace: ns, permissions: ['read'] }],
       name: 'reader',
@@ -89,7 +77,7 @@ describe('broker errors', () => {
     assert.deepEqual(created.key.grants, [{ namespace: ns, permissions: ['read'] }])
     assert.ok((await root.keys.list()).some((k) => k.id === created.key.id))
 
-    const reader = new MEMP({ apiKey: created.apiKey, namespace: ns, baseUrl: url })
+    const reader = new MEMP({ apiKey: created.apiKey, namespace: ns, baseUrl: services.url })
     await root.memory.put('k', 1)
     assert.equal(await reader.memory.get('k'), 1)
     await rejectsWith(reader.memory.put('k', 2), ForbiddenError, 'forbidden', 403)
@@ -103,13 +91,13 @@ describe('broker errors', () => {
   })
 
   test('NotFoundError keeps the details', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const error = await rejectsWith(broker.memory.delete('missing'), NotFoundError, 'not_found', 404)
     assert.equal(error.details['key'], 'missing')
   })
 
   test('bad input: InvalidRequestError with the specific code', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     await rejectsWith(broker.memory.put('k', 1, { ttlSeconds: 0 }), InvalidRequestError,
       'invalid_ttl', 400)
     await rejectsWith(broker.memory.put('k', 1, { timestamp: Date.now() + 3_600_000 }),
@@ -124,7 +112,7 @@ describe('broker errors', () => {
   })
 
   test('a value over the limit: PayloadTooLargeError', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     await rejectsWith(broker.memory.put('big', 'x'.repeat(1_100_000)), PayloadTooLargeError,
       'payload_too_large', 413)
   })

@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs'
 import { createServer, connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, resolve } from 'node:path'
+import { after, afterEach, before } from 'node:test'
 import { fileURLToPath } from 'node:url'
 
 import { MEMP } from 'memp-sdk'
@@ -212,6 +213,42 @@ export async function startServices(env = {}) {
     },
   }
 }
+
+/**
+ * A test file's services: registers the hooks that start a Redis and a broker before the
+ * file's tests (then runs `options.ready`), end every client `admin()` made after each test,
+ * and stop both after the file's tests (`options.cleanup` first). Its `redis`, `broker` and
+ * `url` (the broker's) are there once the tests run.
+ * @param {{
+ *   env?: Record<string, string>,
+ *   ready?: (services: Services) => Promise<void> | void,
+ *   cleanup?: () => Promise<void> | void,
+ * }} options
+ */
+export function useServices(options = {}) {
+  /** @type {Services | undefined} */
+  let services
+  before(async () => {
+    services = await startServices(options.env)
+    await options.ready?.(services)
+  })
+  afterEach(closeClients)
+  after(async () => {
+    await options.cleanup?.()
+    await services?.stop()
+  })
+  const started = () => {
+    if (!services) throw new Error('the services have not started yet')
+    return services
+  }
+  return {
+    get redis() { return started().redis },
+    get broker() { return started().broker },
+    get url() { return started().broker.url },
+  }
+}
+
+/** @typedef {Awaited<ReturnType<typeof startServices>>} Services */
 
 let counter = 0
 /** A namespace no other test uses. */

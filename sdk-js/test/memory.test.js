@@ -2,7 +2,7 @@
 // timestamps, merge base, schema warnings), get, getEntry, query, page, delete, history.
 
 import assert from 'node:assert/strict'
-import { after, afterEach, before, describe, test } from 'node:test'
+import { describe, test } from 'node:test'
 
 import {
   ConflictError,
@@ -14,26 +14,14 @@ import {
   SchemaViolationError,
 } from 'memp-sdk'
 
-import { admin, closeClients, delay, namespace, rest, startServices } from './helpers.js'
+import { admin, delay, namespace, rest, useServices } from './helpers.js'
 
-/** @type {Awaited<ReturnType<typeof startServices>>} */
-let services
-/** @type {string} */
-let url
-
-before(async () => {
-  services = await startServices()
-  url = services.broker.url
-})
-afterEach(closeClients)
-after(async () => {
-  await services?.stop()
-})
+const services = useServices()
 
 describe('register', () => {
   test('returns the agent and switches to its own key', async () => {
     const ns = namespace()
-    const broker = admin(url, ns)
+    const broker = admin(services.url, ns)
     const agent = await broker.register({ name: 'my-agent', framework: 'langchain' })
     assert.match(agent.id, /^[0-9a-f-]{36}$/)
     assert.equal(agent.name, 'my-agent')
@@ -52,7 +40,7 @@ describe('register', () => {
   })
 
   test('framework defaults to custom', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const agent = await broker.register({ name: 'plain' })
     assert.equal(agent.framework, 'custom')
   })
@@ -60,7 +48,7 @@ describe('register', () => {
 
 describe('put and get', () => {
   test('put returns the typed entry; get returns the value; getEntry the entry', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const entry = await broker.memory.put('customer/123', { plan: 'pro', acv: 12000 })
     assert.equal(entry.key, 'customer/123')
     assert.equal(entry.namespace, broker.namespace)
@@ -87,7 +75,7 @@ describe('put and get', () => {
   })
 
   test('any JSON value round-trips', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     for (const [key, value] of /** @type {[string, unknown][]} */ ([
       ['n', 42], ['s', 'text ✓'], ['b', false], ['z', null], ['a', [1, { x: [] }]],
     ])) {
@@ -97,7 +85,7 @@ describe('put and get', () => {
   })
 
   test('keys with characters that need escaping in a URL', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const key = 'odd keys/a b?c#d%e/ünï'
     await broker.memory.put(key, 1)
     assert.equal((await broker.memory.getEntry(key)).key, key)
@@ -108,7 +96,7 @@ describe('put and get', () => {
   test('keys with dot segments are refused before anything is sent', async () => {
     /** @type {string[]} */
     const sent = []
-    const broker = admin(url, namespace(), {
+    const broker = admin(services.url, namespace(), {
       fetch: (input, init) => {
         sent.push(String(input))
         return fetch(input, init)
@@ -125,13 +113,13 @@ describe('put and get', () => {
   })
 
   test('get of a missing key rejects with NotFoundError', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     await assert.rejects(broker.memory.get('nope'), NotFoundError)
     await assert.rejects(broker.memory.getEntry('nope'), NotFoundError)
   })
 
   test('ttlSeconds sets the expiry; the entry is gone after it', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const entry = await broker.memory.put('session/1', 'x', { ttlSeconds: 1 })
     assert.equal(entry.ttlSeconds, 1)
     assert.ok(entry.expiresAt !== null && entry.expiresAt - entry.updatedAt === 1000)
@@ -141,7 +129,7 @@ describe('put and get', () => {
   })
 
   test('ifVersion writes only while the version matches', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const first = await broker.memory.put('k', 1)
     const second = await broker.memory.put('k', 2, { ifVersion: first.version })
     assert.equal(second.version, 2)
@@ -157,7 +145,7 @@ describe('put and get', () => {
   })
 
   test('ifAbsent writes only while the key is free', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const created = await broker.memory.put('lock', 'me', { ifAbsent: true })
     assert.equal(created.version, 1)
     await assert.rejects(broker.memory.put('lock', 'you', { ifAbsent: true }), (error) => {
@@ -168,7 +156,7 @@ describe('put and get', () => {
   })
 
   test('an older timestamp loses with ConflictError carrying the winner', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const now = Date.now()
     const stored = await broker.memory.put('doc', 'new', { timestamp: new Date(now) })
     assert.equal(stored.timestamp, now)
@@ -187,8 +175,8 @@ describe('put and get', () => {
 
   test('baseVersion on a merge namespace flags conflicts and warns', async () => {
     const ns = namespace()
-    await rest(url, 'PUT', `/v1/namespaces/${ns}/config`, { strategy: 'merge' })
-    const broker = admin(url, ns)
+    await rest(services.url, 'PUT', `/v1/namespaces/${ns}/config`, { strategy: 'merge' })
+    const broker = admin(services.url, ns)
     const base = await broker.memory.put('profile/42', { plan: 'free', seats: 1 })
     await broker.memory.put('profile/42', { plan: 'pro' })
     const merged = await broker.memory.put('profile/42', { plan: 'enterprise', seats: 12 },
@@ -207,11 +195,11 @@ describe('put and get', () => {
 
   test('a value breaking a schema is stored with schemaViolation and a warning', async () => {
     const ns = namespace()
-    await rest(url, 'PUT', `/v1/namespaces/${ns}/schemas/customer`, {
+    await rest(services.url, 'PUT', `/v1/namespaces/${ns}/schemas/customer`, {
       pattern: 'customer/*',
       schema: { type: 'object', required: ['plan'], properties: { plan: { enum: ['free', 'pro'] } } },
     })
-    const broker = admin(url, ns)
+    const broker = admin(services.url, ns)
     const entry = await broker.memory.put('customer/7', { plan: 'gold' })
     assert.equal(entry.schemaViolation, true)
     assert.deepEqual(entry.warnings, ['schema_violation'])
@@ -227,10 +215,10 @@ describe('put and get', () => {
 
   test('an enforcing schema rejects with SchemaViolationError and writes nothing', async () => {
     const ns = namespace()
-    await rest(url, 'PUT', `/v1/namespaces/${ns}/schemas/strict`, {
+    await rest(services.url, 'PUT', `/v1/namespaces/${ns}/schemas/strict`, {
       pattern: 'strict/*', enforce: true, schema: { type: 'number' },
     })
-    const broker = admin(url, ns)
+    const broker = admin(services.url, ns)
     await assert.rejects(broker.memory.put('strict/1', 'not a number'), (error) => {
       assert.ok(error instanceof SchemaViolationError)
       assert.equal(error.status, 422)
@@ -243,7 +231,7 @@ describe('put and get', () => {
 
 describe('delete and history', () => {
   test('delete writes a tombstone; history lists versions newest first', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     await broker.memory.put('h', 'one')
     await broker.memory.put('h', 'two')
     const tombstone = await broker.memory.delete('h')
@@ -263,7 +251,7 @@ describe('delete and history', () => {
   })
 
   test('delete with ifVersion, and of a missing key', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     await broker.memory.put('d', 1)
     await assert.rejects(broker.memory.delete('d', { ifVersion: 5 }), PreconditionFailedError)
     assert.equal((await broker.memory.delete('d', { ifVersion: 1 })).version, 2)
@@ -279,7 +267,7 @@ describe('query', () => {
   }
 
   test('await gives every matching entry, across pages, in key order', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     await fill(broker)
     const results = await broker.memory.query('customer/*', { pageSize: 2 })
     assert.ok(Array.isArray(results))
@@ -293,7 +281,7 @@ describe('query', () => {
   test('for await iterates every page, fetching only as far as it goes', async () => {
     /** @type {string[]} */
     const requests = []
-    const broker = admin(url, namespace(), {
+    const broker = admin(services.url, namespace(), {
       fetch: (input, init) => {
         requests.push(String(input))
         return fetch(input, init)
@@ -319,7 +307,7 @@ describe('query', () => {
   })
 
   test('pages(), page() with a cursor, and values()', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     await fill(broker)
     /** @type {number[]} */
     const sizes = []
@@ -343,7 +331,7 @@ describe('query', () => {
 
   test('a result awaited twice asks the broker once', async () => {
     let requests = 0
-    const broker = admin(url, namespace(), {
+    const broker = admin(services.url, namespace(), {
       fetch: (input, init) => {
         requests += 1
         return fetch(input, init)
@@ -360,7 +348,7 @@ describe('query', () => {
 
 describe('configuration', () => {
   test('every call takes a namespace of its own', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const other = namespace('other')
     await broker.memory.put('k', 'here')
     await broker.memory.put('k', 'there', { namespace: other })
@@ -374,11 +362,11 @@ describe('configuration', () => {
   test('apiKey, namespace and baseUrl come from the environment when not given', async () => {
     const saved = { ...process.env }
     try {
-      process.env.MEMP_BASE_URL = url + '/'
+      process.env.MEMP_BASE_URL = services.url + '/'
       process.env.MEMP_API_KEY = 'test-admin-key-0123456789'
       process.env.MEMP_NAMESPACE = namespace('env')
       const broker = new MEMP()
-      assert.equal(broker.config.baseUrl, url)
+      assert.equal(broker.config.baseUrl, services.url)
       assert.equal(broker.namespace, process.env.MEMP_NAMESPACE)
       await broker.memory.put('k', 'v')
       assert.equal(await broker.memory.get('k'), 'v')
@@ -395,7 +383,7 @@ describe('configuration', () => {
   })
 
   test('a call with an aborted signal rejects with its reason', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const controller = new AbortController()
     controller.abort(new Error('changed my mind'))
     await assert.rejects(broker.memory.put('k', 1, { signal: controller.signal }),

@@ -2,20 +2,11 @@
 // while writers keep writing: every change arrives once, in order, none lost, none doubled.
 
 import assert from 'node:assert/strict'
-import { after, afterEach, before, test } from 'node:test'
+import { test } from 'node:test'
 
-import { admin, Broker, closeClients, delay, namespace, startServices, WAIT } from './helpers.js'
+import { admin, Broker, delay, namespace, useServices, WAIT } from './helpers.js'
 
-/** @type {Awaited<ReturnType<typeof startServices>>} */
-let services
-
-before(async () => {
-  services = await startServices()
-})
-afterEach(closeClients)
-after(async () => {
-  await services?.stop()
-})
+const services = useServices()
 
 /**
  * @param {() => boolean} check

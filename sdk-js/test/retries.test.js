@@ -4,25 +4,13 @@
 import assert from 'node:assert/strict'
 import { request as httpRequest, createServer as createHttpServer } from 'node:http'
 import { connect, createServer } from 'node:net'
-import { after, afterEach, before, describe, test } from 'node:test'
+import { describe, test } from 'node:test'
 
 import { ConnectionFailedError, UnavailableError } from 'memp-sdk'
 
-import { admin, closeClients, delay, namespace, rest, startServices, take } from './helpers.js'
+import { admin, delay, namespace, rest, take, useServices } from './helpers.js'
 
-/** @type {Awaited<ReturnType<typeof startServices>>} */
-let services
-/** @type {string} */
-let url
-
-before(async () => {
-  services = await startServices()
-  url = services.broker.url
-})
-afterEach(closeClients)
-after(async () => {
-  await services?.stop()
-})
+const services = useServices()
 
 /**
  * A TCP proxy to the broker that lets the first request through but drops its reply: the
@@ -97,7 +85,7 @@ describe('a lost reply', () => {
       assert.ok(log[0]?.key)
       assert.equal(log[0]?.key, log[1]?.key)
       assert.equal(proxy.connections(), 2)
-      const history = await admin(url, broker.namespace ?? '').memory.history('once')
+      const history = await admin(services.url, broker.namespace ?? '').memory.history('once')
       assert.equal(history.length, 1, 'written once')
     } finally {
       await proxy.close()
@@ -110,7 +98,7 @@ describe('a lost reply', () => {
       const ns = namespace()
       const broker = admin(proxy.url, ns)
       const agent = await broker.register({ name: 'retried', framework: 'test' })
-      const listed = await rest(url, 'GET', `/v1/namespaces/${ns}/agents`)
+      const listed = await rest(services.url, 'GET', `/v1/namespaces/${ns}/agents`)
       assert.deepEqual(listed.agents.map((/** @type {{id: string}} */ a) => a.id), [agent.id])
       assert.equal(await broker.memory.put('k', 1).then((e) => e.agentId), agent.id)
     } finally {
@@ -121,7 +109,7 @@ describe('a lost reply', () => {
   test('each call has its own Idempotency-Key', async () => {
     /** @type {{ method: string, url: string, key: string | null, status: number | null }[]} */
     const log = []
-    const broker = admin(url, namespace(), { fetch: loggingFetch(log) })
+    const broker = admin(services.url, namespace(), { fetch: loggingFetch(log) })
     await broker.memory.put('a', 1)
     await broker.memory.put('a', 1)
     await broker.memory.delete('a')
@@ -152,8 +140,8 @@ describe('Redis unavailable (503)', () => {
     const ns = namespace()
     /** @type {{ method: string, url: string, key: string | null, status: number | null }[]} */
     const log = []
-    const broker = admin(url, ns, { fetch: loggingFetch(log), maxRetries: 30 })
-    const impatient = admin(url, ns, { maxRetries: 0 })
+    const broker = admin(services.url, ns, { fetch: loggingFetch(log), maxRetries: 30 })
+    const impatient = admin(services.url, ns, { maxRetries: 0 })
     await services.redis.stop()
     try {
       await assert.rejects(impatient.memory.get('k'), (error) => {
@@ -175,7 +163,7 @@ describe('Redis unavailable (503)', () => {
       assert.equal(new Set(puts.map((r) => r.key)).size, 1, 'with the same Idempotency-Key')
 
       // The subscription made during the outage is live now.
-      const writer = admin(url, ns)
+      const writer = admin(services.url, ns)
       const deadline = Date.now() + 30_000
       let got = null
       while (got === null && Date.now() < deadline) {
@@ -191,7 +179,7 @@ describe('Redis unavailable (503)', () => {
   })
 
   test('Redis losing its data is surfaced as a reset event, then live events go on', async () => {
-    const broker = admin(url, namespace(), { maxRetries: 30 })
+    const broker = admin(services.url, namespace(), { maxRetries: 30 })
     const events = await broker.subscribe('*').open()
     await broker.memory.put('k', 'before')
     const [before] = await take(events, 1)

@@ -3,27 +3,13 @@
 
 import assert from 'node:assert/strict'
 import { createServer, request } from 'node:http'
-import { after, afterEach, before, describe, test } from 'node:test'
+import { describe, test } from 'node:test'
 
 import { Subscription } from 'memp-sdk'
 
-import {
-  admin, Broker, closeClients, delay, namespace, rest, startServices, take, WAIT,
-} from './helpers.js'
+import { admin, Broker, delay, namespace, rest, take, useServices, WAIT } from './helpers.js'
 
-/** @type {Awaited<ReturnType<typeof startServices>>} */
-let services
-/** @type {string} */
-let url
-
-before(async () => {
-  services = await startServices()
-  url = services.broker.url
-})
-afterEach(closeClients)
-after(async () => {
-  await services?.stop()
-})
+const services = useServices()
 
 /**
  * A fetch that remembers the signal of every stream request, to check they get closed.
@@ -51,7 +37,7 @@ async function until(check, what = 'the condition') {
 
 describe('live events', () => {
   test('put, delete and expire events carry the entry, its value and a cursor', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const events = broker.subscribe('customer/*')
     assert.ok(events instanceof Subscription)
     await events.open()
@@ -84,7 +70,7 @@ describe('live events', () => {
   })
 
   test('several patterns on one stream', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const events = await broker.subscribe(['a/*', 'b/x']).open()
     await broker.memory.put('b/y', 0)
     await broker.memory.put('a/1', 1)
@@ -97,10 +83,10 @@ describe('live events', () => {
 
   test('schema warnings and merge conflicts reach subscribers', async () => {
     const ns = namespace()
-    await rest(url, 'PUT', `/v1/namespaces/${ns}/schemas/num`, {
+    await rest(services.url, 'PUT', `/v1/namespaces/${ns}/schemas/num`, {
       pattern: 'n/*', schema: { type: 'number' },
     })
-    const broker = admin(url, ns)
+    const broker = admin(services.url, ns)
     const events = await broker.subscribe('n/*').open()
     await broker.memory.put('n/1', 'text')
     const [event] = await take(events, 1)
@@ -111,7 +97,7 @@ describe('live events', () => {
   })
 
   test('the subscription follows another namespace when asked', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const other = namespace('other')
     const events = await broker.subscribe('*', { namespace: other }).open()
     await broker.memory.put('k', 'mine')
@@ -125,7 +111,7 @@ describe('live events', () => {
 
 describe('snapshot', () => {
   test('starts with the current entries, then snapshot-end, then live changes', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     await broker.memory.put('s/1', 'one')
     await broker.memory.put('s/2', 'two')
     await broker.memory.put('s/2', 'two, again')
@@ -213,7 +199,7 @@ describe('snapshot, cut short', () => {
 
 describe('resume', () => {
   test('lastEventId resumes after the cursor: every missed change, once', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const first = await broker.subscribe('r/*').open()
     await broker.memory.put('r/1', 1)
     await broker.memory.put('r/2', 2)
@@ -287,7 +273,7 @@ describe('ending a subscription', () => {
   test('break ends the loop and closes the connection', async () => {
     /** @type {AbortSignal[]} */
     const signals = []
-    const broker = admin(url, namespace(), { fetch: recordingFetch(signals) })
+    const broker = admin(services.url, namespace(), { fetch: recordingFetch(signals) })
     const events = await broker.subscribe('b/*').open()
     await broker.memory.put('b/1', 1)
     for await (const event of events) {
@@ -301,7 +287,7 @@ describe('ending a subscription', () => {
   })
 
   test('an AbortSignal ends a loop that is waiting for events', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const controller = new AbortController()
     const events = await broker.subscribe('w/*', { signal: controller.signal }).open()
     /** @type {unknown[]} */
@@ -334,7 +320,7 @@ describe('ending a subscription', () => {
 
   test('an already aborted signal sends nothing', async () => {
     let requests = 0
-    const broker = admin(url, namespace(), {
+    const broker = admin(services.url, namespace(), {
       fetch: (input, init) => {
         requests += 1
         return fetch(input, init)
@@ -346,7 +332,7 @@ describe('ending a subscription', () => {
   })
 
   test('close() ends a pending next(); MEMP.close() ends every subscription', async () => {
-    const broker = admin(url, namespace())
+    const broker = admin(services.url, namespace())
     const one = await broker.subscribe('x/*').open()
     const pending = one.next()
     one.close()
