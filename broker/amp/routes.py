@@ -60,8 +60,8 @@ def _agent_id(agent: str) -> str:
     return agent
 
 
-async def _body(request: Request, kind: type[Any]) -> Any:
-    raw = await read_body(request, _BODY_LIMIT)
+async def _body(request: Request, kind: type[Any], limit: int = _BODY_LIMIT) -> Any:
+    raw = await read_body(request, limit)
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
@@ -135,13 +135,7 @@ async def purge(request: Request) -> Response:
 
 async def import_cells(request: Request) -> Response:
     _, agent = await _acting_admin(request)
-    raw = await read_body(request, request.app.state.settings.max_request_bytes)
-    try:
-        body = msgspec.json.decode(raw, type=ImportBody)
-    except msgspec.ValidationError as exc:
-        raise MempError("invalid_request", str(exc), {"field": _field_of(str(exc))}) from None
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise MempError("invalid_json", f"body is not valid JSON: {exc}") from None
+    body = await _body(request, ImportBody, request.app.state.settings.max_request_bytes)
     imported, errors = 0, []
     for position, cell in enumerate(body.cells):
         try:
