@@ -35,6 +35,7 @@ from broker.metrics import Metrics, MetricsMiddleware
 from broker.namespaces import NamespaceRegistry
 from broker.routes import agents, keys, memory, messages, namespaces, subscribe, system
 from broker.settings import Settings
+from broker.sse import SendWatchdog
 from broker.store import Store
 from broker.sweeper import ExpirySweeper
 from broker.tasks import stop_tasks
@@ -110,6 +111,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     reader_client = store.new_client()
     changelog = ChangeLog(reader_client)
     hub = Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2)
+    send_watchdog = SendWatchdog(settings.sse_send_timeout_seconds)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -124,6 +126,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             asyncio.create_task(registry.listen(reader_client), name="memp-invalidations"),
             asyncio.create_task(amp_engine.run_forever(settings.amp_lifecycle_interval_seconds),
                                 name="memp-amp-lifecycle"),
+            asyncio.create_task(send_watchdog.run(), name="memp-sse-send-watchdog"),
         ]
         try:
             yield
@@ -154,6 +157,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.sweeper = sweeper
     app.state.changelog = changelog
     app.state.hub = hub
+    app.state.send_watchdog = send_watchdog
     app.state.namespaces = registry
     app.state.amp_cells = amp_cells
     app.state.amp_engine = amp_engine

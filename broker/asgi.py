@@ -3,9 +3,12 @@
 from starlette.applications import Starlette
 
 from broker.app import create_app
+from broker.collector import tune_for_server
 from broker.settings import Settings
 
 
 def build() -> Starlette:
     """A broker configured from the environment."""
-    return create_app(Settings.from_env())
+    app = create_app(Settings.from_env())
+    tune_for_server()
+    return app

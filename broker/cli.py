@@ -68,6 +68,7 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
     import uvicorn
 
     from broker.app import create_app
+    from broker.collector import tune_for_server
 
     if workers > 1 and settings.embedded:
         raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per process")
@@ -86,7 +87,9 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
                     log_level=log_level, proxy_headers=False,
                     timeout_graceful_shutdown=10)
     else:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+        app = create_app(settings)
+        tune_for_server()
+        uvicorn.run(app, host=settings.host, port=settings.port,
                     access_log=access_log, log_level=log_level, proxy_headers=False,
                     timeout_graceful_shutdown=10)
     return 0

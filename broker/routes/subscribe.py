@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from sse_starlette.sse import EventSourceResponse
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
@@ -12,6 +11,7 @@ from broker.auth import Principal
 from broker.errors import MempError
 from broker.http import authenticate
 from broker.keys import Pattern, compile_pattern, validate_namespace
+from broker.sse import EventStreamResponse
 from broker.subscriptions import EventStream, StreamRequest, parse_cursor
 
 
@@ -55,9 +55,8 @@ async def subscribe(request: Request) -> Response:
         settings.subscriber_queue_size, settings.sse_retry_ms,
     )
     lost = await stream.open()
-    return EventSourceResponse(
-        stream.frames(lost), ping=settings.heartbeat_seconds,
-        send_timeout=settings.sse_send_timeout_seconds,
+    return EventStreamResponse(
+        stream.frames(lost), ping=settings.heartbeat_seconds, watchdog=state.send_watchdog,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         shutdown_event=state.hub.shutdown_event(), shutdown_grace_period=1.0,
         background=BackgroundTask(stream.close),
