@@ -124,6 +124,10 @@ class Store:
         self._known_namespaces: set[str] = set()
         self._expiry_hints: dict[str, int] = {}
 
+    def script(self, name: str) -> AsyncScript:
+        """A Lua script of broker/lua, registered on this store's client."""
+        return self.redis.register_script(_lua(name))
+
     @classmethod
     def connect(cls, redis_url: str | None, *, timeout: float, history_limit: int,
                 changelog_maxlen: int, idempotency_window_ms: int) -> Store:
@@ -220,7 +224,7 @@ class Store:
         await self.note_namespace(namespace)
         raw = await self._put(self._write_keys(namespace, key, req.idempotency_key),
                               self._put_args(namespace, key, req))
-        return self._outcome(raw)
+        return self.outcome(raw)
 
     async def put_many(self, namespace: str, writes: list[tuple[str, WriteRequest]]
                        ) -> list[WriteOutcome]:
@@ -230,10 +234,14 @@ class Store:
         await self.note_namespace(namespace)
         async with self.redis.pipeline(transaction=False) as pipe:
             for key, req in writes:
-                await self._put(self._write_keys(namespace, key, req.idempotency_key),
-                                self._put_args(namespace, key, req), client=pipe)
+                await self.queue_put(pipe, namespace, key, req)
             raws = await pipe.execute()
-        return [self._outcome(raw) for raw in raws]
+        return [self.outcome(raw) for raw in raws]
+
+    async def queue_put(self, pipe: Any, namespace: str, key: str, req: WriteRequest) -> None:
+        """Queue a put on a pipeline (after `note_namespace`); `outcome` reads its reply."""
+        await self._put(self._write_keys(namespace, key, req.idempotency_key),
+                        self._put_args(namespace, key, req), client=pipe)
 
     async def delete(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
         args: list[Any] = [
@@ -244,10 +252,10 @@ class Store:
             req.default_priority,
         ]
         raw = await self._delete(self._write_keys(namespace, key, req.idempotency_key), args)
-        return self._outcome(raw)
+        return self.outcome(raw)
 
     @staticmethod
-    def _outcome(raw: list[bytes]) -> WriteOutcome:
+    def outcome(raw: list[bytes]) -> WriteOutcome:
         status, payload = _text(raw[0]), raw[1]
         stored_status, record = _outcome_decoder.decode(payload)
         return WriteOutcome(stored_status, record, replayed=status == "replay")
@@ -299,10 +307,10 @@ class Store:
 
     async def get(self, namespace: str, key: str, now: int) -> Entry | None:
         fields = await self.redis.hgetall(layout.entry(namespace, key))
-        return self._live_entry(namespace, key, cast(RawHash, fields), now)
+        return self.live_entry(namespace, key, cast(RawHash, fields), now)
 
     @staticmethod
-    def _live_entry(namespace: str, key: str, raw: RawHash, now: int
+    def live_entry(namespace: str, key: str, raw: RawHash, now: int
                     ) -> Entry | None:
         if not raw or raw.get(b"del") == b"1":
             return None
@@ -336,7 +344,7 @@ class Store:
             for key in keys:
                 pipe.hgetall(layout.entry(namespace, key))
             rows = await pipe.execute()
-        entries = (self._live_entry(namespace, k, row, now) for k, row in zip(keys, rows,
+        entries = (self.live_entry(namespace, k, row, now) for k, row in zip(keys, rows,
                                                                                strict=True))
         return [e for e in entries if e is not None]
 

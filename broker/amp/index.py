@@ -7,13 +7,12 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, cast
-
-import redis.asyncio as aioredis
+from typing import Any
 
 from broker import layout
 from broker.amp.cells import MemoryCell, parse_time
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, stale_at
+from broker.store import RawHash, Store
 
 _TERM_RE = re.compile(r"[a-z0-9]+")
 MAX_TERMS = 200
@@ -50,10 +49,6 @@ class CellRecord:
     accessed: int | None
 
     @classmethod
-    def from_hash(cls, cell_id: str, raw: dict[bytes, bytes]) -> CellRecord:
-        return cls.from_values(cell_id, [raw.get(f.encode()) for f in RECORD_FIELDS])
-
-    @classmethod
     def from_values(cls, cell_id: str, values: list[bytes | None]) -> CellRecord:
         """From the values of RECORD_FIELDS, in that order (an HMGET reply)."""
         key, status, ref, count, accessed = values
@@ -72,93 +67,124 @@ def reference_ms(cell: MemoryCell) -> int:
     return max(t for t in times if t is not None) if any(times) else 0
 
 
+TRANSITIONS = ("stale", "archive", "expire", "purge")
+
+
+def due_times(cell: MemoryCell, ref: int) -> dict[str, int]:
+    """When the lifecycle engine should next look at the cell, per transition, given its decay
+    reference time; a time is the earliest the transition can apply (a later read or update
+    only moves it on, and the engine checks again before acting)."""
+    life = cell.lifecycle
+    status = life.status
+    due: dict[str, int] = {}
+    if status == "active":
+        scoring = cell.scoring
+        at = stale_at(scoring.importance, scoring.confidence, scoring.decay_rate, ref)
+        if math.isfinite(at):
+            due["stale"] = int(at)
+    if status == "stale":
+        since = _ms(life.stale_since, "lifecycle.stale_since") or ref
+        due["archive"] = max(since, ref) + ARCHIVE_AFTER_MS
+    if status in ("active", "stale"):
+        expires = _ms(life.expires_at, "lifecycle.expires_at")
+        if expires is not None:
+            due["expire"] = expires
+    if status == "deleted":
+        due["purge"] = (_ms(life.deleted_at, "lifecycle.deleted_at") or ref) + PURGE_AFTER_MS
+    return due
+
+
+@dataclass(slots=True)
+class IndexUpdate:
+    """What one cell's write (or the engine's look at it) changes in the indexes."""
+
+    cell: MemoryCell
+    key: str
+    ref: int  # the decay reference time the writer saw
+    version: int | None = None  # the write's version, which must still be the latest
+    count: int | None = None  # the access count to set (create, import)
+    old_text: str | None = None  # the text before a patch: its lost words leave the index
+    terms: bool = True  # False when the text and its searchability cannot have changed
+    recheck: bool = False  # a stale cell the engine must look at again
+
+    def args(self) -> list[Any]:
+        """This update's part of the index script's arguments (see amp_index.lua)."""
+        cell, life = self.cell, self.cell.lifecycle
+        accessed = _ms(life.last_accessed_at, "lifecycle.last_accessed_at")
+        created = _ms(life.created_at, "lifecycle.created_at") or self.ref
+        due = due_times(cell, self.ref)
+        recheck = "1" if self.recheck else ("" if life.status == "stale" else "0")
+        adds: set[str] = set()
+        removes: set[str] = set()
+        if self.terms:
+            terms = terms_of(cell.content.text)
+            if life.status in ("active", "stale", "archived"):
+                adds = terms
+            else:
+                removes = terms
+            if self.old_text is not None:
+                removes |= terms_of(self.old_text) - terms
+        return [cell.id, self.key, "" if self.version is None else self.version, life.status,
+                self.ref,
+                "" if self.count is None else self.count,
+                "" if accessed is None else accessed, created,
+                *(due.get(t, "") for t in TRANSITIONS), recheck,
+                len(adds), *adds, len(removes), *removes]
+
+
 class CellIndex:
     """Reads and writes the AMP indexes of one namespace."""
 
-    def __init__(self, client: aioredis.Redis, namespace: str) -> None:
-        self.redis = client
+    def __init__(self, store: Store, namespace: str) -> None:
+        self.store = store
+        self.redis = store.redis
         self.namespace = namespace
+        self._load = store.script("amp_load.lua")
+        self._touch = store.script("amp_touch.lua")
+        self._update = store.script("amp_index.lua")
 
     def _due(self, transition: str) -> str:
         return layout.amp_due(self.namespace, transition)
 
-    async def record(self, cell_id: str) -> CellRecord | None:
-        raw = await self.redis.hgetall(layout.amp_cell(self.namespace, cell_id))
-        return CellRecord.from_hash(cell_id, cast(dict[bytes, bytes], raw)) if raw else None
-
-    async def records(self, cell_ids: Iterable[str]) -> dict[str, CellRecord]:
+    async def load(self, cell_ids: Iterable[str]) -> dict[str, tuple[CellRecord, RawHash]]:
+        """The cells' index records with their MEMP entries' raw fields, read together in one
+        call; cells without a record are left out."""
         ids = list(cell_ids)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for cell_id in ids:
-                pipe.hmget(layout.amp_cell(self.namespace, cell_id), RECORD_FIELDS)
-            rows = await pipe.execute()
-        # A record without its key is absent (HMGET answers nils for a missing hash).
-        return {i: CellRecord.from_values(i, r) for i, r in zip(ids, rows, strict=True)
-                if r[0] is not None}
+        if not ids:
+            return {}
+        rows = await self._load(
+            keys=[layout.amp_cell(self.namespace, i) for i in ids],
+            args=[layout.entry_prefix(self.namespace), *RECORD_FIELDS])
+        found: dict[str, tuple[CellRecord, RawHash]] = {}
+        for cell_id, row in zip(ids, rows, strict=True):
+            if row:
+                raw = row[len(RECORD_FIELDS)]
+                found[cell_id] = (CellRecord.from_values(cell_id, row[:len(RECORD_FIELDS)]),
+                                  dict(zip(raw[::2], raw[1::2], strict=True)))
+        return found
 
-    def save(self, pipe: Any, cell: MemoryCell, key: str, old_text: str | None = None,
-             count: int | None = None) -> None:
-        """Queue the index updates that follow from the cell as it now is."""
-        life = cell.lifecycle
-        ref = reference_ms(cell)
-        fields: dict[str, Any] = {"key": key, "status": life.status, "ref": ref}
-        if count is not None:
-            fields["count"] = count
-        accessed = _ms(life.last_accessed_at, "lifecycle.last_accessed_at")
-        if accessed is not None:
-            fields["accessed"] = accessed
-        pipe.hset(layout.amp_cell(self.namespace, cell.id), mapping=fields)
-        created = _ms(life.created_at, "lifecycle.created_at") or ref
-        pipe.zadd(layout.amp_created(self.namespace), {cell.id: created})
-        self.schedule(pipe, cell, ref)
-        if old_text is not None:
-            for term in terms_of(old_text) - terms_of(cell.content.text):
-                pipe.srem(layout.amp_term(self.namespace, term), cell.id)
-        searchable = life.status in ("active", "stale", "archived")
-        for term in terms_of(cell.content.text):
-            if searchable:
-                pipe.sadd(layout.amp_term(self.namespace, term), cell.id)
-            else:
-                pipe.srem(layout.amp_term(self.namespace, term), cell.id)
+    async def touch(self, reads: list[tuple[str, int]]) -> list[int]:
+        """Count reads (cell id, time): each cell's new access count, -1 where it is gone."""
+        keys = [layout.amp_recover(self.namespace)]
+        args: list[Any] = []
+        for cell_id, now in reads:
+            keys.append(layout.amp_cell(self.namespace, cell_id))
+            args += [cell_id, now]
+        return [int(c) for c in await self._touch(keys=keys, args=args)]
 
-    def schedule(self, pipe: Any, cell: MemoryCell, ref: int) -> None:
-        """Put the cell in exactly the due-time sets its status calls for."""
-        self.schedule_many(pipe, [(cell, ref)])
-
-    def schedule_many(self, pipe: Any, cells: list[tuple[MemoryCell, int]]) -> None:
-        """`schedule` for several cells (each with its decay reference time), with one command
-        per set rather than per cell: every set loses the cells, then gains those due in it."""
-        if not cells:
+    async def update(self, updates: list[IndexUpdate]) -> None:
+        """Apply the updates in one call, each only if its write is still the cell's latest
+        (a later writer's own update covers it)."""
+        if not updates:
             return
-        ids = [cell.id for cell, _ in cells]
-        due: dict[str, dict[str, int]] = {t: {} for t in ("stale", "archive", "expire", "purge")}
-        for transition in due:
-            pipe.zrem(self._due(transition), *ids)
-        pipe.srem(layout.amp_recover(self.namespace), *ids)
-        for cell, ref in cells:
-            status = cell.lifecycle.status
-            scoring = cell.scoring
-            if status == "active":
-                at = stale_at(scoring.importance, scoring.confidence, scoring.decay_rate, ref)
-                if math.isfinite(at):
-                    due["stale"][cell.id] = int(at)
-            if status == "stale":
-                since = _ms(cell.lifecycle.stale_since, "lifecycle.stale_since") or ref
-                due["archive"][cell.id] = max(since, ref) + ARCHIVE_AFTER_MS
-            if status in ("active", "stale"):
-                expires = _ms(cell.lifecycle.expires_at, "lifecycle.expires_at")
-                if expires is not None:
-                    due["expire"][cell.id] = expires
-            if status == "deleted":
-                deleted = _ms(cell.lifecycle.deleted_at, "lifecycle.deleted_at") or ref
-                due["purge"][cell.id] = deleted + PURGE_AFTER_MS
-        for transition, members in due.items():
-            if members:
-                pipe.zadd(self._due(transition), members)
-
-    def recheck(self, pipe: Any, cell_id: str) -> None:
-        """A stale cell was read or patched: the engine's next run looks at it again."""
-        pipe.sadd(layout.amp_recover(self.namespace), cell_id)
+        keys = [layout.amp_created(self.namespace), *map(self._due, TRANSITIONS),
+                layout.amp_recover(self.namespace)]
+        args: list[Any] = [layout.entry_prefix(self.namespace),
+                           layout.amp_cell(self.namespace, ""),
+                           layout.amp_term(self.namespace, "")]
+        for update in updates:
+            args += update.args()
+        await self._update(keys=keys, args=args)
 
     async def due(self, transition: str, as_of: int, limit: int) -> list[str]:
         found = await self.redis.zrangebyscore(self._due(transition), "-inf", as_of, 0, limit)
@@ -188,7 +214,7 @@ class CellIndex:
         """Queue removal of every index entry of a cell (purge)."""
         pipe.delete(layout.amp_cell(self.namespace, cell_id))
         pipe.zrem(layout.amp_created(self.namespace), cell_id)
-        for transition in ("stale", "archive", "expire", "purge"):
+        for transition in TRANSITIONS:
             pipe.zrem(self._due(transition), cell_id)
         pipe.srem(layout.amp_recover(self.namespace), cell_id)
         for term in terms_of(text):

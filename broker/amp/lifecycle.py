@@ -12,11 +12,12 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from broker.amp.cells import MemoryCell, iso, parse_time
-from broker.amp.index import CellRecord, reference_ms
+from broker.amp.index import CellRecord, IndexUpdate, reference_ms
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
 from broker.amp.service import CellService, decode_cell
 from broker.clock import Clock
 from broker.errors import MempError
+from broker.store import WriteRequest
 
 log = logging.getLogger("memp.amp")
 ENGINE_AGENT = "amp-lifecycle"
@@ -97,40 +98,30 @@ class LifecycleEngine:
             done += await self._apply(ids, _recover, as_of)
 
     async def _apply(self, ids: list[str], decide: Decide, as_of: int) -> int:
-        """Decide and apply the transitions of one batch, a round trip per step rather than
-        per cell: entries, then their index records, then the writes, then the schedules."""
+        """Decide and apply the transitions of one batch in two round trips: the records and
+        entries together, then every write with the index updates."""
         cells = self.cells
-        records = await cells.index.records(ids)
-        found = await cells.store.get_many(cells.namespace, [r.key for r in records.values()],
-                                           cells.clock())
-        entries = {entry.key: entry for entry in found if entry.value is not None}
-        # Read again after the entries: a read since the batch was fetched moved the decay clock.
-        fresh = await cells.index.records(ids)
-        decided: list[tuple[MemoryCell, CellRecord, str | None, int]] = []
-        for cell_id, record in records.items():
-            entry = entries.get(record.key)
+        loaded = await cells.index.load(ids)
+        now = cells.clock()
+        changes: list[tuple[IndexUpdate, WriteRequest | None]] = []
+        for record, raw in loaded.values():
+            entry = cells.store.live_entry(cells.namespace, record.key, raw, now)
             if entry is None:
                 continue
-            record = fresh.get(cell_id, record)
             cell = decode_cell(entry)
             target = decide(cell, record, as_of)
+            request = None
             if target is not None:
                 cell.lifecycle.status = target  # type: ignore[assignment]
                 cell.lifecycle.stale_since = iso(as_of) if target == "stale" else None
-            decided.append((cell, record, target, entry.version))
-        moving = [(cell, version) for cell, _, target, version in decided if target is not None]
-        written = iter(await cells.write_many(moving, ENGINE_AGENT, cells.clock()))
-        # A cell whose write lost (another engine, a patch changed it) is left for the next run.
-        applied = [(cell, record, target) for cell, record, target, _ in decided
-                   if target is None or next(written)]
-        async with cells.store.redis.pipeline(transaction=False) as pipe:
-            cells.index.schedule_many(pipe, [(cell, max(reference_ms(cell), record.ref))
-                                             for cell, record, _ in applied])
-            for cell, _, target in applied:
-                if target is not None:
-                    pipe.hset(cells.record_key(cell.id), "status", cell.lifecycle.status)
-            await pipe.execute()
-        return sum(target is not None for _, _, target in applied)
+                request = cells.request(cell, ENGINE_AGENT, entry.version, now)
+            update = IndexUpdate(cell, record.key, max(reference_ms(cell), record.ref),
+                                 terms=False)
+            changes.append((update, request))
+        applied = await cells.commit(changes)
+        # A write that lost (another engine, a patch changed the cell) is left for the next run.
+        return sum(request is not None and ok
+                   for (_, request), ok in zip(changes, applied, strict=True))
 
     async def run_forever(self, interval: float) -> None:
         while True:
@@ -165,15 +156,15 @@ class Purger:
         cells = self.cells
         if ids is None:
             ids = await cells.index.due("purge", when, 10_000)
-        records = await cells.index.records(ids)
+        loaded = await cells.index.load(ids)
         refused = {}
         texts = {}
         for cell_id in ids:
-            record = records.get(cell_id)
-            if record is None:
+            if cell_id not in loaded:
                 refused[cell_id] = "no such cell"
                 continue
-            entry = await cells.store.get(cells.namespace, record.key, cells.clock())
+            record, raw = loaded[cell_id]
+            entry = cells.store.live_entry(cells.namespace, record.key, raw, cells.clock())
             cell = decode_cell(entry) if entry is not None else None
             if cell is None or cell.lifecycle.status != "deleted":
                 refused[cell_id] = f"the cell is {record.status}, not deleted"

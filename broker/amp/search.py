@@ -116,14 +116,14 @@ class CellSearch:
 
     async def _hits(self, candidates: list[str], query: _Query) -> list[SearchHit]:
         """The candidates that pass every filter, scored, in candidate order."""
-        records = await self.cells.index.records(candidates)
-        records = {i: r for i, r in records.items() if r.status in query.statuses}
-        entries = await self.cells.store.get_many(self.cells.namespace,
-                                                  [r.key for r in records.values()], query.now)
-        by_key = {r.key: r for r in records.values()}
+        cells = self.cells
         hits: dict[str, SearchHit] = {}
-        for entry in entries:
-            record = by_key[entry.key]
+        for record, raw in (await cells.index.load(candidates)).values():
+            if record.status not in query.statuses:
+                continue
+            entry = cells.store.live_entry(cells.namespace, record.key, raw, query.now)
+            if entry is None:
+                continue
             cell = decode_cell(entry)
             if not self._keep(cell, record, query):
                 continue

@@ -8,7 +8,7 @@ import uuid
 
 import msgspec
 
-from broker import layout
+from broker.amp.access import AccessCounter
 from broker.amp.cells import (
     AMP_VERSION,
     ULID_RE,
@@ -20,7 +20,7 @@ from broker.amp.cells import (
     new_ulid,
     parse_time,
 )
-from broker.amp.index import CellIndex, CellRecord
+from broker.amp.index import CellIndex, CellRecord, IndexUpdate, reference_ms
 from broker.amp.rules import can_read, can_write
 from broker.clock import Clock
 from broker.errors import MempError
@@ -59,40 +59,44 @@ class CellService:
         self.store = store
         self.namespace = namespace
         self.clock = clock
-        self.index = CellIndex(store.redis, namespace)
+        self.index = CellIndex(store, namespace)
+        self.access = AccessCounter(self.index)
 
     @staticmethod
-    def _request(cell: MemoryCell, agent: str, version: int | None, now: int) -> WriteRequest:
+    def request(cell: MemoryCell, agent: str, version: int | None, now: int) -> WriteRequest:
+        """A versioned write of the cell: compare-and-set on `version`, None for a new cell."""
         return WriteRequest(
             agent_id=agent, now=now, timestamp=now, timestamp_from_client=False,
             value=msgspec.json.encode(cell), entry_id=str(uuid.uuid4()),
             if_version=version, if_absent=version is None, mode="merge", internal_cas=True,
         )
 
-    async def write(self, cell: MemoryCell, agent: str, *, version: int | None,
-                    now: int) -> Entry | None:
-        """Store the cell as a new MEMP version; None when `version` is no longer current."""
-        outcome = await self.store.put(self.namespace, cell_key(cell),
-                                       self._request(cell, agent, version, now))
-        if outcome.status == "precondition_failed":
-            return None
-        return outcome.entry(self.namespace, cell_key(cell))
-
-    async def write_many(self, cells: list[tuple[MemoryCell, int]], agent: str, now: int
-                         ) -> list[bool]:
-        """`write` for several cells, each at its version, in one round trip; True where the
-        cell was written, False where its version was no longer current."""
-        outcomes = await self.store.put_many(self.namespace, [
-            (cell_key(cell), self._request(cell, agent, version, now))
-            for cell, version in cells])
-        return [o.status != "precondition_failed" for o in outcomes]
+    async def commit(self, changes: list[tuple[IndexUpdate, WriteRequest | None]]) -> list[bool]:
+        """Write cells (one round trip), then update their indexes (another). A change without
+        a request only updates the indexes. Returns, per change, whether it was applied: False
+        where a write lost its compare-and-set (the cell changed meanwhile)."""
+        requests = [(update.key, request) for update, request in changes if request is not None]
+        outcomes = iter(await self.store.put_many(self.namespace, requests))
+        applied: list[bool] = []
+        for update, request in changes:
+            if request is not None:
+                outcome = next(outcomes)
+                if outcome.status != "ok":
+                    applied.append(False)
+                    continue
+                update.version = int(outcome.record["ver"])
+            applied.append(True)
+        await self.index.update([update for (update, _), ok in zip(changes, applied, strict=True)
+                                 if ok])
+        return applied
 
     async def load(self, cell_id: str) -> tuple[CellRecord, MemoryCell, Entry]:
         """A cell that is not deleted, with its index record and MEMP entry."""
-        record = await self.index.record(check_id(cell_id))
-        if record is None or record.status == "deleted":
+        found = (await self.index.load([check_id(cell_id)])).get(cell_id)
+        if found is None or found[0].status == "deleted":
             raise _not_found(cell_id)
-        entry = await self.store.get(self.namespace, record.key, self.clock())
+        record, raw = found
+        entry = self.store.live_entry(self.namespace, record.key, raw, self.clock())
         if entry is None:
             raise _not_found(cell_id)
         cell = decode_cell(entry)
@@ -119,34 +123,24 @@ class CellService:
             lifecycle=Lifecycle(created_at=iso(now), last_updated_at=iso(now),
                                 expires_at=iso(expires) if expires else None, status="active"),
         )
-        await self.write(cell, agent, version=None, now=now)
-        async with self.store.redis.pipeline(transaction=False) as pipe:
-            self.index.save(pipe, cell, cell_key(cell), count=0)
-            await pipe.execute()
+        update = IndexUpdate(cell, cell_key(cell), now, count=0)
+        if not (await self.commit([(update, self.request(cell, agent, None, now))]))[0]:
+            raise MempError("write_conflict", "a cell with this id already exists; retry")
         return cell
 
     async def read(self, agent: str, cell_id: str) -> MemoryCell:
         """A read counts: access_count, last_accessed_at, and the decay clock restarts."""
-        record, cell, _ = await self.load(cell_id)
+        _, cell, _ = await self.load(cell_id)
         now = self.clock()
         _check_visible(cell, now)
         if not can_read(cell, agent):
             raise MempError("forbidden", "the cell's access policy does not let this agent read")
-        cell.scoring.access_count = record.count + 1
+        count = await self.access.count(cell_id, now)
+        if count < 0:
+            raise _not_found(cell_id)
+        cell.scoring.access_count = count
         cell.lifecycle.last_accessed_at = iso(now)
-        async with self.store.redis.pipeline(transaction=True) as pipe:
-            pipe.hincrby(self.record_key(cell_id), "count", 1)
-            pipe.hset(self.record_key(cell_id), mapping={"accessed": now, "ref": now})
-            if cell.lifecycle.status == "active":
-                self.index.schedule(pipe, cell, now)
-            elif cell.lifecycle.status == "stale":
-                self.index.schedule(pipe, cell, now)
-                self.index.recheck(pipe, cell_id)
-            await pipe.execute()
         return cell
-
-    def record_key(self, cell_id: str) -> str:
-        return layout.amp_cell(self.namespace, cell_id)
 
     async def patch(self, agent: str, cell_id: str, patch: CellPatch) -> MemoryCell:
         for _ in range(_CAS_ATTEMPTS):
@@ -167,14 +161,10 @@ class CellService:
                                 {"field": "lifecycle.status", "status": status})
             old_text = cell.content.text
             _apply(cell, patch, now)
-            if await self.write(cell, agent, version=entry.version, now=now) is None:
-                continue
-            async with self.store.redis.pipeline(transaction=True) as pipe:
-                self.index.save(pipe, cell, record.key, old_text=old_text)
-                if status == "stale":
-                    self.index.recheck(pipe, cell.id)
-                await pipe.execute()
-            return cell
+            update = IndexUpdate(cell, record.key, max(reference_ms(cell), record.ref),
+                                 old_text=old_text, recheck=status == "stale")
+            if (await self.commit([(update, self.request(cell, agent, entry.version, now))]))[0]:
+                return cell
         raise MempError("write_conflict", "the cell kept changing; retry the patch")
 
     async def delete(self, agent: str, cell_id: str) -> MemoryCell:
@@ -191,12 +181,9 @@ class CellService:
             now = self.clock()
             cell.lifecycle.status = "deleted"
             cell.lifecycle.deleted_at = iso(now)
-            if await self.write(cell, agent, version=entry.version, now=now) is None:
-                continue
-            async with self.store.redis.pipeline(transaction=True) as pipe:
-                self.index.save(pipe, cell, record.key)
-                await pipe.execute()
-            return cell
+            update = IndexUpdate(cell, record.key, max(reference_ms(cell), record.ref))
+            if (await self.commit([(update, self.request(cell, agent, entry.version, now))]))[0]:
+                return cell
         raise MempError("write_conflict", "the cell kept changing; retry the delete")
 
     async def import_cell(self, agent: str, cell: MemoryCell) -> None:
@@ -219,15 +206,14 @@ class CellService:
                             {"field": "lifecycle.deleted_at"})
         if cell.identity.created_by is None:
             cell.identity.created_by = agent
-        if await self.index.record(cell.id) is not None:
+        if await self.index.load([cell.id]):
             raise MempError("precondition_failed", f"cell {cell.id} already exists",
                             {"id": cell.id})
-        if await self.write(cell, agent, version=None, now=self.clock()) is None:
+        update = IndexUpdate(cell, cell_key(cell), reference_ms(cell),
+                             count=cell.scoring.access_count)
+        if not (await self.commit([(update, self.request(cell, agent, None, self.clock()))]))[0]:
             raise MempError("precondition_failed", f"cell {cell.id} already exists",
                             {"id": cell.id})
-        async with self.store.redis.pipeline(transaction=False) as pipe:
-            self.index.save(pipe, cell, cell_key(cell), count=cell.scoring.access_count)
-            await pipe.execute()
 
 
 def _check_visible(cell: MemoryCell, now: int) -> None:
