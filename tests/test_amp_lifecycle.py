@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 
+from broker import layout
 from broker.settings import Settings
 from tests.conftest import BACKENDS, Broker, BrokerProcess
 from tests.test_amp_support import (
@@ -611,3 +613,70 @@ def test_engines_on_two_processes_apply_each_transition_once(
             statuses = [v["value"]["lifecycle"]["status"] for v in history]
             assert statuses == ["active", "stale", "archived"], (cell["id"], statuses)
             assert [v["version"] for v in history] == [1, 2, 3]
+
+
+def test_reads_on_two_processes_each_count_once(
+        broker_process: Callable[..., BrokerProcess], ns: str) -> None:
+    env = {"MEMP_AMP_NAMESPACE": ns, "MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS": "3600"}
+    first, second = broker_process(**env), broker_process(**env)
+    with Amp(first.url, ns) as one, Amp(second.url, ns) as two:
+        cell = one.create("read from everywhere at once")
+        counts: list[int] = []
+        lock = threading.Lock()
+
+        def reads(client: Amp) -> None:
+            with Amp(client.url, ns) as own:  # a connection per thread: reads overlap
+                for _ in range(25):
+                    count = own.read(cell["id"])["scoring"]["access_count"]
+                    with lock:
+                        counts.append(count)
+
+        threads = [threading.Thread(target=reads, args=(c,)) for c in (one, two) * 4]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+        # Reads that shared a round trip still got counts of their own: 1..200, once each.
+        assert sorted(counts) == list(range(1, 201))
+        assert two.search(owner_id="u-1")["results"][0]["cell"]["scoring"]["access_count"] == 200
+
+
+def test_patches_on_two_processes_leave_the_index_matching_the_cell(
+        broker_process: Callable[..., BrokerProcess], redis_url: str, ns: str) -> None:
+    env = {"MEMP_AMP_NAMESPACE": ns, "MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS": "3600"}
+    first, second = broker_process(**env), broker_process(**env)
+    with Amp(first.url, ns) as one, Amp(second.url, ns) as two:
+        cell = one.create("original wording")
+        applied: list[str] = []
+        lock = threading.Lock()
+
+        def patches(client: Amp, word: str) -> None:
+            with Amp(client.url, ns) as own:
+                for n in range(15):
+                    response = own.patch(cell["id"], {"content": {"text": f"{word}{n} text"}})
+                    # Under this much contention a patch may give up after its retries.
+                    assert response.status_code in (200, 409), response.text
+                    if response.status_code == 200:
+                        with lock:
+                            applied.append(f"{word}{n}")
+
+        threads = [threading.Thread(target=patches, args=(c, w))
+                   for c, w in ((one, "alpha"), (two, "beta"), (one, "gamma"), (two, "delta"))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+        final = one.read(cell["id"])["content"]["text"]
+        assert [v["version"] for v in one.history(cell)][-1] == 1 + len(applied)
+        assert final.split()[0] in applied
+    # Each word's term set holds the cell exactly while the cell's text has the word.
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for word in ["original", "wording", *applied]:
+            held = client.sismember(layout.amp_term(ns, word), cell["id"])
+            assert bool(held) == (word in final.split()), word
+        assert client.sismember(layout.amp_term(ns, "text"), cell["id"])
+    finally:
+        client.close()

@@ -103,7 +103,7 @@ class IndexUpdate:
     ref: int  # the decay reference time the writer saw
     version: int | None = None  # the write's version, which must still be the latest
     count: int | None = None  # the access count to set (create, import)
-    old_text: str | None = None  # the text before a patch: its lost words leave the index
+    created: bool = True  # False when the cell is known to the creation-order index
     terms: bool = True  # False when the text and its searchability cannot have changed
     recheck: bool = False  # a stale cell the engine must look at again
 
@@ -111,25 +111,19 @@ class IndexUpdate:
         """This update's part of the index script's arguments (see amp_index.lua)."""
         cell, life = self.cell, self.cell.lifecycle
         accessed = _ms(life.last_accessed_at, "lifecycle.last_accessed_at")
-        created = _ms(life.created_at, "lifecycle.created_at") or self.ref
+        created = (_ms(life.created_at, "lifecycle.created_at") or self.ref) if self.created \
+            else ""
         due = due_times(cell, self.ref)
         recheck = "1" if self.recheck else ("" if life.status == "stale" else "0")
-        adds: set[str] = set()
-        removes: set[str] = set()
-        if self.terms:
-            terms = terms_of(cell.content.text)
-            if life.status in ("active", "stale", "archived"):
-                adds = terms
-            else:
-                removes = terms
-            if self.old_text is not None:
-                removes |= terms_of(self.old_text) - terms
+        terms: list[str] = []
+        if self.terms and life.status in ("active", "stale", "archived"):
+            terms = sorted(terms_of(cell.content.text))
         return [cell.id, self.key, "" if self.version is None else self.version, life.status,
                 self.ref,
                 "" if self.count is None else self.count,
                 "" if accessed is None else accessed, created,
                 *(due.get(t, "") for t in TRANSITIONS), recheck,
-                len(adds), *adds, len(removes), *removes]
+                len(terms) if self.terms else -1, *terms]
 
 
 class CellIndex:

@@ -59,10 +59,12 @@ def _archive(cell: MemoryCell, record: CellRecord, as_of: int) -> str | None:
 class LifecycleEngine:
     """One pass: expiry, active → stale, stale → active, stale → archived."""
 
-    def __init__(self, cells: CellService, clock: Clock, batch: int = 500) -> None:
+    def __init__(self, cells: CellService, clock: Clock, batch: int = 500,
+                 in_flight: int = 2) -> None:
         self.cells = cells
         self.clock = clock
         self.batch = batch
+        self.in_flight = in_flight  # batches at once: one decides while another is written
 
     async def run(self, as_of: int | None = None) -> dict[str, int]:
         when = self.clock() if as_of is None else as_of
@@ -77,12 +79,12 @@ class LifecycleEngine:
         done = 0
         seen: set[str] = set()
         while True:
-            ids = [i for i in await self.cells.index.due(transition, as_of, self.batch)
-                   if i not in seen]
+            due = await self.cells.index.due(transition, as_of, self.batch * self.in_flight)
+            ids = [i for i in due if i not in seen]
             if not ids:
                 return done
             seen.update(ids)
-            done += await self._apply(ids, decide, as_of)
+            done += await self._apply_batches(ids, decide, as_of)
 
     async def _recover(self, as_of: int) -> int:
         done = 0
@@ -90,12 +92,17 @@ class LifecycleEngine:
         while True:
             # Marks are taken off before the cells are looked at, so a read that marks a cell
             # again meanwhile is seen by the next run rather than lost.
-            ids = [i for i in await self.cells.index.take_recovering(self.batch)
-                   if i not in seen]
+            marked = await self.cells.index.take_recovering(self.batch * self.in_flight)
+            ids = [i for i in marked if i not in seen]
             if not ids:
                 return done
             seen.update(ids)
-            done += await self._apply(ids, _recover, as_of)
+            done += await self._apply_batches(ids, _recover, as_of)
+
+    async def _apply_batches(self, ids: list[str], decide: Decide, as_of: int) -> int:
+        """`_apply` on batches of the ids at once, so Python and Redis work overlap."""
+        batches = [ids[at:at + self.batch] for at in range(0, len(ids), self.batch)]
+        return sum(await asyncio.gather(*(self._apply(b, decide, as_of) for b in batches)))
 
     async def _apply(self, ids: list[str], decide: Decide, as_of: int) -> int:
         """Decide and apply the transitions of one batch in two round trips: the records and
@@ -116,7 +123,7 @@ class LifecycleEngine:
                 cell.lifecycle.stale_since = iso(as_of) if target == "stale" else None
                 request = cells.request(cell, ENGINE_AGENT, entry.version, now)
             update = IndexUpdate(cell, record.key, max(reference_ms(cell), record.ref),
-                                 terms=False)
+                                 created=False, terms=False)
             changes.append((update, request))
         applied = await cells.commit(changes)
         # A write that lost (another engine, a patch changed the cell) is left for the next run.

@@ -2,9 +2,10 @@
 -- KEYS: created order, due sets (stale, archive, expire, purge), the recheck set.
 -- ARGV[1..3]: the namespace's entry, record and term key prefixes; then per cell:
 --   id, MEMP key, version written ('' = no write to check), status, reference time, access count
---   ('' = keep), last access ('' = keep), created, due times (stale, archive, expire, purge;
---   '' = not due), recheck mark ('1' set, '0' clear, '' keep), the number of terms to add,
---   those terms, the number of terms to remove, those terms.
+--   ('' = keep), last access ('' = keep), created ('' = already in the creation order), due times (stale, archive, expire, purge;
+--   '' = not due), recheck mark ('1' set, '0' clear, '' keep), the number of search terms
+--   the cell now has (-1 = unchanged), those terms. The record keeps the terms indexed, so
+--   whichever write is indexed last leaves exactly its own terms in the term sets.
 -- A cell whose entry is past the version written is skipped: a later writer replaced it and
 -- indexes it itself.
 local entry_prefix, record_prefix, term_prefix = ARGV[1], ARGV[2], ARGV[3]
@@ -13,8 +14,7 @@ while at <= #ARGV do
   local id, key, version, status = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local ref, count, accessed, created = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7]
   local recheck = ARGV[at + 12]
-  local adds = tonumber(ARGV[at + 13])
-  local removes = tonumber(ARGV[at + 14 + adds])
+  local terms = tonumber(ARGV[at + 13])
   if version == '' or redis.call('HGET', entry_prefix .. key, 'ver') == version then
     local record = record_prefix .. id
     redis.call('HSET', record, 'key', key, 'status', status)
@@ -30,7 +30,9 @@ while at <= #ARGV do
     if accessed ~= '' then
       redis.call('HSET', record, 'accessed', accessed)
     end
-    redis.call('ZADD', KEYS[1], created, id)
+    if created ~= '' then
+      redis.call('ZADD', KEYS[1], created, id)
+    end
     for t = 1, 4 do
       local due = ARGV[at + 7 + t]
       if due == '' then
@@ -44,13 +46,20 @@ while at <= #ARGV do
     elseif recheck == '0' then
       redis.call('SREM', KEYS[6], id)
     end
-    for t = at + 14, at + 13 + adds do
-      redis.call('SADD', term_prefix .. ARGV[t], id)
-    end
-    for t = at + 15 + adds, at + 14 + adds + removes do
-      redis.call('SREM', term_prefix .. ARGV[t], id)
+    if terms >= 0 then
+      local wanted = {}
+      for t = at + 14, at + 13 + terms do
+        wanted[ARGV[t]] = true
+        redis.call('SADD', term_prefix .. ARGV[t], id)
+      end
+      for old in string.gmatch(redis.call('HGET', record, 'terms') or '', '%S+') do
+        if not wanted[old] then
+          redis.call('SREM', term_prefix .. old, id)
+        end
+      end
+      redis.call('HSET', record, 'terms', table.concat(ARGV, ' ', at + 14, at + 13 + terms))
     end
   end
-  at = at + 15 + adds + removes
+  at = at + 14 + math.max(terms, 0)
 end
 return 0
