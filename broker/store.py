@@ -224,24 +224,22 @@ class Store:
         await self.note_namespace(namespace)
         raw = await self._put(self._write_keys(namespace, key, req.idempotency_key),
                               self._put_args(namespace, key, req))
-        return self.outcome(raw)
+        return self._outcome(raw)
 
     async def put_many(self, namespace: str, writes: list[tuple[str, WriteRequest]]
                        ) -> list[WriteOutcome]:
         """Several puts in one round trip; each is still its own atomic script call."""
         if not writes:
             return []
+        if len(writes) == 1:  # a script call of its own costs less than a pipeline
+            return [await self.put(namespace, *writes[0])]
         await self.note_namespace(namespace)
         async with self.redis.pipeline(transaction=False) as pipe:
             for key, req in writes:
-                await self.queue_put(pipe, namespace, key, req)
+                await self._put(self._write_keys(namespace, key, req.idempotency_key),
+                                self._put_args(namespace, key, req), client=pipe)
             raws = await pipe.execute()
-        return [self.outcome(raw) for raw in raws]
-
-    async def queue_put(self, pipe: Any, namespace: str, key: str, req: WriteRequest) -> None:
-        """Queue a put on a pipeline (after `note_namespace`); `outcome` reads its reply."""
-        await self._put(self._write_keys(namespace, key, req.idempotency_key),
-                        self._put_args(namespace, key, req), client=pipe)
+        return [self._outcome(raw) for raw in raws]
 
     async def delete(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
         args: list[Any] = [
@@ -252,10 +250,10 @@ class Store:
             req.default_priority,
         ]
         raw = await self._delete(self._write_keys(namespace, key, req.idempotency_key), args)
-        return self.outcome(raw)
+        return self._outcome(raw)
 
     @staticmethod
-    def outcome(raw: list[bytes]) -> WriteOutcome:
+    def _outcome(raw: list[bytes]) -> WriteOutcome:
         status, payload = _text(raw[0]), raw[1]
         stored_status, record = _outcome_decoder.decode(payload)
         return WriteOutcome(stored_status, record, replayed=status == "replay")

@@ -76,10 +76,7 @@ class CellService:
         a request only updates the indexes. Returns, per change, whether it was applied: False
         where a write lost its compare-and-set (the cell changed meanwhile)."""
         requests = [(update.key, request) for update, request in changes if request is not None]
-        if len(requests) == 1:  # a script call of its own costs less than a pipeline
-            outcomes = iter([await self.store.put(self.namespace, *requests[0])])
-        else:
-            outcomes = iter(await self.store.put_many(self.namespace, requests))
+        outcomes = iter(await self.store.put_many(self.namespace, requests))
         applied: list[bool] = []
         for update, request in changes:
             if request is not None:
