@@ -189,8 +189,11 @@ def test_reader_resets_subscribers_when_the_log_is_recreated() -> None:
         await log_change(client, "a", "k", 1)
         got = await next_change(sub)
         assert got is not None and got.version == 1
-        # Redis lost its data and a write arrived before the reader looked again.
+        # Redis lost its data and a write arrived before the reader looked again. A recreated
+        # log can only repeat the reader's position within the same millisecond, which no
+        # restart is quick enough for; the pause keeps this test from doing it.
         await client.delete(layout.changelog("a"))
+        await asyncio.sleep(0.002)
         await log_change(client, "a", "k", 1)
         await wait_for(lambda: "a" in sub.resets, "the reset flag")
         item = await next_change(sub)
