@@ -124,9 +124,9 @@ class Store:
         self._known_namespaces: set[str] = set()
         self._expiry_hints: dict[str, int] = {}
 
-    def script(self, name: str) -> AsyncScript:
-        """A Lua script of broker/lua, registered on this store's client."""
-        return self.redis.register_script(_lua(name))
+    def script(self, *names: str) -> AsyncScript:
+        """The Lua files of broker/lua, joined and registered on this store's client."""
+        return self.redis.register_script("".join(_lua(name) for name in names))
 
     @classmethod
     def connect(cls, redis_url: str | None, *, timeout: float, history_limit: int,

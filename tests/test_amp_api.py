@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from broker import layout
 from broker.amp.cells import ULID_RE
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker
 from tests.test_amp_support import (
@@ -23,6 +24,7 @@ from tests.test_amp_support import (
     iso,
     ms_of,
     now_ms,
+    sync_redis,
 )
 
 
@@ -106,6 +108,25 @@ def test_a_refused_read_does_not_count(amp: Amp) -> None:
     cell = amp.create("private", agent="creator")
     assert amp.get(cell["id"], agent="stranger").status_code == 403
     assert amp.read(cell["id"], agent="creator")["scoring"]["access_count"] == 1
+
+
+def test_reads_are_counted_after_a_policy_change_and_for_records_without_readers(
+        amp: Amp, redis_url: str) -> None:
+    cell = amp.create("shared later", agent="creator")
+    assert amp.get(cell["id"], agent="reader-7").status_code == 403
+    patched = amp.patch(cell["id"], {"access_policy": {"readable_by": ["reader-*"]}},
+                        agent="creator")
+    assert patched.status_code == 200, patched.text
+    assert amp.read(cell["id"], agent="reader-7")["scoring"]["access_count"] == 1
+    # A record written before records held their readers: the broker counts the read itself.
+    client = sync_redis(amp, redis_url)
+    try:
+        assert client.hdel(layout.amp_cell(amp.namespace, cell["id"]), "readers") == 1
+        assert amp.read(cell["id"], agent="reader-7")["scoring"]["access_count"] == 2
+        assert amp.get(cell["id"], agent="stranger").status_code == 403
+        assert amp.read(cell["id"], agent="creator")["scoring"]["access_count"] == 3
+    finally:
+        client.close()
 
 
 # ---- patch ----

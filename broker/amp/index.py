@@ -11,7 +11,7 @@ from typing import Any
 
 from broker import layout
 from broker.amp.cells import MemoryCell, parse_time
-from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, stale_at
+from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, readers, stale_at
 from broker.store import RawHash, Store
 
 _TERM_RE = re.compile(r"[a-z0-9]+")
@@ -118,12 +118,20 @@ class IndexUpdate:
         terms: list[str] = []
         if self.terms and life.status in ("active", "stale", "archived"):
             terms = sorted(terms_of(cell.content.text))
+        expires = _ms(life.expires_at, "lifecycle.expires_at")
         return [cell.id, self.key, "" if self.version is None else self.version, life.status,
                 self.ref,
                 "" if self.count is None else self.count,
                 "" if accessed is None else accessed, created,
-                *(due.get(t, "") for t in TRANSITIONS), recheck,
-                len(terms) if self.terms else -1, *terms]
+                *(due.get(t, "") for t in TRANSITIONS), recheck, " ".join(readers(cell)),
+                "" if expires is None else expires, len(terms) if self.terms else -1, *terms]
+
+
+def _loaded(cell_id: str, row: list[Any]) -> tuple[CellRecord, RawHash]:
+    """A record and its entry's fields from a row of amp_load.lua or amp_read.lua."""
+    raw = row[len(RECORD_FIELDS)]
+    return (CellRecord.from_values(cell_id, row[:len(RECORD_FIELDS)]),
+            dict(zip(raw[::2], raw[1::2], strict=True)))
 
 
 class CellIndex:
@@ -134,7 +142,8 @@ class CellIndex:
         self.redis = store.redis
         self.namespace = namespace
         self._load = store.script("amp_load.lua")
-        self._touch = store.script("amp_touch.lua")
+        self._read = store.script("amp_common.lua", "amp_read.lua")
+        self._touch = store.script("amp_common.lua", "amp_touch.lua")
         self._update = store.script("amp_index.lua")
 
     def _due(self, transition: str) -> str:
@@ -149,13 +158,18 @@ class CellIndex:
         rows = await self._load(
             keys=[layout.amp_cell(self.namespace, i) for i in ids],
             args=[layout.entry_prefix(self.namespace), *RECORD_FIELDS])
-        found: dict[str, tuple[CellRecord, RawHash]] = {}
-        for cell_id, row in zip(ids, rows, strict=True):
-            if row:
-                raw = row[len(RECORD_FIELDS)]
-                found[cell_id] = (CellRecord.from_values(cell_id, row[:len(RECORD_FIELDS)]),
-                                  dict(zip(raw[::2], raw[1::2], strict=True)))
-        return found
+        return {i: _loaded(i, row) for i, row in zip(ids, rows, strict=True) if row}
+
+    async def read(self, cell_id: str, agent: str, now: int
+                   ) -> tuple[CellRecord, RawHash, int] | None:
+        """`load` of one cell that also counts the read when the cell's record lets `agent`
+        read it; the count is the new access count, or -1 when the read was not counted."""
+        row = await self._read(
+            keys=[layout.amp_cell(self.namespace, cell_id), layout.amp_recover(self.namespace)],
+            args=[layout.entry_prefix(self.namespace), cell_id, agent, now, *RECORD_FIELDS])
+        if not row:
+            return None
+        return (*_loaded(cell_id, row), int(row[-1]))
 
     async def touch(self, reads: list[tuple[str, int]]) -> list[int]:
         """Count reads (cell id, time): each cell's new access count, -1 where it is gone."""

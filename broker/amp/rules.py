@@ -32,20 +32,28 @@ def stale_at(importance: float, confidence: float, decay_rate: float, reference_
     return reference_ms + math.log(weight / STALE_BELOW) / decay_rate * DAY_MS
 
 
-def _agent_owned(cell: MemoryCell, agent_id: str) -> bool:
+def writers(cell: MemoryCell) -> list[str]:
+    """Globs of the agents that may write: the owner (when an agent), the creator, and
+    `writable_by`. Owner and creator ids cannot hold `*`, so each matches only itself."""
     identity = cell.identity
-    return (identity.owner_type == "agent" and identity.owner_id == agent_id) or (
-        identity.created_by == agent_id)
+    owner = [identity.owner_id] if identity.owner_type == "agent" else []
+    creator = [identity.created_by] if identity.created_by else []
+    return [*owner, *creator, *cell.access_policy.writable_by]
+
+
+def readers(cell: MemoryCell) -> list[str]:
+    """Globs of the agents that may read: everyone for a public cell, else the writers and
+    `readable_by`. Stored in the cell's index record, so a read is counted in the same call
+    that fetches the cell (`amp_read.lua`)."""
+    policy = cell.access_policy
+    return ["*"] if policy.public else [*writers(cell), *policy.readable_by]
 
 
 def can_write(cell: MemoryCell, agent_id: str) -> bool:
     """Owner (when an agent) and creator always may; otherwise `writable_by` decides."""
-    return _agent_owned(cell, agent_id) or any(
-        glob_match(p, agent_id) for p in cell.access_policy.writable_by)
+    return any(glob_match(p, agent_id) for p in writers(cell))
 
 
 def can_read(cell: MemoryCell, agent_id: str) -> bool:
     """Public cells, `readable_by`, and whoever may write."""
-    policy = cell.access_policy
-    return policy.public or can_write(cell, agent_id) or any(
-        glob_match(p, agent_id) for p in policy.readable_by)
+    return any(glob_match(p, agent_id) for p in readers(cell))

@@ -25,7 +25,7 @@ from broker.amp.rules import can_read, can_write
 from broker.clock import Clock
 from broker.errors import MempError
 from broker.models import Entry
-from broker.store import Store, WriteRequest
+from broker.store import RawHash, Store, WriteRequest
 
 _CAS_ATTEMPTS = 10
 
@@ -92,7 +92,10 @@ class CellService:
 
     async def load(self, cell_id: str) -> tuple[CellRecord, MemoryCell, Entry]:
         """A cell that is not deleted, with its index record and MEMP entry."""
-        found = (await self.index.load([check_id(cell_id)])).get(cell_id)
+        return self._found(cell_id, (await self.index.load([check_id(cell_id)])).get(cell_id))
+
+    def _found(self, cell_id: str, found: tuple[CellRecord, RawHash] | None
+               ) -> tuple[CellRecord, MemoryCell, Entry]:
         if found is None or found[0].status == "deleted":
             raise _not_found(cell_id)
         record, raw = found
@@ -129,13 +132,18 @@ class CellService:
         return cell
 
     async def read(self, agent: str, cell_id: str) -> MemoryCell:
-        """A read counts: access_count, last_accessed_at, and the decay clock restarts."""
-        _, cell, _ = await self.load(cell_id)
+        """A read counts: access_count, last_accessed_at, and the decay clock restarts. The
+        cell is fetched and, when its record lets the agent read, counted in one call; the
+        rules below still decide, and count the read themselves if that call did not."""
         now = self.clock()
+        found = await self.index.read(check_id(cell_id), agent, now)
+        _, cell, _ = self._found(cell_id, found[:2] if found else None)
         _check_visible(cell, now)
         if not can_read(cell, agent):
             raise MempError("forbidden", "the cell's access policy does not let this agent read")
-        count = await self.access.count(cell_id, now)
+        count = found[2] if found else -1
+        if count < 0:
+            count = await self.access.count(cell_id, now)
         if count < 0:
             raise _not_found(cell_id)
         cell.scoring.access_count = count

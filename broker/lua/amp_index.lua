@@ -3,7 +3,8 @@
 -- ARGV[1..3]: the namespace's entry, record and term key prefixes; then per cell:
 --   id, MEMP key, version written ('' = no write to check), status, reference time, access count
 --   ('' = keep), last access ('' = keep), created ('' = already in the creation order), due times (stale, archive, expire, purge;
---   '' = not due), recheck mark ('1' set, '0' clear, '' keep), the number of search terms
+--   '' = not due), recheck mark ('1' set, '0' clear, '' keep), the globs of the agents that
+--   may read it (space-separated), its expiry ('' = none), the number of search terms
 --   the cell now has (-1 = unchanged), those terms. The record keeps the terms indexed, so
 --   whichever write is indexed last leaves exactly its own terms in the term sets.
 -- A cell whose entry is past the version written is skipped: a later writer replaced it and
@@ -13,11 +14,12 @@ local at = 4
 while at <= #ARGV do
   local id, key, version, status = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local ref, count, accessed, created = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7]
-  local recheck = ARGV[at + 12]
-  local terms = tonumber(ARGV[at + 13])
+  local recheck, readers, expires = ARGV[at + 12], ARGV[at + 13], ARGV[at + 14]
+  local terms = tonumber(ARGV[at + 15])
   if version == '' or redis.call('HGET', entry_prefix .. key, 'ver') == version then
     local record = record_prefix .. id
-    redis.call('HSET', record, 'key', key, 'status', status)
+    redis.call('HSET', record, 'key', key, 'status', status, 'readers', readers,
+               'expires', expires)
     local stored_ref = tonumber(redis.call('HGET', record, 'ref') or '0')
     if stored_ref < tonumber(ref) then
       redis.call('HSET', record, 'ref', ref)
@@ -48,7 +50,7 @@ while at <= #ARGV do
     end
     if terms >= 0 then
       local wanted = {}
-      for t = at + 14, at + 13 + terms do
+      for t = at + 16, at + 15 + terms do
         wanted[ARGV[t]] = true
         redis.call('SADD', term_prefix .. ARGV[t], id)
       end
@@ -57,9 +59,9 @@ while at <= #ARGV do
           redis.call('SREM', term_prefix .. old, id)
         end
       end
-      redis.call('HSET', record, 'terms', table.concat(ARGV, ' ', at + 14, at + 13 + terms))
+      redis.call('HSET', record, 'terms', table.concat(ARGV, ' ', at + 16, at + 15 + terms))
     end
   end
-  at = at + 14 + math.max(terms, 0)
+  at = at + 16 + math.max(terms, 0)
 end
 return 0
