@@ -10,6 +10,7 @@ from typing import Any, cast
 import msgspec
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from broker import layout
 from broker.connection import HiredisPackingConnection
@@ -18,6 +19,7 @@ from broker.models import Agent, ApiKeyRecord, Entry
 
 LuaFields = dict[str, str]
 RawHash = Mapping[bytes, bytes]
+ScriptCall = tuple[AsyncScript, list[Any], list[Any]]  # script, keys, args
 
 
 def _lua(name: str) -> str:
@@ -220,11 +222,16 @@ class Store:
             req.mode, req.priority, "1" if req.internal_cas else "0", req.default_priority,
         ]
 
+    def put_call(self, namespace: str, key: str, req: WriteRequest) -> ScriptCall:
+        """A put as a script call for `run_scripts` (after `note_namespace`); `outcome` reads
+        its reply."""
+        return (self._put, self._write_keys(namespace, key, req.idempotency_key),
+                self._put_args(namespace, key, req))
+
     async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
         await self.note_namespace(namespace)
-        raw = await self._put(self._write_keys(namespace, key, req.idempotency_key),
-                              self._put_args(namespace, key, req))
-        return self._outcome(raw)
+        script, keys, args = self.put_call(namespace, key, req)
+        return self.outcome(await script(keys, args))
 
     async def put_many(self, namespace: str, writes: list[tuple[str, WriteRequest]]
                        ) -> list[WriteOutcome]:
@@ -234,12 +241,36 @@ class Store:
         if len(writes) == 1:  # a script call of its own costs less than a pipeline
             return [await self.put(namespace, *writes[0])]
         await self.note_namespace(namespace)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for key, req in writes:
-                await self._put(self._write_keys(namespace, key, req.idempotency_key),
-                                self._put_args(namespace, key, req), client=pipe)
-            raws = await pipe.execute()
-        return [self._outcome(raw) for raw in raws]
+        raws = await self.run_scripts([self.put_call(namespace, key, req) for key, req in writes])
+        return [self.outcome(raw) for raw in raws]
+
+    async def run_scripts(self, calls: list[ScriptCall]) -> list[Any]:
+        """Script calls in one round trip, sent by digest (a pipeline of `Script` objects asks
+        Redis which scripts it knows first, a round trip of its own). Calls Redis refuses for
+        an unknown script (its script cache was emptied: a restart, SCRIPT FLUSH) did not run;
+        they are sent again, in order, once their scripts are loaded."""
+        replies: list[Any] = [None] * len(calls)
+        pending = list(range(len(calls)))
+        for attempt in range(2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for i in pending:
+                    script, keys, args = calls[i]
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                results = await pipe.execute(raise_on_error=False)
+            unknown = []
+            for i, result in zip(pending, results, strict=True):
+                if isinstance(result, NoScriptError) and attempt == 0:
+                    unknown.append(i)
+                elif isinstance(result, Exception):
+                    raise result
+                else:
+                    replies[i] = result
+            if not unknown:
+                break
+            for script in {calls[i][0].sha: calls[i][0] for i in unknown}.values():
+                await self.redis.script_load(script.script)
+            pending = unknown
+        return replies
 
     async def delete(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
         args: list[Any] = [
@@ -250,10 +281,10 @@ class Store:
             req.default_priority,
         ]
         raw = await self._delete(self._write_keys(namespace, key, req.idempotency_key), args)
-        return self._outcome(raw)
+        return self.outcome(raw)
 
     @staticmethod
-    def _outcome(raw: list[bytes]) -> WriteOutcome:
+    def outcome(raw: list[bytes]) -> WriteOutcome:
         status, payload = _text(raw[0]), raw[1]
         stored_status, record = _outcome_decoder.decode(payload)
         return WriteOutcome(stored_status, record, replayed=status == "replay")

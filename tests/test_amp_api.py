@@ -129,6 +129,21 @@ def test_reads_are_counted_after_a_policy_change_and_for_records_without_readers
         client.close()
 
 
+def test_writes_and_reads_work_after_redis_forgets_its_scripts(amp: Amp,
+                                                                redis_url: str) -> None:
+    client = sync_redis(amp, redis_url)
+    try:
+        client.script_flush()
+        cell = amp.create("written after a script flush")
+        client.script_flush()
+        assert amp.read(cell["id"])["scoring"]["access_count"] == 1
+    finally:
+        client.close()
+    # The write and its index update both ran: the cell is stored and searchable.
+    assert amp.stored(cell)["content"]["text"] == "written after a script flush"
+    assert amp.search_ids(query="flush") == [cell["id"]]
+
+
 # ---- patch ----
 
 

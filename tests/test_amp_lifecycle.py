@@ -136,6 +136,19 @@ def test_active_goes_stale_once_the_score_is_below_point_three(amp: Amp) -> None
     assert len(amp.history(cell)) == 2
 
 
+def test_a_pass_applies_every_transition_after_redis_forgets_its_scripts(
+        amp: Amp, redis_url: str) -> None:
+    cells = [decaying(amp, f"cell {n}") for n in range(3)]
+    client = sync_redis(amp, redis_url)
+    try:
+        client.script_flush()
+        assert amp.run(max(created(c) for c in cells) + days(70))["stale"] == 3
+    finally:
+        client.close()
+    assert [amp.status(c) for c in cells] == ["stale"] * 3
+    assert all(amp.statuses(c) == ["active", "stale"] for c in cells)
+
+
 def test_a_cell_born_below_the_threshold_goes_stale_on_the_next_run(amp: Amp) -> None:
     cell = amp.create("barely worth keeping", scoring={"importance": 0.5, "confidence": 0.5})
     assert amp.status(cell) == "active"

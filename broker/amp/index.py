@@ -12,7 +12,7 @@ from typing import Any
 from broker import layout
 from broker.amp.cells import MemoryCell, parse_time
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, readers, stale_at
-from broker.store import RawHash, Store
+from broker.store import RawHash, ScriptCall, Store
 
 _TERM_RE = re.compile(r"[a-z0-9]+")
 MAX_TERMS = 200
@@ -183,8 +183,12 @@ class CellIndex:
     async def update(self, updates: list[IndexUpdate]) -> None:
         """Apply the updates in one call, each only if its write is still the cell's latest
         (a later writer's own update covers it)."""
-        if not updates:
-            return
+        if updates:
+            script, keys, args = self.update_call(updates)
+            await script(keys, args)
+
+    def update_call(self, updates: list[IndexUpdate]) -> ScriptCall:
+        """`update` as a script call, to send with others (`Store.run_scripts`)."""
         keys = [layout.amp_created(self.namespace), *map(self._due, TRANSITIONS),
                 layout.amp_recover(self.namespace)]
         args: list[Any] = [layout.entry_prefix(self.namespace),
@@ -192,7 +196,7 @@ class CellIndex:
                            layout.amp_term(self.namespace, "")]
         for update in updates:
             args += update.args()
-        await self._update(keys=keys, args=args)
+        return self._update, keys, args
 
     async def due(self, transition: str, as_of: int, limit: int) -> list[str]:
         found = await self.redis.zrangebyscore(self._due(transition), "-inf", as_of, 0, limit)

@@ -126,8 +126,15 @@ class CellService:
             lifecycle=Lifecycle(created_at=iso(now), last_updated_at=iso(now),
                                 expires_at=iso(expires) if expires else None, status="active"),
         )
-        update = IndexUpdate(cell, cell_key(cell), now, count=0)
-        if not (await self.commit([(update, self.request(cell, agent, None, now))]))[0]:
+        # A new id names a key no one has written, so the write makes version 1 and its index
+        # update can go in the same round trip, guarded by that version.
+        key = cell_key(cell)
+        update = IndexUpdate(cell, key, now, version=1, count=0)
+        await self.store.note_namespace(self.namespace)
+        written, _ = await self.store.run_scripts([
+            self.store.put_call(self.namespace, key, self.request(cell, agent, None, now)),
+            self.index.update_call([update])])
+        if self.store.outcome(written).status != "ok":
             raise MempError("write_conflict", "a cell with this id already exists; retry")
         return cell
 
