@@ -11,6 +11,10 @@ from typing import Any
 import hiredis
 from redis.asyncio.connection import Connection
 
+# Argument types the library encodes its own way (float repr, bool refused, buffers); checked by
+# exact type, which is all the broker passes.
+_LIBRARY_PACKS = frozenset((float, bool, memoryview, bytearray))
+
 
 class HiredisPackingConnection(Connection):
     """TCP connection whose command packing runs in hiredis."""
@@ -21,7 +25,7 @@ class HiredisPackingConnection(Connection):
             args = (*head.encode().split(), *args[1:])
         elif b" " in head:
             args = (*head.split(), *args[1:])
-        if any(isinstance(a, (float, bool, memoryview, bytearray)) for a in args):
+        if not _LIBRARY_PACKS.isdisjoint(map(type, args)):
             return super().pack_command(*args)
         try:
             return [hiredis.pack_command(args)]

@@ -119,11 +119,12 @@ class CellService:
                             {"field": "expires_at"})
         identity = msgspec.structs.replace(body.identity, created_by=agent)
         scoring = msgspec.structs.replace(body.scoring, access_count=0)
+        stamp = iso(now)
         cell = MemoryCell(
             id=new_ulid(now), amp_version=AMP_VERSION, type=body.type, content=body.content,
             identity=identity, scoring=scoring, access_policy=body.access_policy,
             provenance=body.provenance,
-            lifecycle=Lifecycle(created_at=iso(now), last_updated_at=iso(now),
+            lifecycle=Lifecycle(created_at=stamp, last_updated_at=stamp,
                                 expires_at=iso(expires) if expires else None, status="active"),
         )
         # A new id names a key no one has written, so the write makes version 1 and its index

@@ -18,34 +18,40 @@ while at <= #ARGV do
   local terms = tonumber(ARGV[at + 15])
   if version == '' or redis.call('HGET', entry_prefix .. key, 'ver') == version then
     local record = record_prefix .. id
-    redis.call('HSET', record, 'key', key, 'status', status, 'readers', readers,
-               'expires', expires)
-    local stored_ref = tonumber(redis.call('HGET', record, 'ref') or '0')
+    local stored = redis.call('HMGET', record, 'key', 'ref', 'terms')
+    local known = stored[1]  -- a new record is in no index yet: nothing to take out
+    local fields = {'key', key, 'status', status, 'readers', readers, 'expires', expires}
+    local stored_ref = tonumber(stored[2] or '0')
     if stored_ref < tonumber(ref) then
-      redis.call('HSET', record, 'ref', ref)
+      fields[#fields + 1], fields[#fields + 2] = 'ref', ref
     elseif stored_ref > tonumber(ref) and status == 'stale' then
       recheck = '1'  -- read since the writer looked: the engine must look again
     end
     if count ~= '' then
-      redis.call('HSET', record, 'count', count)
+      fields[#fields + 1], fields[#fields + 2] = 'count', count
     end
     if accessed ~= '' then
-      redis.call('HSET', record, 'accessed', accessed)
+      fields[#fields + 1], fields[#fields + 2] = 'accessed', accessed
     end
+    if terms >= 0 then
+      fields[#fields + 1] = 'terms'
+      fields[#fields + 1] = table.concat(ARGV, ' ', at + 16, at + 15 + terms)
+    end
+    redis.call('HSET', record, unpack(fields))
     if created ~= '' then
       redis.call('ZADD', KEYS[1], created, id)
     end
     for t = 1, 4 do
       local due = ARGV[at + 7 + t]
-      if due == '' then
-        redis.call('ZREM', KEYS[1 + t], id)
-      else
+      if due ~= '' then
         redis.call('ZADD', KEYS[1 + t], due, id)
+      elseif known then
+        redis.call('ZREM', KEYS[1 + t], id)
       end
     end
     if recheck == '1' then
       redis.call('SADD', KEYS[6], id)
-    elseif recheck == '0' then
+    elseif recheck == '0' and known then
       redis.call('SREM', KEYS[6], id)
     end
     if terms >= 0 then
@@ -54,12 +60,11 @@ while at <= #ARGV do
         wanted[ARGV[t]] = true
         redis.call('SADD', term_prefix .. ARGV[t], id)
       end
-      for old in string.gmatch(redis.call('HGET', record, 'terms') or '', '%S+') do
+      for old in string.gmatch(known and stored[3] or '', '%S+') do
         if not wanted[old] then
           redis.call('SREM', term_prefix .. old, id)
         end
       end
-      redis.call('HSET', record, 'terms', table.concat(ARGV, ' ', at + 16, at + 15 + terms))
     end
   end
   at = at + 16 + math.max(terms, 0)
