@@ -129,6 +129,24 @@ def test_reads_are_counted_after_a_policy_change_and_for_records_without_readers
         client.close()
 
 
+def test_a_read_before_the_latest_write_is_indexed_follows_the_cell(amp: Amp,
+                                                                    redis_url: str) -> None:
+    cell = amp.create("shared, then not", agent="creator",
+                      access_policy={"readable_by": ["reader-*"]})
+    patched = amp.patch(cell["id"], {"access_policy": {"readable_by": []}}, agent="creator")
+    assert patched.status_code == 200, patched.text
+    # As if the patch's index update had not landed yet: the record still holds version 1's
+    # readers while the entry is at version 2.
+    client = sync_redis(amp, redis_url)
+    try:
+        client.hset(layout.amp_cell(amp.namespace, cell["id"]),
+                    mapping={"readers": "creator reader-*", "ver": "1"})
+    finally:
+        client.close()
+    assert amp.get(cell["id"], agent="reader-7").status_code == 403
+    assert amp.read(cell["id"], agent="creator")["scoring"]["access_count"] == 1
+
+
 def test_writes_and_reads_work_after_redis_forgets_its_scripts(amp: Amp,
                                                                 redis_url: str) -> None:
     client = sync_redis(amp, redis_url)

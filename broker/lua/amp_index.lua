@@ -21,6 +21,9 @@ while at <= #ARGV do
     local stored = redis.call('HMGET', record, 'key', 'ref', 'terms')
     local known = stored[1]  -- a new record is in no index yet: nothing to take out
     local fields = {'key', key, 'status', status, 'readers', readers, 'expires', expires}
+    if version ~= '' then
+      fields[#fields + 1], fields[#fields + 2] = 'ver', version  -- the version indexed
+    end
     local stored_ref = tonumber(stored[2] or '0')
     if stored_ref < tonumber(ref) then
       fields[#fields + 1], fields[#fields + 2] = 'ref', ref

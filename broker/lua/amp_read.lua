@@ -1,6 +1,6 @@
 -- AMP: read a cell and, when its index record lets the agent read it, count the read, in one
 -- call. The broker still checks the cell itself and counts through amp_touch.lua when this did
--- not (a record written before it held readers).
+-- not (a write not yet indexed, or a record written before records held readers).
 -- KEYS[1]: the cell's record; KEYS[2]: the recheck set.
 -- ARGV[1]: the namespace's entry key prefix; ARGV[2]: the cell id; ARGV[3]: the reading agent;
 -- ARGV[4]: now (ms); ARGV[5..]: the record fields to return (the first is the MEMP key).
@@ -13,11 +13,12 @@ if not row[1] then
 end
 local entry_key = ARGV[1] .. row[1]
 local entry = redis.call('HGETALL', entry_key)
-local rule = redis.call('HMGET', KEYS[1], 'status', 'readers', 'expires')
-local status, readers, expires = rule[1], rule[2], rule[3]
+local rule = redis.call('HMGET', KEYS[1], 'status', 'readers', 'expires', 'ver')
+local status, readers, expires, indexed = rule[1], rule[2], rule[3], rule[4]
+local stored = redis.call('HMGET', entry_key, 'ver', 'del')
 local count = -1
-local visible = status ~= 'deleted' and #entry > 0
-    and redis.call('HGET', entry_key, 'del') ~= '1'
+-- The record speaks for the entry only once the entry's latest write is indexed.
+local visible = status ~= 'deleted' and indexed and indexed == stored[1] and stored[2] ~= '1'
     and (not expires or expires == '' or tonumber(expires) > tonumber(ARGV[4]))
 if visible and readers then
   for glob in string.gmatch(readers, '%S+') do
