@@ -8,9 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
@@ -36,7 +34,7 @@ from broker.namespaces import NamespaceRegistry
 from broker.routes import agents, keys, memory, messages, namespaces, subscribe, system
 from broker.settings import Settings
 from broker.sse import SendWatchdog
-from broker.store import Store
+from broker.store import STORE_DOWN, Store
 from broker.sweeper import ExpirySweeper
 from broker.tasks import stop_tasks
 
@@ -144,8 +142,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         exception_handlers={
             MempError: _mempe_error,
             HTTPException: _http_error,
-            RedisConnectionError: _store_down,
-            RedisTimeoutError: _store_down,
+            **dict.fromkeys(STORE_DOWN, _store_down),
             Exception: _internal,
         },
         lifespan=lifespan,

@@ -6,8 +6,6 @@ import uuid
 from typing import Any
 
 import msgspec
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker import PROTOCOL_VERSION
 from broker.agents import AgentService
@@ -27,6 +25,7 @@ from broker.models import (
     RegisterMessage,
     message_decoder,
 )
+from broker.store import STORE_DOWN
 from broker.validation import check_message_id
 
 
@@ -57,7 +56,7 @@ class MessageHandler:
             return 200, await self.handle(principal, message)
         except MempError as error:
             return error.status, self.error_reply(error, message_id)
-        except (RedisConnectionError, RedisTimeoutError):
+        except STORE_DOWN:
             down = unavailable()
             return down.status, self.error_reply(down, message_id)
 

@@ -10,7 +10,9 @@ from typing import Any, cast
 import msgspec
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker import layout
 from broker.connection import HiredisPackingConnection
@@ -20,6 +22,10 @@ from broker.models import Agent, ApiKeyRecord, Entry
 LuaFields = dict[str, str]
 RawHash = Mapping[bytes, bytes]
 ScriptCall = tuple[AsyncScript, list[Any], list[Any]]  # script, keys, args
+# Errors that mean the store cannot be reached (or the URL names something that is not Redis):
+# answered 503 with Retry-After, never 500.
+STORE_DOWN: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError,
+                                           InvalidResponse)
 
 
 def _lua(name: str) -> str:

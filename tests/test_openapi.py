@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+import socket
 import time
 import typing
 import uuid
@@ -35,7 +36,7 @@ from broker.errors import STATUS_BY_CODE
 from broker.namespaces import NamespaceConfig, PriorityRule, Share, StoredConfig, StrategyRule
 from broker.schemas import SchemaBody, SchemaErrorDetail, SchemaRecord
 from broker.settings import Settings
-from tests.conftest import ADMIN_KEY, BACKENDS, Broker, free_port, start_broker
+from tests.conftest import ADMIN_KEY, BACKENDS, Broker, start_broker
 
 DOCUMENT = Path(__file__).resolve().parent.parent / "openapi.yaml"
 BASE_URI = "urn:memp:openapi"
@@ -1087,10 +1088,13 @@ def test_unknown_method_and_path(admin: httpx.Client, ns: str, contract: Contrac
 
 @pytest.fixture
 def broker_without_redis() -> Iterator[Broker]:
-    """A broker whose Redis is a port nobody listens on."""
-    handle = start_broker("redis", f"redis://127.0.0.1:{free_port()}/0")
-    yield handle
-    handle.stop()
+    """A broker whose Redis is a port nobody listens on: held bound without listening, so no
+    server (not even this broker's own HTTP port) can take it meanwhile."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        handle = start_broker("redis", f"redis://127.0.0.1:{held.getsockname()[1]}/0")
+        yield handle
+        handle.stop()
 
 
 def test_store_down_is_503_with_retry_after(broker_without_redis: Broker, contract: Contract
@@ -1118,6 +1122,20 @@ def test_store_down_is_503_with_retry_after(broker_without_redis: Broker, contra
         batch = client.post("/v1/messages", json=[message(ns, "memory.get", key="k")])
         replies = contract.check(batch, 200)
         assert [r["error"]["code"] for r in replies] == ["unavailable"]
+
+
+def test_a_redis_url_that_names_an_http_server_is_503_not_500(contract: Contract) -> None:
+    http_server = start_broker("embedded", "")
+    misdirected = start_broker("redis", f"redis://{http_server.url.removeprefix('http://')}/0")
+    try:
+        with misdirected.client(ADMIN_KEY) as client:
+            for response in [client.put(entry_url("lost", "k"), json={"value": 1}),
+                             client.get(entry_url("lost", "k")), *amp_calls(client, purge=False)]:
+                assert contract.check(response, 503)["error"]["code"] == "unavailable"
+            assert contract.check(client.get("/readyz"), 503)["error"]["code"] == "unavailable"
+    finally:
+        misdirected.stop()
+        http_server.stop()
 
 
 def read_events(lines: Iterator[str], until: str) -> list[tuple[str | None, str, Any]]:
