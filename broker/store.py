@@ -125,7 +125,8 @@ class Store:
         self.changelog_maxlen = changelog_maxlen
         self.idempotency_window_ms = max(idempotency_window_ms, 1)
         common = _lua("common.lua")
-        self._put: AsyncScript = client.register_script(common + _lua("put.lua"))
+        self._put: AsyncScript = client.register_script(
+            common + _lua("put_entry.lua") + _lua("put.lua"))
         self._delete: AsyncScript = client.register_script(common + _lua("delete.lua"))
         self._expire: AsyncScript = client.register_script(common + _lua("expire.lua"))
         self._trim: AsyncScript = client.register_script(_lua("trim.lua"))
@@ -213,7 +214,8 @@ class Store:
     def _history_limit(self, req: WriteRequest) -> int:
         return self.history_limit if req.history_limit is None else req.history_limit
 
-    def _put_args(self, namespace: str, key: str, req: WriteRequest) -> list[Any]:
+    def put_args(self, namespace: str, key: str, req: WriteRequest) -> list[Any]:
+        """The arguments of one write to `put` (broker/lua/put_entry.lua)."""
         expires_at = req.now + req.ttl_seconds * 1000 if req.ttl_seconds is not None else None
         if expires_at is not None:
             hinted = self._expiry_hints.get(namespace, expires_at)
@@ -228,27 +230,11 @@ class Store:
             req.mode, req.priority, "1" if req.internal_cas else "0", req.default_priority,
         ]
 
-    def put_call(self, namespace: str, key: str, req: WriteRequest) -> ScriptCall:
-        """A put as a script call for `run_scripts` (after `note_namespace`); `outcome` reads
-        its reply."""
-        return (self._put, self._write_keys(namespace, key, req.idempotency_key),
-                self._put_args(namespace, key, req))
-
     async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
         await self.note_namespace(namespace)
-        script, keys, args = self.put_call(namespace, key, req)
-        return self.outcome(await script(keys, args))
-
-    async def put_many(self, namespace: str, writes: list[tuple[str, WriteRequest]]
-                       ) -> list[WriteOutcome]:
-        """Several puts in one round trip; each is still its own atomic script call."""
-        if not writes:
-            return []
-        if len(writes) == 1:  # a script call of its own costs less than a pipeline
-            return [await self.put(namespace, *writes[0])]
-        await self.note_namespace(namespace)
-        raws = await self.run_scripts([self.put_call(namespace, key, req) for key, req in writes])
-        return [self.outcome(raw) for raw in raws]
+        raw = await self._put(self._write_keys(namespace, key, req.idempotency_key),
+                              self.put_args(namespace, key, req))
+        return self.outcome(raw)
 
     async def run_scripts(self, calls: list[ScriptCall]) -> list[Any]:
         """Script calls in one round trip, sent by digest (a pipeline of `Script` objects asks

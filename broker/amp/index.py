@@ -12,11 +12,12 @@ from typing import Any
 from broker import layout
 from broker.amp.cells import MemoryCell, parse_time
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, readers, stale_at
-from broker.store import RawHash, ScriptCall, Store
+from broker.store import RawHash, ScriptCall, Store, WriteRequest
 
 _TERM_RE = re.compile(r"[a-z0-9]+")
 MAX_TERMS = 200
 RECORD_FIELDS = ("key", "status", "ref", "count", "accessed")
+COMMIT_CHUNK = 50  # changes per amp_commit.lua call: a few milliseconds of Redis at most
 
 
 def words_of(text: str) -> list[str]:
@@ -101,14 +102,16 @@ class IndexUpdate:
     cell: MemoryCell
     key: str
     ref: int  # the decay reference time the writer saw
-    version: int | None = None  # the write's version, which must still be the latest
+    # The entry version the update describes; it applies only while the entry still holds
+    # it. A write committed with the update fills it in.
+    version: int | None = None
     count: int | None = None  # the access count to set (create, import)
     created: bool = True  # False when the cell is known to the creation-order index
     terms: bool = True  # False when the text and its searchability cannot have changed
     recheck: bool = False  # a stale cell the engine must look at again
 
     def args(self) -> list[Any]:
-        """This update's part of the index script's arguments (see amp_index.lua)."""
+        """This update's part of amp_commit.lua's arguments (see amp_index.lua)."""
         cell, life = self.cell, self.cell.lifecycle
         accessed = _ms(life.last_accessed_at, "lifecycle.last_accessed_at")
         created = (_ms(life.created_at, "lifecycle.created_at") or self.ref) if self.created \
@@ -144,7 +147,8 @@ class CellIndex:
         self._load = store.script("amp_load.lua")
         self._read = store.script("amp_common.lua", "amp_read.lua")
         self._touch = store.script("amp_common.lua", "amp_touch.lua")
-        self._update = store.script("amp_index.lua")
+        self._commit = store.script("common.lua", "put_entry.lua", "amp_index.lua",
+                                    "amp_commit.lua")
 
     def _due(self, transition: str) -> str:
         return layout.amp_due(self.namespace, transition)
@@ -180,23 +184,29 @@ class CellIndex:
             args += [cell_id, now]
         return [int(c) for c in await self._touch(keys=keys, args=args)]
 
-    async def update(self, updates: list[IndexUpdate]) -> None:
-        """Apply the updates in one call, each only if its write is still the cell's latest
-        (a later writer's own update covers it)."""
-        if updates:
-            script, keys, args = self.update_call(updates)
-            await script(keys, args)
-
-    def update_call(self, updates: list[IndexUpdate]) -> ScriptCall:
-        """`update` as a script call, to send with others (`Store.run_scripts`)."""
-        keys = [layout.amp_created(self.namespace), *map(self._due, TRANSITIONS),
-                layout.amp_recover(self.namespace)]
-        args: list[Any] = [layout.entry_prefix(self.namespace),
-                           layout.amp_cell(self.namespace, ""),
-                           layout.amp_term(self.namespace, "")]
-        for update in updates:
-            args += update.args()
-        return self._update, keys, args
+    def commit_calls(self, changes: list[tuple[IndexUpdate, WriteRequest | None]]
+                     ) -> list[ScriptCall]:
+        """Script calls that make each change's write, if it has one, and then, if the write
+        succeeded, its index update (amp_commit.lua), COMMIT_CHUNK changes per call so that no
+        call holds Redis long. Each call's reply lists its writes' replies (`Store.outcome`)."""
+        ns = self.namespace
+        shared = [layout.amp_created(ns), *map(self._due, TRANSITIONS), layout.amp_recover(ns),
+                  layout.index(ns), layout.expiries(ns), layout.changelog(ns), layout.meta(ns)]
+        prefixes = [layout.entry_prefix(ns), layout.amp_cell(ns, ""), layout.amp_term(ns, "")]
+        calls: list[ScriptCall] = []
+        for at in range(0, len(changes), COMMIT_CHUNK):
+            keys: list[Any] = list(shared)
+            args: list[Any] = list(prefixes)
+            for update, request in changes[at:at + COMMIT_CHUNK]:
+                if request is None:
+                    args.append(0)
+                else:
+                    keys += [layout.entry(ns, update.key), layout.history(ns, update.key)]
+                    write = self.store.put_args(ns, update.key, request)
+                    args += [len(write), *write]
+                args += update.args()
+            calls.append((self._commit, keys, args))
+        return calls
 
     async def due(self, transition: str, as_of: int, limit: int) -> list[str]:
         found = await self.redis.zrangebyscore(self._due(transition), "-inf", as_of, 0, limit)

@@ -60,11 +60,12 @@ class LifecycleEngine:
     """One pass: expiry, active → stale, stale → active, stale → archived."""
 
     def __init__(self, cells: CellService, clock: Clock, batch: int = 500,
-                 in_flight: int = 2) -> None:
+                 in_flight: int = 3, batches_per_scan: int = 20) -> None:
         self.cells = cells
         self.clock = clock
         self.batch = batch
-        self.in_flight = in_flight  # batches at once: one decides while another is written
+        self.in_flight = in_flight  # batches at once: some decided while others are written
+        self.scan = batch * batches_per_scan  # due cells fetched per look at a due index
 
     async def run(self, as_of: int | None = None) -> dict[str, int]:
         when = self.clock() if as_of is None else as_of
@@ -79,7 +80,7 @@ class LifecycleEngine:
         done = 0
         seen: set[str] = set()
         while True:
-            due = await self.cells.index.due(transition, as_of, self.batch * self.in_flight)
+            due = await self.cells.index.due(transition, as_of, self.scan)
             ids = [i for i in due if i not in seen]
             if not ids:
                 return done
@@ -92,7 +93,7 @@ class LifecycleEngine:
         while True:
             # Marks are taken off before the cells are looked at, so a read that marks a cell
             # again meanwhile is seen by the next run rather than lost.
-            marked = await self.cells.index.take_recovering(self.batch * self.in_flight)
+            marked = await self.cells.index.take_recovering(self.scan)
             ids = [i for i in marked if i not in seen]
             if not ids:
                 return done
@@ -100,13 +101,20 @@ class LifecycleEngine:
             done += await self._apply_batches(ids, _recover, as_of)
 
     async def _apply_batches(self, ids: list[str], decide: Decide, as_of: int) -> int:
-        """`_apply` on batches of the ids at once, so Python and Redis work overlap."""
+        """`_apply` on batches of the ids, `in_flight` at a time, so Python and Redis work
+        overlap."""
+        gate = asyncio.Semaphore(self.in_flight)
+
+        async def apply(batch: list[str]) -> int:
+            async with gate:
+                return await self._apply(batch, decide, as_of)
+
         batches = [ids[at:at + self.batch] for at in range(0, len(ids), self.batch)]
-        return sum(await asyncio.gather(*(self._apply(b, decide, as_of) for b in batches)))
+        return sum(await asyncio.gather(*map(apply, batches)))
 
     async def _apply(self, ids: list[str], decide: Decide, as_of: int) -> int:
         """Decide and apply the transitions of one batch in two round trips: the records and
-        entries together, then every write with the index updates."""
+        entries together, then every write with its index update."""
         cells = self.cells
         loaded = await cells.index.load(ids)
         now = cells.clock()
@@ -122,8 +130,11 @@ class LifecycleEngine:
                 cell.lifecycle.status = target  # type: ignore[assignment]
                 cell.lifecycle.stale_since = iso(as_of) if target == "stale" else None
                 request = cells.request(cell, ENGINE_AGENT, entry.version, now)
+            # Without a write, the update describes the version loaded: it must not land
+            # over a write made since.
             update = IndexUpdate(cell, record.key, max(reference_ms(cell), record.ref),
-                                 created=False, terms=False)
+                                 version=None if request else entry.version, created=False,
+                                 terms=False)
             changes.append((update, request))
         applied = await cells.commit(changes)
         # A write that lost (another engine, a patch changed the cell) is left for the next run.

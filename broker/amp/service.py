@@ -72,23 +72,14 @@ class CellService:
         )
 
     async def commit(self, changes: list[tuple[IndexUpdate, WriteRequest | None]]) -> list[bool]:
-        """Write cells (one round trip), then update their indexes (another). A change without
-        a request only updates the indexes. Returns, per change, whether it was applied: False
-        where a write lost its compare-and-set (the cell changed meanwhile)."""
-        requests = [(update.key, request) for update, request in changes if request is not None]
-        outcomes = iter(await self.store.put_many(self.namespace, requests))
-        applied: list[bool] = []
-        for update, request in changes:
-            if request is not None:
-                outcome = next(outcomes)
-                if outcome.status != "ok":
-                    applied.append(False)
-                    continue
-                update.version = int(outcome.record["ver"])
-            applied.append(True)
-        await self.index.update([update for (update, _), ok in zip(changes, applied, strict=True)
-                                 if ok])
-        return applied
+        """Write cells and update their indexes, in one round trip. A change without a request
+        only updates the indexes. Returns, per change, whether it was applied: False where a
+        write lost its compare-and-set (the cell changed meanwhile)."""
+        await self.store.note_namespace(self.namespace)
+        calls = self.index.commit_calls(changes)
+        replies = iter([reply for call in await self.store.run_scripts(calls) for reply in call])
+        return [request is None or self.store.outcome(next(replies)).status == "ok"
+                for _, request in changes]
 
     async def load(self, cell_id: str) -> tuple[CellRecord, MemoryCell, Entry]:
         """A cell that is not deleted, with its index record and MEMP entry."""
@@ -127,15 +118,8 @@ class CellService:
             lifecycle=Lifecycle(created_at=stamp, last_updated_at=stamp,
                                 expires_at=iso(expires) if expires else None, status="active"),
         )
-        # A new id names a key no one has written, so the write makes version 1 and its index
-        # update can go in the same round trip, guarded by that version.
-        key = cell_key(cell)
-        update = IndexUpdate(cell, key, now, version=1, count=0)
-        await self.store.note_namespace(self.namespace)
-        written, _ = await self.store.run_scripts([
-            self.store.put_call(self.namespace, key, self.request(cell, agent, None, now)),
-            self.index.update_call([update])])
-        if self.store.outcome(written).status != "ok":
+        update = IndexUpdate(cell, cell_key(cell), now, count=0)
+        if not (await self.commit([(update, self.request(cell, agent, None, now))]))[0]:
             raise MempError("write_conflict", "a cell with this id already exists; retry")
         return cell
 

@@ -1,0 +1,32 @@
+-- AMP: write cells and update their indexes, in one call (see put_entry.lua, amp_index.lua).
+-- KEYS[1..6]: as amp_index.lua; KEYS[7..10]: the namespace's index, ttl, log and meta keys;
+--   then the entry and history keys of each write, in order.
+-- ARGV[1..3]: as amp_index.lua; then per cell: the number of its write's arguments (0 when it
+--   only updates the indexes), those arguments (as `put`), and its index update.
+-- A cell's index update applies only when its write succeeded. Returns each write's reply.
+local replies = {}
+local at = 4
+while at <= #ARGV do
+  local size = tonumber(ARGV[at])
+  local written = nil
+  local ok = true
+  if size > 0 then
+    local a = {unpack(ARGV, at + 1, at + size)}
+    local n = #replies
+    local ctx = {
+      entry_key = KEYS[11 + 2 * n], history_key = KEYS[12 + 2 * n], index_key = KEYS[7],
+      ttl_key = KEYS[8], log_key = KEYS[9], idem_key = '', meta_key = KEYS[10], key = a[1],
+      history_limit = tonumber(a[11]), log_maxlen = a[12]
+    }
+    local reply, status, entry = put(ctx, a)
+    replies[n + 1] = reply
+    ok = status == 'ok'
+    written = entry and entry.ver
+  end
+  at = at + 1 + size
+  if ok then
+    index_cell(at, written)
+  end
+  at = next_update(at)
+end
+return replies

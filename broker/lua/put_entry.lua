@@ -1,0 +1,89 @@
+-- put(ctx, a): one write, with its arguments in table `a`:
+--   key, now, new_id, agent, value, ts, ttl, exp, if_version, if_absent,
+--   history_limit, log_maxlen, idem_window_ms, sv, cf, ts_from_client ('1' or '0'),
+--   mode ('lww', 'priority' or 'merge'), writer priority, internal_cas ('1' when if_version
+--   is the broker's own merge check: its failure is retried, so it is not remembered),
+--   priority of entries written before priorities were set
+-- Returns the reply (see answer), the verdict, and the entry as stored when it is 'ok'.
+local function put(ctx, a)
+  local first = replayed(ctx)
+  if first then
+    return first, 'replay', nil
+  end
+
+  local now = tonumber(a[2])
+  local agent = a[4]
+  local ts = tonumber(a[6])
+  local if_version = a[9]
+  local if_absent = a[10] == '1'
+
+  local mode = a[17]
+  local internal_cas = a[19] == '1'
+
+  local function reply(status, entry, with_value)
+    local forget = internal_cas and status == 'precondition_failed'
+    return answer(ctx, a[13], status, entry, with_value, forget), status, nil
+  end
+
+  local current = load_entry(ctx.entry_key)
+  if current and is_expired(current, now) then
+    current = expire_entry(ctx, current, now)
+  end
+  local live = is_live(current, now)
+
+  if if_absent and live then
+    return reply('precondition_failed', current, true)
+  end
+  if if_version ~= '' and (not live or current.ver ~= if_version) then
+    if live then
+      return reply('precondition_failed', current, true)
+    end
+    return reply('precondition_failed', {ver = current and current.ver or '0', del = '1'}, false)
+  end
+  -- A write the broker stamped arrived after the stored one, so it sorts after it even when
+  -- another broker process's clock runs ahead; a client's own timestamp is taken as given.
+  local ts_text = a[6]
+  local outranks = false
+  if mode == 'priority' and current and current.ts ~= '' then
+    local stored_priority = tonumber(current.pr) or tonumber(a[20])
+    local priority = tonumber(a[18])
+    if priority < stored_priority then
+      return reply('write_conflict', current, true)
+    end
+    outranks = priority > stored_priority
+  end
+  if mode ~= 'merge' and not outranks and current and current.ts ~= '' then
+    if a[16] == '1' then
+      if loses_to(current, ts, agent) then
+        return reply('write_conflict', current, true)
+      end
+    elseif ts <= tonumber(current.ts) then
+      ts_text = string.format('%d', tonumber(current.ts) + 1)
+    end
+  end
+
+  local entry = {
+    id = live and current.id or a[3],
+    agent = agent,
+    val = a[5],
+    ver = tostring(current and tonumber(current.ver) + 1 or 1),
+    ca = live and current.ca or a[2],
+    ua = a[2],
+    ts = ts_text,
+    ttl = a[7],
+    exp = a[8],
+    del = '',
+    sv = a[14],
+    cf = a[15],
+    pr = a[18],
+  }
+  redis.call('ZADD', ctx.index_key, 0, ctx.key)
+  if entry.exp ~= '' then
+    redis.call('ZADD', ctx.ttl_key, entry.exp, ctx.key)
+  else
+    redis.call('ZREM', ctx.ttl_key, ctx.key)
+  end
+  entry.log_id = commit(ctx, entry, 'put')
+  entry.created = live and '' or '1'
+  return answer(ctx, a[13], 'ok', entry, false, false), 'ok', entry
+end
