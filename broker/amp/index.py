@@ -188,7 +188,7 @@ class CellIndex:
                      ) -> list[ScriptCall]:
         """Script calls that make each change's write, if it has one, and then, if the write
         succeeded, its index update (amp_commit.lua), COMMIT_CHUNK changes per call so that no
-        call holds Redis long. Each call's reply lists its writes' replies (`Store.outcome`)."""
+        call holds Redis long. Each call's reply lists its writes' verdicts (b"ok", ...)."""
         ns = self.namespace
         shared = [layout.amp_created(ns), *map(self._due, TRANSITIONS), layout.amp_recover(ns),
                   layout.index(ns), layout.expiries(ns), layout.changelog(ns), layout.meta(ns)]

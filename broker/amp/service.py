@@ -77,9 +77,8 @@ class CellService:
         write lost its compare-and-set (the cell changed meanwhile)."""
         await self.store.note_namespace(self.namespace)
         calls = self.index.commit_calls(changes)
-        replies = iter([reply for call in await self.store.run_scripts(calls) for reply in call])
-        return [request is None or self.store.outcome(next(replies)).status == "ok"
-                for _, request in changes]
+        verdicts = iter([v for call in await self.store.run_scripts(calls) for v in call])
+        return [request is None or next(verdicts) == b"ok" for _, request in changes]
 
     async def load(self, cell_id: str) -> tuple[CellRecord, MemoryCell, Entry]:
         """A cell that is not deleted, with its index record and MEMP entry."""

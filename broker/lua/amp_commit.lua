@@ -3,8 +3,10 @@
 --   then the entry and history keys of each write, in order.
 -- ARGV[1..3]: as amp_index.lua; then per cell: the number of its write's arguments (0 when it
 --   only updates the indexes), those arguments (as `put`), and its index update.
--- A cell's index update applies only when its write succeeded. Returns each write's reply.
-local replies = {}
+-- A cell's index update applies only when its write succeeded. Returns each write's verdict
+-- ('ok', 'precondition_failed', ...).
+local verdicts = {}
+local log_maxlen = nil
 local at = 4
 while at <= #ARGV do
   local size = tonumber(ARGV[at])
@@ -12,16 +14,17 @@ while at <= #ARGV do
   local ok = true
   if size > 0 then
     local a = {unpack(ARGV, at + 1, at + size)}
-    local n = #replies
+    local n = #verdicts
     local ctx = {
       entry_key = KEYS[11 + 2 * n], history_key = KEYS[12 + 2 * n], index_key = KEYS[7],
       ttl_key = KEYS[8], log_key = KEYS[9], idem_key = '', meta_key = KEYS[10], key = a[1],
-      history_limit = tonumber(a[11]), log_maxlen = a[12]
+      history_limit = tonumber(a[11]), trim_later = true
     }
-    local reply, status, entry = put(ctx, a)
-    replies[n + 1] = reply
+    local status, entry = put(ctx, a)
+    verdicts[n + 1] = status
+    log_maxlen = a[12]
     ok = status == 'ok'
-    written = entry and entry.ver
+    written = ok and entry.ver
   end
   at = at + 1 + size
   if ok then
@@ -29,4 +32,7 @@ while at <= #ARGV do
   end
   at = next_update(at)
 end
-return replies
+if log_maxlen then
+  trim_log(KEYS[9], KEYS[10], tonumber(log_maxlen))
+end
+return verdicts

@@ -27,7 +27,7 @@ local function index_cell(at, written)
     return
   end
   local record = ARGV[2] .. id
-  local stored = redis.call('HMGET', record, 'key', 'ref', 'terms')
+  local stored = redis.call('HMGET', record, 'key', 'ref', 'dues')
   local known = stored[1]  -- a new record is in no index yet: nothing to take out
   local fields = {'key', key, 'status', status, 'readers', readers, 'expires', expires}
   if version ~= '' then
@@ -45,21 +45,27 @@ local function index_cell(at, written)
   if accessed ~= '' then
     fields[#fields + 1], fields[#fields + 2] = 'accessed', accessed
   end
+  local indexed = ''  -- the terms indexed until now
   if terms >= 0 then
+    indexed = known and redis.call('HGET', record, 'terms') or ''
     fields[#fields + 1] = 'terms'
     fields[#fields + 1] = table.concat(ARGV, ' ', at + 16, at + 15 + terms)
   end
-  redis.call('HSET', record, unpack(fields))
-  if created ~= '' then
-    redis.call('ZADD', KEYS[1], created, id)
-  end
+  -- The record lists the due sets the cell is in; one without that list may be in any.
+  local dues = ''
   for t = 1, 4 do
     local due = ARGV[at + 7 + t]
     if due ~= '' then
       redis.call('ZADD', KEYS[1 + t], due, id)
-    elseif known then
+      dues = dues .. t
+    elseif known and (not stored[3] or string.find(stored[3], t, 1, true)) then
       redis.call('ZREM', KEYS[1 + t], id)
     end
+  end
+  fields[#fields + 1], fields[#fields + 2] = 'dues', dues
+  redis.call('HSET', record, unpack(fields))
+  if created ~= '' then
+    redis.call('ZADD', KEYS[1], created, id)
   end
   if recheck == '1' then
     redis.call('SADD', KEYS[6], id)
@@ -72,7 +78,7 @@ local function index_cell(at, written)
       wanted[ARGV[t]] = true
       redis.call('SADD', ARGV[3] .. ARGV[t], id)
     end
-    for old in string.gmatch(known and stored[3] or '', '%S+') do
+    for old in string.gmatch(indexed, '%S+') do
       if not wanted[old] then
         redis.call('SREM', ARGV[3] .. old, id)
       end

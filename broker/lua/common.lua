@@ -51,8 +51,9 @@ end
 local function commit(ctx, entry, change_type)
   redis.call('HSET', ctx.entry_key, unpack(flatten(entry)))
   if ctx.history_limit > 0 then
-    redis.call('LPUSH', ctx.history_key, cjson.encode(entry))
-    redis.call('LTRIM', ctx.history_key, 0, ctx.history_limit - 1)
+    if redis.call('LPUSH', ctx.history_key, cjson.encode(entry)) > ctx.history_limit then
+      redis.call('LTRIM', ctx.history_key, 0, ctx.history_limit - 1)
+    end
   else
     redis.call('DEL', ctx.history_key)
   end
@@ -64,7 +65,9 @@ local function commit(ctx, entry, change_type)
     end
   end
   local id = redis.call('XADD', ctx.log_key, '*', unpack(record))
-  trim_log(ctx.log_key, ctx.meta_key, tonumber(ctx.log_maxlen))
+  if not ctx.trim_later then  -- a script of many writes trims once, at the end
+    trim_log(ctx.log_key, ctx.meta_key, tonumber(ctx.log_maxlen))
+  end
   return id
 end
 

@@ -4,11 +4,12 @@
 --   mode ('lww', 'priority' or 'merge'), writer priority, internal_cas ('1' when if_version
 --   is the broker's own merge check: its failure is retried, so it is not remembered),
 --   priority of entries written before priorities were set
--- Returns the reply (see answer), the verdict, and the entry as stored when it is 'ok'.
+-- Returns the verdict, the entry to report (the one stored, for 'ok') and whether the reply
+-- carries its value; for a message seen before, 'replay' and the first reply.
 local function put(ctx, a)
   local first = replayed(ctx)
   if first then
-    return first, 'replay', nil
+    return 'replay', first
   end
 
   local now = tonumber(a[2])
@@ -18,12 +19,6 @@ local function put(ctx, a)
   local if_absent = a[10] == '1'
 
   local mode = a[17]
-  local internal_cas = a[19] == '1'
-
-  local function reply(status, entry, with_value)
-    local forget = internal_cas and status == 'precondition_failed'
-    return answer(ctx, a[13], status, entry, with_value, forget), status, nil
-  end
 
   local current = load_entry(ctx.entry_key)
   if current and is_expired(current, now) then
@@ -32,13 +27,13 @@ local function put(ctx, a)
   local live = is_live(current, now)
 
   if if_absent and live then
-    return reply('precondition_failed', current, true)
+    return 'precondition_failed', current, true
   end
   if if_version ~= '' and (not live or current.ver ~= if_version) then
     if live then
-      return reply('precondition_failed', current, true)
+      return 'precondition_failed', current, true
     end
-    return reply('precondition_failed', {ver = current and current.ver or '0', del = '1'}, false)
+    return 'precondition_failed', {ver = current and current.ver or '0', del = '1'}, false
   end
   -- A write the broker stamped arrived after the stored one, so it sorts after it even when
   -- another broker process's clock runs ahead; a client's own timestamp is taken as given.
@@ -48,14 +43,14 @@ local function put(ctx, a)
     local stored_priority = tonumber(current.pr) or tonumber(a[20])
     local priority = tonumber(a[18])
     if priority < stored_priority then
-      return reply('write_conflict', current, true)
+      return 'write_conflict', current, true
     end
     outranks = priority > stored_priority
   end
   if mode ~= 'merge' and not outranks and current and current.ts ~= '' then
     if a[16] == '1' then
       if loses_to(current, ts, agent) then
-        return reply('write_conflict', current, true)
+        return 'write_conflict', current, true
       end
     elseif ts <= tonumber(current.ts) then
       ts_text = string.format('%d', tonumber(current.ts) + 1)
@@ -77,13 +72,25 @@ local function put(ctx, a)
     cf = a[15],
     pr = a[18],
   }
-  redis.call('ZADD', ctx.index_key, 0, ctx.key)
+  if not live then
+    redis.call('ZADD', ctx.index_key, 0, ctx.key)  -- a live entry's key is there already
+  end
   if entry.exp ~= '' then
     redis.call('ZADD', ctx.ttl_key, entry.exp, ctx.key)
-  else
+  elseif live and current.exp ~= '' then
     redis.call('ZREM', ctx.ttl_key, ctx.key)
   end
   entry.log_id = commit(ctx, entry, 'put')
   entry.created = live and '' or '1'
-  return answer(ctx, a[13], 'ok', entry, false, false), 'ok', entry
+  return 'ok', entry, false
+end
+
+-- The reply to a put (see answer). A failed compare-and-set of the broker's own is not
+-- remembered under the message id: the broker retries it.
+local function put_reply(ctx, a, status, entry, with_value)
+  if status == 'replay' then
+    return entry
+  end
+  local forget = a[19] == '1' and status == 'precondition_failed'
+  return answer(ctx, a[13], status, entry, with_value, forget)
 end
