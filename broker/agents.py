@@ -59,9 +59,9 @@ class AgentService:
             if first is not None:
                 return msgspec.json.decode(first, type=Registration)
         now = self.clock()
-        agent = Agent(id=str(uuid.uuid4()), name=name, framework=framework,
-                      namespace=namespace, created_at=now, last_seen=now)
-        await self.store.save_agent(agent)
+        agent = await self.store.save_agent(Agent(
+            id=str(uuid.uuid4()), name=name, framework=framework, namespace=namespace,
+            created_at=now, last_seen=now))
         api_key, record = await create_api_key(
             self.store, self.settings.key_env, grants=principal.delegated_grants(namespace),
             name=f"agent {name}", agent_id=agent.id, created_by=principal.subject, now=now,

@@ -130,6 +130,7 @@ class Store:
         self._delete: AsyncScript = client.register_script(common + _lua("delete.lua"))
         self._expire: AsyncScript = client.register_script(common + _lua("expire.lua"))
         self._trim: AsyncScript = client.register_script(_lua("trim.lua"))
+        self._save_agent: AsyncScript = client.register_script(_lua("agent_save.lua"))
         self._known_namespaces: set[str] = set()
         self._expiry_hints: dict[str, int] = {}
 
@@ -389,16 +390,14 @@ class Store:
 
     # ---- agents ----
 
-    async def save_agent(self, agent: Agent) -> None:
+    async def save_agent(self, agent: Agent) -> Agent:
+        """Store a new agent; returns it as stored (see agent_save.lua: its `created_at` may be
+        a few ms later, so that registration order is total)."""
         await self.note_namespace(agent.namespace)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(layout.agent(agent.namespace, agent.id), mapping={
-                "id": agent.id, "name": agent.name, "framework": agent.framework,
-                "namespace": agent.namespace, "created_at": agent.created_at,
-                "last_seen": agent.last_seen,
-            })
-            pipe.zadd(layout.agents(agent.namespace), {agent_index_member(agent): 0})
-            await pipe.execute()
+        created = await self._save_agent(
+            [layout.agent(agent.namespace, agent.id), layout.agents(agent.namespace)],
+            [agent.id, agent.name, agent.framework, agent.namespace, agent.created_at])
+        return msgspec.structs.replace(agent, created_at=int(created), last_seen=int(created))
 
     async def get_agent(self, namespace: str, agent_id: str) -> Agent | None:
         raw = await self.redis.hgetall(layout.agent(namespace, agent_id))
@@ -464,11 +463,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 return 0
 """
-
-
-def agent_index_member(agent: Agent) -> str:
-    """Members sort by registration time, then id, so listing pages are stable."""
-    return f"{agent.created_at:013d}:{agent.id}"
 
 
 def _agent(raw: RawHash) -> Agent:

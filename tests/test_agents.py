@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Broker
+from tests.conftest import BACKENDS, Broker
+from tests.test_amp_support import TestClock, clocked_broker
 
 AGENT_FIELDS = {"id", "name", "framework", "namespace", "created_at", "last_seen"}
 
@@ -109,6 +110,18 @@ def test_agent_is_not_found_through_another_namespace(admin: httpx.Client, ns: s
     agent = registered(admin, ns)["agent"]
     response = admin.get(f"/v1/namespaces/{ns}-other/agents/{agent['id']}")
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_agents_registered_in_one_millisecond_list_in_registration_order(
+        backend: str, redis_url: str, ns: str) -> None:
+    clock = TestClock()  # stands still: every registration arrives in the same millisecond
+    with clocked_broker(backend, redis_url, f"{ns}-amp", clock) as broker:
+        agents = [registered(broker.http, ns, f"agent-{i}")["agent"] for i in range(5)]
+        # Each is stamped a millisecond after the one before, which orders the listing.
+        assert [a["created_at"] for a in agents] == [clock.now + i for i in range(5)]
+        listed = [a["id"] for page in list_all(broker.http, ns, 2) for a in page]
+        assert listed == [a["id"] for a in agents]
 
 
 def test_list_pages_through_agents_in_registration_order(admin: httpx.Client, ns: str) -> None:

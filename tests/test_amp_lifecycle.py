@@ -8,17 +8,23 @@ processes applying each transition once."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
 import pytest
 import redis
 
 from broker import layout
+from broker.amp.cells import MemoryCell
+from broker.amp.index import TRANSITIONS, IndexUpdate
+from broker.amp.service import CellService, cell_key
 from broker.settings import Settings
+from broker.store import Store
 from tests.conftest import BACKENDS, Broker, BrokerProcess
 from tests.test_amp_support import (
     DAY_MS,
@@ -468,6 +474,80 @@ def test_an_imported_expired_cell_is_hidden_and_archived(amp: Amp) -> None:
     assert amp.search_ids(query="imported") == []
     assert amp.run()["expired"] == 1
     assert amp.status(cell) == "archived"
+
+
+# ---- the due indexes ----
+
+
+def due_sets(amp: Amp, redis_url: str, cell: dict[str, Any]) -> set[str]:
+    """The lifecycle engine's due sets that hold the cell."""
+    client = sync_redis(amp, redis_url)
+    try:
+        return {t for t in TRANSITIONS
+                if client.zscore(layout.amp_due(amp.namespace, t), cell["id"]) is not None}
+    finally:
+        client.close()
+
+
+def test_a_cell_is_in_exactly_the_due_sets_of_its_status(amp: Amp, redis_url: str) -> None:
+    cell = decaying(amp, expires_at=iso(now_ms() + days(200)))
+    assert due_sets(amp, redis_url, cell) == {"stale", "expire"}
+    amp.run(created(cell) + days(70))
+    assert due_sets(amp, redis_url, cell) == {"archive", "expire"}
+    amp.run(created(cell) + days(101))
+    assert amp.status(cell) == "archived"
+    assert due_sets(amp, redis_url, cell) == set()
+    assert amp.delete(cell["id"]).status_code == 200
+    assert due_sets(amp, redis_url, cell) == {"purge"}
+
+
+def test_a_record_that_does_not_list_its_due_sets_is_taken_out_of_every_one(
+        amp: Amp, redis_url: str) -> None:
+    # Records written before they listed their due sets: the update looks in all of them.
+    cell = decaying(amp, expires_at=iso(now_ms() + days(200)))
+    client = sync_redis(amp, redis_url)
+    try:
+        assert client.hdel(layout.amp_cell(amp.namespace, cell["id"]), "dues") == 1
+    finally:
+        client.close()
+    amp.run(created(cell) + days(70))
+    assert amp.status(cell) == "stale"
+    assert due_sets(amp, redis_url, cell) == {"archive", "expire"}
+
+
+def test_an_index_update_without_a_write_never_lands_over_a_newer_write(
+        broker_factory: Callable[..., Broker], redis_url: str, ns: str) -> None:
+    # The engine looked at version 1 and found nothing to do; a patch wrote version 2 before
+    # the engine's index update arrived. That update describes version 1 and must not land.
+    with amp_broker(broker_factory, "redis", ns) as amp:
+        cell = decaying(amp)
+        seen = msgspec.convert(cell, MemoryCell)
+        assert amp.patch(cell["id"], {"scoring": {"importance": 0.9}}).status_code == 200
+        due = layout.amp_due(ns, "stale")
+        client = redis.Redis.from_url(redis_url)
+        try:
+            before = client.zscore(due, cell["id"])
+
+            async def look(version: int) -> None:
+                store = Store.connect(redis_url, timeout=5.0, history_limit=16,
+                                      changelog_maxlen=100_000, idempotency_window_ms=60_000)
+                try:
+                    cells = CellService(store, ns, now_ms)
+                    await cells.commit([(IndexUpdate(seen, cell_key(seen), created(cell),
+                                                     version=version, created=False,
+                                                     terms=False), None)])
+                finally:
+                    await store.close()
+
+            asyncio.run(look(1))
+            assert client.zscore(due, cell["id"]) == before
+            # The same update for the version the entry holds does land.
+            asyncio.run(look(2))
+            landed = client.zscore(due, cell["id"])
+            assert landed is not None
+            assert abs(landed - (created(cell) + days(STALE_AFTER_DAYS))) < 60_000
+        finally:
+            client.close()
 
 
 # ---- purge ----
