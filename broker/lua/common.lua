@@ -2,13 +2,17 @@
 
 local FIELDS = {'id', 'agent', 'val', 'ver', 'ca', 'ua', 'ts', 'ttl', 'exp', 'del', 'sv', 'cf', 'pr'}
 
+-- An entry's fields but its value, which a write only needs in a reply that carries it
+-- (`answer` fetches it then).
+local META = {'id', 'agent', 'ver', 'ca', 'ua', 'ts', 'ttl', 'exp', 'del', 'sv', 'cf', 'pr'}
+
 local function load_entry(entry_key)
-  local values = redis.call('HMGET', entry_key, unpack(FIELDS))
-  if not values[4] then
+  local values = redis.call('HMGET', entry_key, unpack(META))
+  if not values[3] then
     return nil
   end
   local entry = {}
-  for i, name in ipairs(FIELDS) do
+  for i, name in ipairs(META) do
     entry[name] = values[i] or ''
   end
   return entry
@@ -120,7 +124,11 @@ end
 local function answer(ctx, window_ms, status, entry, with_value, forget)
   local copy = {}
   for k, v in pairs(entry) do copy[k] = v end
-  if not with_value then copy.val = '' end
+  if not with_value then
+    copy.val = ''
+  elseif not copy.val then
+    copy.val = redis.call('HGET', ctx.entry_key, 'val') or ''
+  end
   local encoded = cjson.encode({status, copy})
   if ctx.idem_key ~= '' and not forget then
     redis.call('SET', ctx.idem_key, encoded, 'PX', window_ms)
