@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -10,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
+
+from broker.errors import MempError
 
 AMP_VERSION = "0.1.0"
 MemoryType = Literal["episodic", "semantic", "procedural"]
@@ -37,20 +40,26 @@ def new_ulid(now_ms: int | None = None) -> str:
     return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in reversed(range(26)))
 
 
+@functools.lru_cache(maxsize=4096)
 def iso(ms: int) -> str:
+    """Unix ms as ISO 8601 UTC with milliseconds, the form every stored cell uses."""
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z")
 
 
 def parse_time(text: str, field: str) -> int:
     """ISO 8601 (with a zone, or taken as UTC) to Unix ms; `field` names it in the error."""
-    from broker.errors import MempError
-
     try:
-        parsed = datetime.fromisoformat(text)
+        return _parse_iso(text)
     except (TypeError, ValueError):
         raise MempError("invalid_request", f"{field} must be an ISO 8601 timestamp",
                         {"field": field}) from None
+
+
+# A cell's timestamps are read several times each while it is looked at: parse each once.
+@functools.lru_cache(maxsize=4096)
+def _parse_iso(text: str) -> int:
+    parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return int(parsed.timestamp() * 1000)

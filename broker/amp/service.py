@@ -64,10 +64,11 @@ class CellService:
 
     @staticmethod
     def request(cell: MemoryCell, agent: str, version: int | None, now: int) -> WriteRequest:
-        """A versioned write of the cell: compare-and-set on `version`, None for a new cell."""
+        """A versioned write of the cell: compare-and-set on `version`, None for a new cell
+        (only a new entry takes the entry id given)."""
         return WriteRequest(
             agent_id=agent, now=now, timestamp=now, timestamp_from_client=False,
-            value=msgspec.json.encode(cell), entry_id=str(uuid.uuid4()),
+            value=msgspec.json.encode(cell), entry_id="" if version else str(uuid.uuid4()),
             if_version=version, if_absent=version is None, mode="merge", internal_cas=True,
         )
 
