@@ -4,8 +4,9 @@ Starts redis-server and one broker, imports --cells cells spread over --owners o
 POST /amp/import (batches over a few connections; the quick way to load, and what a migration
 does), then measures, round after round: AMP create next to a plain MEMP put, AMP read next to a
 plain MEMP get (at --connections and at one connection), search of one owner's cells with and
-without a text query (one connection), and last one lifecycle pass over every cell with `as_of`
-three years ahead, so every cell goes stale.
+without a text query (one connection). Last, on a fresh redis-server and broker loaded with
+exactly --cells cells the same way (the create phases added cells to the first), one lifecycle
+pass with `as_of` three years ahead, so every cell goes stale.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from bench import amp_cells, replay, report
 from bench.replay import Agent, Broker, Driver, build
 from bench.servers import (
+    Processes,
     cpu_since,
     cpu_snapshot,
     failure_status,
@@ -162,13 +164,29 @@ def _cpu(broker: Broker, before: dict[str, float | None], count: int) -> dict[st
     return out
 
 
-def _lifecycle(broker: Broker, timeout: float) -> dict[str, Any]:
-    """One pass as of three years ahead: every active cell's score is then below 0.3."""
+def _start(procs: Processes) -> Broker:
+    """redis-server and one broker; the periodic lifecycle engine stays out of the way (the
+    pass is timed alone)."""
+    redis_url, redis_proc = start_redis(procs)
+    return replay.start_broker(procs, redis_url, redis_proc.pid,
+                               f"bench-admin-{secrets.token_hex(16)}",
+                               MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS="86400")
+
+
+def _lifecycle(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
+    """One pass over exactly --cells cells (a fresh Redis and broker, loaded as the first
+    was), as of three years ahead: every active cell's score is then below 0.3."""
+    broker = _start(procs)
+    amp = replay.register(broker, "amp", "bench-amp")
+    work = Workload(args, amp, amp)  # only the import is sent
+    print(f"  lifecycle: importing {args.cells:,} cells into a fresh store", flush=True)
+    _import(broker, work.import_batches(broker.admin_key), args.import_connections)
+    print("  lifecycle pass", flush=True)
     as_of = amp_cells.iso(int(time.time() * 1000) + 3 * _YEAR_MS)
     before = cpu_snapshot(broker.watch)
     started = time.perf_counter()
     reply = replay.call(broker, build("POST", "/amp/lifecycle/run", broker.admin_key,
-                                      {"as_of": as_of}), (200,), timeout=timeout)
+                                      {"as_of": as_of}), (200,), timeout=args.lifecycle_timeout)
     seconds = time.perf_counter() - started
     moved = sum(reply["transitions"].values())
     return {"as_of": as_of, "seconds": round(seconds, 2), "transitions": reply["transitions"],
@@ -273,11 +291,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{loadgen}, {os.cpu_count()} CPUs, load average {load_before:.2f}", flush=True)
     lifecycle = None
     try:
-        redis_url, redis_proc = start_redis(procs)
-        # The periodic lifecycle engine stays out of the measurements; the pass is timed alone.
-        broker = replay.start_broker(procs, redis_url, redis_proc.pid,
-                                     f"bench-admin-{secrets.token_hex(16)}",
-                                     MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS="86400")
+        broker = _start(procs)
         work = Workload(args, replay.register(broker, "amp", "bench-amp"),
                         replay.register(broker, NAMESPACE, "bench-memp"))
         batches = work.import_batches(broker.admin_key)
@@ -289,8 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         work.build_pools()
         results = _measure(driver, broker, work, args.rounds, args.connections)
         if not args.no_lifecycle:
-            print("  lifecycle pass", flush=True)
-            lifecycle = _lifecycle(broker, args.lifecycle_timeout)
+            procs.stop(broker.proc)
+            lifecycle = _lifecycle(procs, args)
     except (KeyboardInterrupt, RuntimeError) as exc:
         return failure_status(exc)
     finally:

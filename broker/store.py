@@ -242,6 +242,9 @@ class Store:
         Redis which scripts it knows first, a round trip of its own). Calls Redis refuses for
         an unknown script (its script cache was emptied: a restart, SCRIPT FLUSH) did not run;
         they are sent again, in order, once their scripts are loaded."""
+        if len(calls) == 1:  # a call of its own costs less than a pipeline, and reloads too
+            script, keys, args = calls[0]
+            return [await script(keys, args)]
         replies: list[Any] = [None] * len(calls)
         pending = list(range(len(calls)))
         for attempt in range(2):
