@@ -13,7 +13,7 @@ import pytest
 
 from broker import layout
 from broker.amp.cells import ULID_RE
-from tests.conftest import ADMIN_KEY, BACKENDS, Broker
+from tests.conftest import ADMIN_KEY, BACKENDS, Broker, BrokerProcess
 from tests.test_amp_support import (
     DAY_MS,
     Amp,
@@ -527,3 +527,43 @@ def test_import_reports_errors_per_cell_and_keeps_the_rest(amp: Amp) -> None:
         "01HQ3Z8X9Y0000000000000016"}
     # The existing cell was not overwritten.
     assert amp.entry_response(existing).json()["version"] == 1
+
+
+def test_import_of_one_id_twice_in_a_batch_keeps_the_first(amp: Amp) -> None:
+    first = imported_cell("01HQ3Z8X9Y0000000000000020")
+    second = imported_cell("01HQ3Z8X9Y0000000000000020", content={"text": "the second copy"})
+    report = amp.import_cells([first, second]).json()
+    assert report["imported"] == 1
+    assert [(e["index"], e["error"]["code"]) for e in report["errors"]] == [
+        (1, "precondition_failed")]
+    assert amp.stored(first)["content"]["text"] == first["content"]["text"]
+
+
+def test_imports_of_one_batch_on_two_processes_store_each_cell_once(
+        broker_process: Callable[..., BrokerProcess], ns: str) -> None:
+    env = {"MEMP_AMP_NAMESPACE": ns, "MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS": "3600"}
+    first, second = broker_process(**env), broker_process(**env)
+    batch = [imported_cell(f"01HQ3Z8X9Y00000000000{n:05d}") for n in range(200)]
+    reports: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def send(url: str) -> None:
+        with Amp(url, ns) as client:
+            response = client.import_cells(batch)
+            assert response.status_code == 200, response.text
+            with lock:
+                reports.append(response.json())
+
+    threads = [threading.Thread(target=send, args=(p.url,)) for p in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    assert sum(r["imported"] for r in reports) == len(batch)
+    refused = [e for r in reports for e in r["errors"]]
+    assert len(refused) == len(batch)
+    assert {e["error"]["code"] for e in refused} == {"precondition_failed"}
+    with Amp(first.url, ns) as client:
+        assert {client.entry_response(c).json()["version"] for c in batch} == {1}
+        assert len(client.search_ids(query="container", limit=100)) == 100

@@ -136,14 +136,11 @@ async def purge(request: Request) -> Response:
 async def import_cells(request: Request) -> Response:
     _, agent = await _acting_admin(request)
     body = await _body(request, ImportBody, request.app.state.settings.max_request_bytes)
-    imported, errors = 0, []
-    for position, cell in enumerate(body.cells):
-        try:
-            await _cells(request).import_cell(agent, cell)
-            imported += 1
-        except MempError as error:
-            errors.append({"index": position, "id": cell.id, **error.body()})
-    return json_response({"imported": imported, "errors": errors})
+    refused = await _cells(request).import_cells(agent, body.cells)
+    errors = [{"index": position, "id": cell.id, **error.body()}
+              for position, (cell, error) in enumerate(zip(body.cells, refused, strict=True))
+              if error is not None]
+    return json_response({"imported": len(body.cells) - len(errors), "errors": errors})
 
 
 async def _acting_admin(request: Request) -> tuple[Principal, str]:

@@ -76,6 +76,8 @@ class CellService:
         """Write cells and update their indexes, in one round trip. A change without a request
         only updates the indexes. Returns, per change, whether it was applied: False where a
         write lost its compare-and-set (the cell changed meanwhile)."""
+        if not changes:
+            return []
         await self.store.note_namespace(self.namespace)
         calls = self.index.commit_calls(changes)
         verdicts = iter([v for call in await self.store.run_scripts(calls) for v in call])
@@ -185,34 +187,63 @@ class CellService:
                 return cell
         raise MempError("write_conflict", "the cell kept changing; retry the delete")
 
-    async def import_cell(self, agent: str, cell: MemoryCell) -> None:
-        """Store a cell from another system as it was: id, timestamps, creator, provenance."""
-        check_id(cell.id)
-        if cell.amp_version != AMP_VERSION:
-            raise MempError("invalid_request", f"amp_version must be {AMP_VERSION}",
-                            {"field": "amp_version"})
-        life = cell.lifecycle
-        for name in ("created_at", "last_accessed_at", "last_updated_at", "expires_at",
-                     "stale_since", "deleted_at"):
-            value = getattr(life, name)
-            if value is not None:
-                setattr(life, name, iso(parse_time(value, f"lifecycle.{name}")))
-        if life.created_at is None:
-            raise MempError("invalid_request", "lifecycle.created_at is required on import",
-                            {"field": "lifecycle.created_at"})
-        if life.status == "deleted" and life.deleted_at is None:
-            raise MempError("invalid_request", "a deleted cell needs lifecycle.deleted_at",
-                            {"field": "lifecycle.deleted_at"})
-        if cell.identity.created_by is None:
-            cell.identity.created_by = agent
-        if await self.index.load([cell.id]):
-            raise MempError("precondition_failed", f"cell {cell.id} already exists",
-                            {"id": cell.id})
-        update = IndexUpdate(cell, cell_key(cell), reference_ms(cell),
-                             count=cell.scoring.access_count)
-        if not (await self.commit([(update, self.request(cell, agent, None, self.clock()))]))[0]:
-            raise MempError("precondition_failed", f"cell {cell.id} already exists",
-                            {"id": cell.id})
+    async def import_cells(self, agent: str, cells: list[MemoryCell]) -> list[MempError | None]:
+        """Store cells from another system as they were: ids, timestamps, creators, provenance.
+        Returns, per cell, why it was refused, or None when it was stored. The batch is checked
+        and stored together (one look for existing ids, one round trip of writes); each cell is
+        still its own compare-and-set, so a cell imported meanwhile is refused, not replaced."""
+        outcome: list[MempError | None] = [None] * len(cells)
+        wanted: dict[str, int] = {}
+        for position, cell in enumerate(cells):
+            try:
+                _check_import(agent, cell)
+            except MempError as error:
+                outcome[position] = error
+                continue
+            if cell.id in wanted:
+                outcome[position] = _exists(cell.id)
+            else:
+                wanted[cell.id] = position
+        found = await self.index.load(wanted)
+        for cell_id in found:
+            outcome[wanted.pop(cell_id)] = _exists(cell_id)
+        now = self.clock()
+        changes: list[tuple[IndexUpdate, WriteRequest | None]] = [
+            (IndexUpdate(cells[at], cell_key(cells[at]), reference_ms(cells[at]),
+                         count=cells[at].scoring.access_count),
+             self.request(cells[at], agent, None, now)) for at in wanted.values()]
+        for at, stored in zip(wanted.values(), await self.commit(changes), strict=True):
+            if not stored:
+                outcome[at] = _exists(cells[at].id)
+        return outcome
+
+
+
+def _check_import(agent: str, cell: MemoryCell) -> None:
+    """Check a cell to import and put its timestamps in the stored form; its creator is the
+    importing agent when it names none."""
+    check_id(cell.id)
+    if cell.amp_version != AMP_VERSION:
+        raise MempError("invalid_request", f"amp_version must be {AMP_VERSION}",
+                        {"field": "amp_version"})
+    life = cell.lifecycle
+    for name in ("created_at", "last_accessed_at", "last_updated_at", "expires_at",
+                 "stale_since", "deleted_at"):
+        value = getattr(life, name)
+        if value is not None:
+            setattr(life, name, iso(parse_time(value, f"lifecycle.{name}")))
+    if life.created_at is None:
+        raise MempError("invalid_request", "lifecycle.created_at is required on import",
+                        {"field": "lifecycle.created_at"})
+    if life.status == "deleted" and life.deleted_at is None:
+        raise MempError("invalid_request", "a deleted cell needs lifecycle.deleted_at",
+                        {"field": "lifecycle.deleted_at"})
+    if cell.identity.created_by is None:
+        cell.identity.created_by = agent
+
+
+def _exists(cell_id: str) -> MempError:
+    return MempError("precondition_failed", f"cell {cell_id} already exists", {"id": cell_id})
 
 
 def _check_visible(cell: MemoryCell, now: int) -> None:
