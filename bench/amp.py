@@ -15,6 +15,7 @@ import argparse
 import os
 import random
 import secrets
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -164,19 +165,19 @@ def _cpu(broker: Broker, before: dict[str, float | None], count: int) -> dict[st
     return out
 
 
-def _start(procs: Processes) -> Broker:
+def _start(procs: Processes) -> tuple[Broker, subprocess.Popen[bytes]]:
     """redis-server and one broker; the periodic lifecycle engine stays out of the way (the
     pass is timed alone)."""
     redis_url, redis_proc = start_redis(procs)
     return replay.start_broker(procs, redis_url, redis_proc.pid,
                                f"bench-admin-{secrets.token_hex(16)}",
-                               MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS="86400")
+                               MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS="86400"), redis_proc
 
 
 def _lifecycle(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
     """One pass over exactly --cells cells (a fresh Redis and broker, loaded as the first
     was), as of three years ahead: every active cell's score is then below 0.3."""
-    broker = _start(procs)
+    broker, _ = _start(procs)
     amp = replay.register(broker, "amp", "bench-amp")
     work = Workload(args, amp, amp)  # only the import is sent
     print(f"  lifecycle: importing {args.cells:,} cells into a fresh store", flush=True)
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{loadgen}, {os.cpu_count()} CPUs, load average {load_before:.2f}", flush=True)
     lifecycle = None
     try:
-        broker = _start(procs)
+        broker, redis_proc = _start(procs)
         work = Workload(args, replay.register(broker, "amp", "bench-amp"),
                         replay.register(broker, NAMESPACE, "bench-memp"))
         batches = work.import_batches(broker.admin_key)
@@ -304,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         results = _measure(driver, broker, work, args.rounds, args.connections)
         if not args.no_lifecycle:
             procs.stop(broker.proc)
+            procs.stop(redis_proc)
             lifecycle = _lifecycle(procs, args)
     except (KeyboardInterrupt, RuntimeError) as exc:
         return failure_status(exc)
