@@ -21,7 +21,7 @@ import redis
 
 from broker import layout
 from broker.amp.cells import MemoryCell
-from broker.amp.index import TRANSITIONS, IndexUpdate
+from broker.amp.index import COMMIT_CHUNK, TRANSITIONS, IndexUpdate
 from broker.amp.service import CellService, cell_key
 from broker.settings import Settings
 from broker.store import Store
@@ -144,14 +144,16 @@ def test_active_goes_stale_once_the_score_is_below_point_three(amp: Amp) -> None
 
 def test_a_pass_applies_every_transition_after_redis_forgets_its_scripts(
         amp: Amp, redis_url: str) -> None:
-    cells = [decaying(amp, f"cell {n}") for n in range(3)]
+    # More cells than one script call commits, so the writes go as a pipeline of calls.
+    count = COMMIT_CHUNK + 10
+    cells = [decaying(amp, f"cell {n}") for n in range(count)]
     client = sync_redis(amp, redis_url)
     try:
         client.script_flush()
-        assert amp.run(max(created(c) for c in cells) + days(70))["stale"] == 3
+        assert amp.run(max(created(c) for c in cells) + days(70))["stale"] == count
     finally:
         client.close()
-    assert [amp.status(c) for c in cells] == ["stale"] * 3
+    assert [amp.status(c) for c in cells] == ["stale"] * count
     assert all(amp.statuses(c) == ["active", "stale"] for c in cells)
 
 
