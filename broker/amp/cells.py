@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import os
 import re
@@ -30,6 +31,7 @@ AgentGlob = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z
 Text = Annotated[str, Meta(max_length=64 * 1024)]
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
 ULID_RE = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 
 
@@ -37,7 +39,8 @@ def new_ulid(now_ms: int | None = None) -> str:
     """A ULID: 48 bits of Unix milliseconds and 80 random bits, Crockford base32."""
     ms = int(time.time() * 1000) if now_ms is None else now_ms
     value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
-    return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in reversed(range(26)))
+    # Base 32 of the 130 low bits of a 160-bit number is its last 26 characters.
+    return base64.b32encode(value.to_bytes(20, "big"))[-26:].translate(_TO_CROCKFORD).decode()
 
 
 @functools.lru_cache(maxsize=4096)

@@ -149,6 +149,12 @@ class CellIndex:
         self._touch = store.script("amp_common.lua", "amp_touch.lua")
         self._commit = store.script("common.lua", "put_entry.lua", "amp_index.lua",
                                     "amp_commit.lua")
+        ns = namespace
+        self._commit_keys = [layout.amp_created(ns), *map(self._due, TRANSITIONS),
+                             layout.amp_recover(ns), layout.index(ns), layout.expiries(ns),
+                             layout.changelog(ns), layout.meta(ns)]
+        self._commit_prefixes = [layout.entry_prefix(ns), layout.amp_cell(ns, ""),
+                                 layout.amp_term(ns, "")]
 
     def _due(self, transition: str) -> str:
         return layout.amp_due(self.namespace, transition)
@@ -190,13 +196,10 @@ class CellIndex:
         succeeded, its index update (amp_commit.lua), COMMIT_CHUNK changes per call so that no
         call holds Redis long. Each call's reply lists its writes' verdicts (b"ok", ...)."""
         ns = self.namespace
-        shared = [layout.amp_created(ns), *map(self._due, TRANSITIONS), layout.amp_recover(ns),
-                  layout.index(ns), layout.expiries(ns), layout.changelog(ns), layout.meta(ns)]
-        prefixes = [layout.entry_prefix(ns), layout.amp_cell(ns, ""), layout.amp_term(ns, "")]
         calls: list[ScriptCall] = []
         for at in range(0, len(changes), COMMIT_CHUNK):
-            keys: list[Any] = list(shared)
-            args: list[Any] = list(prefixes)
+            keys: list[Any] = list(self._commit_keys)
+            args: list[Any] = list(self._commit_prefixes)
             for update, request in changes[at:at + COMMIT_CHUNK]:
                 if request is None:
                     args.append(0)
