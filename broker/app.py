@@ -20,6 +20,7 @@ from broker.activity import AgentActivity
 from broker.agents import AgentService
 from broker.amp import routes as amp_routes
 from broker.amp.lifecycle import LifecycleEngine, Purger
+from broker.amp.poster import TermPoster
 from broker.amp.service import CellService
 from broker.auth import Authenticator
 from broker.changelog import ChangeLog
@@ -106,6 +107,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
                             settings.changelog_max_age_seconds * 1000)
     amp_cells = CellService(store, settings.amp_namespace, clock)
     amp_engine = LifecycleEngine(amp_cells, clock)
+    amp_poster = TermPoster(amp_cells.index)
     reader_client = store.new_client()
     changelog = ChangeLog(reader_client)
     hub = Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2)
@@ -124,6 +126,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             asyncio.create_task(registry.listen(reader_client), name="memp-invalidations"),
             asyncio.create_task(amp_engine.run_forever(settings.amp_lifecycle_interval_seconds),
                                 name="memp-amp-lifecycle"),
+            asyncio.create_task(amp_poster.run_forever(settings.amp_post_interval_seconds),
+                                name="memp-amp-term-poster"),
             asyncio.create_task(send_watchdog.run(), name="memp-sse-send-watchdog"),
         ]
         try:

@@ -116,3 +116,8 @@ def amp_created(namespace: str) -> str:
 def amp_term(namespace: str, term: str) -> str:
     """Set of cell ids whose text contains the term (the search's inverted index)."""
     return f"{_ns(namespace)}:amp:term:{term}"
+
+
+def amp_unposted(namespace: str) -> str:
+    """Set of cells whose search terms changed and are not yet in the term sets."""
+    return f"{_ns(namespace)}:amp:unposted"

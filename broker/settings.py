@@ -56,6 +56,7 @@ class Settings:
     max_schema_bytes: int = 64 * 1024
     amp_namespace: str = "amp"
     amp_lifecycle_interval_seconds: float = 60.0
+    amp_post_interval_seconds: float = 0.05
     amp_purge_retention: bool = False
     cors_origins: str = ""
 
@@ -78,6 +79,7 @@ class Settings:
             "subscriber_queue_size", "heartbeat_seconds", "sse_retry_ms",
             "sse_send_timeout_seconds", "max_stream_patterns", "reader_block_ms",
             "namespace_cache_seconds", "max_schema_bytes", "amp_lifecycle_interval_seconds",
+            "amp_post_interval_seconds",
         )
         for name in positive:
             if getattr(self, name) <= 0:

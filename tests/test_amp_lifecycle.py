@@ -41,6 +41,7 @@ from tests.test_amp_support import (
     now_ms,
     sync_redis,
     traces,
+    wait_posted,
 )
 
 STALE_AFTER_DAYS = 69.3147  # importance 0.6, confidence 1, rate 0.01: 0.6 e^(-0.01 d) = 0.3
@@ -582,6 +583,7 @@ def test_purge_is_refused_inside_the_window_and_erases_nothing(purging: Amp,
                      status="deleted", deleted_at=iso(now_ms() - days(31)))
     active = purging.create(f"active {marker}")
     client = sync_redis(purging, redis_url)
+    wait_posted(client, purging.namespace)
     before = traces(client, marker)
     assert before
 
@@ -624,8 +626,10 @@ def test_purge_after_the_window_leaves_no_trace(clocked: Amp, clock: TestClock,
     clocked.run()
     assert clocked.status(cell) == "archived"
     client = sync_redis(clocked, redis_url)
+    wait_posted(client, clocked.namespace)
     assert any(":amp:term:" in t for t in traces(client, marker))  # the search index
     assert clocked.delete(cell_id).status_code == 200
+    wait_posted(client, clocked.namespace)
 
     found = traces(client, marker)
     assert any(":e:" in t for t in found), found   # the entry
@@ -769,6 +773,7 @@ def test_patches_on_two_processes_leave_the_index_matching_the_cell(
     # Each word's term set holds the cell exactly while the cell's text has the word.
     client = redis.Redis.from_url(redis_url)
     try:
+        wait_posted(client, ns)
         for word in ["original", "wording", *applied]:
             held = client.sismember(layout.amp_term(ns, word), cell["id"])
             assert bool(held) == (word in final.split()), word

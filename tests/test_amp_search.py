@@ -11,8 +11,18 @@ from typing import Any
 
 import pytest
 
+from broker import layout
 from tests.conftest import BACKENDS, Broker
-from tests.test_amp_support import DAY_MS, Amp, amp_broker, iso, ms_of, now_ms
+from tests.test_amp_support import (
+    DAY_MS,
+    Amp,
+    amp_broker,
+    iso,
+    ms_of,
+    now_ms,
+    sync_redis,
+    wait_posted,
+)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -292,3 +302,45 @@ def walk_the_creation_order(amp: Amp) -> None:
     seen = [cell_id for page in pages for cell_id in page]
     assert seen == sorted(wanted, reverse=True)
     assert len(amp.search_ids(limit=100)) == 100
+
+
+# ---- terms posted in the background ----
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_search_finds_cells_whose_terms_are_not_posted_yet(
+        backend: str, broker_factory: Callable[..., Broker], redis_url: str, ns: str) -> None:
+    # The term poster waits an hour here: every word is found through the unposted cells.
+    with amp_broker(broker_factory, backend, ns, amp_post_interval_seconds=3600) as amp:
+        cell = amp.create("the heron nests by the river")
+        assert amp.search_ids(query="heron") == [cell["id"]]
+        assert amp.patch(cell["id"], {"content": {"text": "the kestrel hovers"}}
+                         ).status_code == 200
+        assert amp.search_ids(query="kestrel") == [cell["id"]]
+        assert amp.search_ids(query="heron") == []
+        client = sync_redis(amp, redis_url)
+        try:
+            assert not client.smembers(layout.amp_term(ns, "kestrel"))
+            assert client.smembers(layout.amp_unposted(ns)) == {cell["id"].encode()}
+        finally:
+            client.close()
+
+
+def test_posting_takes_out_the_words_a_record_from_an_older_broker_had(
+        amp: Amp, redis_url: str) -> None:
+    # Older brokers posted terms as they wrote and kept no `posted` list: the record's terms
+    # are what the term sets hold.
+    cell = amp.create("the owl hunts at night")
+    client = sync_redis(amp, redis_url)
+    try:
+        wait_posted(client, amp.namespace)
+        assert client.hdel(layout.amp_cell(amp.namespace, cell["id"]), "posted") == 1
+        assert amp.patch(cell["id"], {"content": {"text": "the lark sings at dawn"}}
+                         ).status_code == 200
+        wait_posted(client, amp.namespace)
+        for word, held in (("owl", False), ("night", False), ("lark", True), ("at", True)):
+            assert client.sismember(layout.amp_term(amp.namespace, word), cell["id"]) == held
+    finally:
+        client.close()
+    assert amp.search_ids(query="owl") == []
+    assert amp.search_ids(query="lark") == [cell["id"]]

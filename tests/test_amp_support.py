@@ -17,6 +17,7 @@ import httpx
 import redis
 import uvicorn
 
+from broker import layout
 from broker.app import create_app
 from broker.settings import Settings
 from tests.conftest import ADMIN_KEY, Broker, free_port
@@ -270,6 +271,14 @@ def sync_redis(amp: Amp, redis_url: str) -> Any:
 
     server = store.redis.connection_pool.connection_kwargs["server"]
     return fakeredis.FakeRedis(server=server)
+
+
+def wait_posted(client: Any, namespace: str) -> None:
+    """Wait until the brokers' term posters have posted every cell's search terms."""
+    deadline = time.monotonic() + WAIT
+    while client.scard(layout.amp_unposted(namespace)):
+        assert time.monotonic() < deadline, "search terms were not posted in time"
+        time.sleep(0.01)
 
 
 def traces(client: Any, marker: str) -> list[str]:

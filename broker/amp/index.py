@@ -149,10 +149,12 @@ class CellIndex:
         self._touch = store.script("amp_common.lua", "amp_touch.lua")
         self._commit = store.script("common.lua", "put_entry.lua", "amp_index.lua",
                                     "amp_commit.lua")
+        self._post = store.script("amp_post.lua")
+        self._match = store.script("amp_match.lua")
         ns = namespace
         self._commit_keys = [layout.amp_created(ns), *map(self._due, TRANSITIONS),
-                             layout.amp_recover(ns), layout.index(ns), layout.expiries(ns),
-                             layout.changelog(ns), layout.meta(ns)]
+                             layout.amp_recover(ns), layout.amp_unposted(ns), layout.index(ns),
+                             layout.expiries(ns), layout.changelog(ns), layout.meta(ns)]
         self._commit_prefixes = [layout.entry_prefix(ns), layout.amp_cell(ns, ""),
                                  layout.amp_term(ns, "")]
 
@@ -221,11 +223,32 @@ class CellIndex:
         return [_text(i) for i in found or []]
 
     async def by_term(self, terms: Iterable[str]) -> set[str]:
-        keys = [layout.amp_term(self.namespace, t) for t in terms]
-        if not keys:
+        """The cells whose text has any of the terms, posted to the term sets or not yet."""
+        words = list(terms)
+        if not words:
             return set()
-        found = await self.redis.sunion(keys)
+        found = await self._match(
+            keys=[layout.amp_unposted(self.namespace),
+                  *(layout.amp_term(self.namespace, t) for t in words)],
+            args=[layout.amp_cell(self.namespace, ""), *words])
         return {_text(i) for i in found}
+
+    async def post(self, limit: int) -> int:
+        """Post the changed search terms of up to `limit` cells to the term sets (amp_post.lua);
+        returns how many cells it took."""
+        return int(await self._post(
+            keys=[layout.amp_unposted(self.namespace)],
+            args=[layout.amp_cell(self.namespace, ""), layout.amp_term(self.namespace, ""),
+                  limit]))
+
+    async def indexed_terms(self, cell_ids: list[str]) -> dict[str, set[str]]:
+        """Every term a cell's record names, posted or to be posted (purge takes them out)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for cell_id in cell_ids:
+                pipe.hmget(layout.amp_cell(self.namespace, cell_id), "terms", "posted")
+            rows = await pipe.execute()
+        return {cell_id: {w for value in row if value for w in _text(value).split()}
+                for cell_id, row in zip(cell_ids, rows, strict=True)}
 
     async def created_between(self, start: int | None, end: int | None, offset: int,
                               limit: int) -> list[str]:
@@ -235,12 +258,14 @@ class CellIndex:
             "-inf" if start is None else start, start=offset, num=limit)
         return [_text(i) for i in found]
 
-    def forget(self, pipe: Any, cell_id: str, text: str) -> None:
-        """Queue removal of every index entry of a cell (purge)."""
+    def forget(self, pipe: Any, cell_id: str, terms: set[str]) -> None:
+        """Queue removal of every index entry of a cell (purge), `terms` being every term it
+        may be posted under."""
         pipe.delete(layout.amp_cell(self.namespace, cell_id))
         pipe.zrem(layout.amp_created(self.namespace), cell_id)
         for transition in TRANSITIONS:
             pipe.zrem(self._due(transition), cell_id)
         pipe.srem(layout.amp_recover(self.namespace), cell_id)
-        for term in terms_of(text):
+        pipe.srem(layout.amp_unposted(self.namespace), cell_id)
+        for term in terms:
             pipe.srem(layout.amp_term(self.namespace, term), cell_id)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from broker.amp.cells import MemoryCell, iso, parse_time
-from broker.amp.index import CellRecord, IndexUpdate, reference_ms
+from broker.amp.index import CellRecord, IndexUpdate, reference_ms, terms_of
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
 from broker.amp.service import CellService, decode_cell
 from broker.clock import Clock
@@ -198,9 +198,10 @@ class Purger:
                             {"refused": refused})
         if not texts:
             return []
+        indexed = await cells.index.indexed_terms(list(texts))
         await cells.store.erase(cells.namespace, [key for key, _ in texts.values()])
         async with cells.store.redis.pipeline(transaction=True) as pipe:
             for cell_id, (_, text) in texts.items():
-                cells.index.forget(pipe, cell_id, text)
+                cells.index.forget(pipe, cell_id, terms_of(text) | indexed[cell_id])
             await pipe.execute()
         return sorted(texts)

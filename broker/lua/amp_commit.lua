@@ -1,5 +1,5 @@
 -- AMP: write cells and update their indexes, in one call (see put_entry.lua, amp_index.lua).
--- KEYS[1..6]: as amp_index.lua; KEYS[7..10]: the namespace's index, ttl, log and meta keys;
+-- KEYS[1..7]: as amp_index.lua; KEYS[8..11]: the namespace's index, ttl, log and meta keys;
 --   then the entry and history keys of each write, in order.
 -- ARGV[1..3]: as amp_index.lua; then per cell: the number of its write's arguments (0 when it
 --   only updates the indexes), those arguments (as `put`), and its index update.
@@ -16,8 +16,8 @@ while at <= #ARGV do
     local a = {unpack(ARGV, at + 1, at + size)}
     local n = #verdicts
     local ctx = {
-      entry_key = KEYS[11 + 2 * n], history_key = KEYS[12 + 2 * n], index_key = KEYS[7],
-      ttl_key = KEYS[8], log_key = KEYS[9], idem_key = '', meta_key = KEYS[10], key = a[1],
+      entry_key = KEYS[12 + 2 * n], history_key = KEYS[13 + 2 * n], index_key = KEYS[8],
+      ttl_key = KEYS[9], log_key = KEYS[10], idem_key = '', meta_key = KEYS[11], key = a[1],
       history_limit = tonumber(a[11]), trim_later = true
     }
     local status, entry = put(ctx, a)
@@ -33,6 +33,6 @@ while at <= #ARGV do
   at = next_update(at)
 end
 if log_maxlen then
-  trim_log(KEYS[9], KEYS[10], tonumber(log_maxlen))
+  trim_log(KEYS[10], KEYS[11], tonumber(log_maxlen))
 end
 return verdicts

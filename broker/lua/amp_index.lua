@@ -1,13 +1,15 @@
 -- AMP: bring a cell's index entries in line with its latest write.
--- KEYS[1..6]: created order, due sets (stale, archive, expire, purge), the recheck set.
+-- KEYS[1..7]: created order, due sets (stale, archive, expire, purge), the recheck set, the set
+--   of cells whose terms are not yet posted.
 -- ARGV[1..3]: the namespace's entry, record and term key prefixes.
 -- A cell's update at ARGV[at..]: id, MEMP key, version written ('' = no write to check),
 --   status, reference time, access count ('' = keep), last access ('' = keep), created
 --   ('' = already in the creation order), due times (stale, archive, expire, purge; '' = not
 --   due), recheck mark ('1' set, '0' clear, '' keep), the globs of the agents that may read it
 --   (space-separated), its expiry ('' = none), the number of search terms the cell now has
---   (-1 = unchanged), those terms. The record keeps the terms indexed, so whichever write is
---   indexed last leaves exactly its own terms in the term sets.
+--   (-1 = unchanged), those terms. New terms go into the record (`terms`) and the cell into the
+--   unposted set; amp_post.lua brings the term sets in line with them later, in batches, from
+--   the terms it posted before (`posted`), and search looks at unposted cells itself.
 
 -- Where the update after the one at `at` starts.
 local function next_update(at)
@@ -45,11 +47,16 @@ local function index_cell(at, written)
   if accessed ~= '' then
     fields[#fields + 1], fields[#fields + 2] = 'accessed', accessed
   end
-  local indexed = ''  -- the terms indexed until now
   if terms >= 0 then
-    indexed = known and redis.call('HGET', record, 'terms') or ''
     fields[#fields + 1] = 'terms'
     fields[#fields + 1] = table.concat(ARGV, ' ', at + 16, at + 15 + terms)
+    if not known then
+      fields[#fields + 1], fields[#fields + 2] = 'posted', ''
+    elseif redis.call('HEXISTS', record, 'posted') == 0 then
+      -- A record from before terms were posted later: its terms are in the term sets.
+      fields[#fields + 1], fields[#fields + 2] = 'posted', redis.call('HGET', record, 'terms') or ''
+    end
+    redis.call('SADD', KEYS[7], id)
   end
   -- The record lists the due sets the cell is in; one without that list may be in any.
   local dues = ''
@@ -71,17 +78,5 @@ local function index_cell(at, written)
     redis.call('SADD', KEYS[6], id)
   elseif recheck == '0' and known then
     redis.call('SREM', KEYS[6], id)
-  end
-  if terms >= 0 then
-    local wanted = {}
-    for t = at + 16, at + 15 + terms do
-      wanted[ARGV[t]] = true
-      redis.call('SADD', ARGV[3] .. ARGV[t], id)
-    end
-    for old in string.gmatch(indexed, '%S+') do
-      if not wanted[old] then
-        redis.call('SREM', ARGV[3] .. old, id)
-      end
-    end
   end
 end

@@ -1,0 +1,33 @@
+"""Posts cells' changed search terms to the term sets in the background (amp_post.lua), in
+batches, on every broker process. A write only records its cell's new terms and marks the cell
+unposted, which keeps creates and patches short; search finds unposted cells by itself."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from redis.exceptions import RedisError
+
+from broker.amp.index import CellIndex
+
+log = logging.getLogger("memp.amp")
+_BACKOFF_SECONDS = 1.0  # between attempts while the store is failing
+
+
+class TermPoster:
+    def __init__(self, index: CellIndex, batch: int = 500) -> None:
+        self.index = index
+        self.batch = batch
+
+    async def run_forever(self, interval: float) -> None:
+        """Post a batch; wait `interval` when there was less than a batch to post."""
+        while True:
+            try:
+                taken = await self.index.post(self.batch)
+            except RedisError as exc:
+                log.warning("posting AMP search terms failed: %s", exc)
+                await asyncio.sleep(max(interval, _BACKOFF_SECONDS))
+                continue
+            if taken < self.batch:
+                await asyncio.sleep(interval)
