@@ -16,7 +16,7 @@ _BACKOFF_SECONDS = 1.0  # between attempts while the store is failing
 
 
 class TermPoster:
-    def __init__(self, index: CellIndex, batch: int = 500) -> None:
+    def __init__(self, index: CellIndex, batch: int = 100) -> None:
         self.index = index
         self.batch = batch
 
