@@ -218,7 +218,6 @@ class CellService:
         return outcome
 
 
-
 def _check_import(agent: str, cell: MemoryCell) -> None:
     """Check a cell to import and put its timestamps in the stored form; its creator is the
     importing agent when it names none."""
