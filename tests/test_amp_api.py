@@ -19,11 +19,13 @@ from tests.test_amp_support import (
     Amp,
     Subscription,
     amp_broker,
+    amp_processes,
     cell_key,
     error_of,
     iso,
     ms_of,
     now_ms,
+    run_threads,
     sync_redis,
 )
 
@@ -213,11 +215,7 @@ def test_concurrent_patches_lose_no_update(amp: Amp) -> None:
         lambda i: {"scoring": {"importance": i / 10}},
         lambda i: {"access_policy": {"readable_by": [f"reader-{i}"]}},
     )]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-        assert not thread.is_alive()
+    run_threads(threads)
     assert failures == []
     final = amp.stored(cell)
     assert final["content"]["text"] == "text 10"
@@ -541,8 +539,7 @@ def test_import_of_one_id_twice_in_a_batch_keeps_the_first(amp: Amp) -> None:
 
 def test_imports_of_one_batch_on_two_processes_store_each_cell_once(
         broker_process: Callable[..., BrokerProcess], ns: str) -> None:
-    env = {"MEMP_AMP_NAMESPACE": ns, "MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS": "3600"}
-    first, second = broker_process(**env), broker_process(**env)
+    first, second = amp_processes(broker_process, ns)
     batch = [imported_cell(f"01HQ3Z8X9Y00000000000{n:05d}") for n in range(200)]
     reports: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -555,11 +552,7 @@ def test_imports_of_one_batch_on_two_processes_store_each_cell_once(
                 reports.append(response.json())
 
     threads = [threading.Thread(target=send, args=(p.url,)) for p in (first, second)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-        assert not thread.is_alive()
+    run_threads(threads)
     assert sum(r["imported"] for r in reports) == len(batch)
     refused = [e for r in reports for e in r["errors"]]
     assert len(refused) == len(batch)

@@ -34,11 +34,13 @@ from tests.test_amp_support import (
     Subscription,
     TestClock,
     amp_broker,
+    amp_processes,
     clocked_broker,
     error_of,
     iso,
     ms_of,
     now_ms,
+    run_threads,
     sync_redis,
     traces,
     wait_posted,
@@ -684,8 +686,7 @@ def test_purge_of_an_imported_tombstone_past_its_window(purging: Amp, redis_url:
 
 def test_engines_on_two_processes_apply_each_transition_once(
         broker_process: Callable[..., BrokerProcess], ns: str) -> None:
-    env = {"MEMP_AMP_NAMESPACE": ns, "MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS": "3600"}
-    first, second = broker_process(**env), broker_process(**env)
+    first, second = amp_processes(broker_process, ns)
     with Amp(first.url, ns) as one, Amp(second.url, ns) as two:
         cells = [decaying(one if i % 2 else two, f"cell {i}") for i in range(60)]
         start = max(created(c) for c in cells)
@@ -701,11 +702,7 @@ def test_engines_on_two_processes_apply_each_transition_once(
 
         for as_of in (start + days(70), start + days(101)):
             threads = [threading.Thread(target=runs, args=(c, as_of)) for c in (one, two)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(timeout=60)
-                assert not thread.is_alive()
+            run_threads(threads)
         assert totals == {"stale": 60, "archived": 60}
         for cell in cells:
             history = one.history(cell)
@@ -716,8 +713,7 @@ def test_engines_on_two_processes_apply_each_transition_once(
 
 def test_reads_on_two_processes_each_count_once(
         broker_process: Callable[..., BrokerProcess], ns: str) -> None:
-    env = {"MEMP_AMP_NAMESPACE": ns, "MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS": "3600"}
-    first, second = broker_process(**env), broker_process(**env)
+    first, second = amp_processes(broker_process, ns)
     with Amp(first.url, ns) as one, Amp(second.url, ns) as two:
         cell = one.create("read from everywhere at once")
         counts: list[int] = []
@@ -731,11 +727,7 @@ def test_reads_on_two_processes_each_count_once(
                         counts.append(count)
 
         threads = [threading.Thread(target=reads, args=(c,)) for c in (one, two) * 4]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-            assert not thread.is_alive()
+        run_threads(threads)
         # Reads that shared a round trip still got counts of their own: 1..200, once each.
         assert sorted(counts) == list(range(1, 201))
         assert two.search(owner_id="u-1")["results"][0]["cell"]["scoring"]["access_count"] == 200
@@ -743,8 +735,7 @@ def test_reads_on_two_processes_each_count_once(
 
 def test_patches_on_two_processes_leave_the_index_matching_the_cell(
         broker_process: Callable[..., BrokerProcess], redis_url: str, ns: str) -> None:
-    env = {"MEMP_AMP_NAMESPACE": ns, "MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS": "3600"}
-    first, second = broker_process(**env), broker_process(**env)
+    first, second = amp_processes(broker_process, ns)
     with Amp(first.url, ns) as one, Amp(second.url, ns) as two:
         cell = one.create("original wording")
         applied: list[str] = []
@@ -762,11 +753,7 @@ def test_patches_on_two_processes_leave_the_index_matching_the_cell(
 
         threads = [threading.Thread(target=patches, args=(c, w))
                    for c, w in ((one, "alpha"), (two, "beta"), (one, "gamma"), (two, "delta"))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-            assert not thread.is_alive()
+        run_threads(threads)
         final = one.read(cell["id"])["content"]["text"]
         assert [v["version"] for v in one.history(cell)][-1] == 1 + len(applied)
         assert final.split()[0] in applied

@@ -20,7 +20,7 @@ import uvicorn
 from broker import layout
 from broker.app import create_app
 from broker.settings import Settings
-from tests.conftest import ADMIN_KEY, Broker, free_port
+from tests.conftest import ADMIN_KEY, Broker, BrokerProcess, free_port
 
 WAIT = 15.0  # seconds any single expectation may take before the test fails
 DAY_MS = 86_400_000
@@ -271,6 +271,23 @@ def sync_redis(amp: Amp, redis_url: str) -> Any:
 
     server = store.redis.connection_pool.connection_kwargs["server"]
     return fakeredis.FakeRedis(server=server)
+
+
+def run_threads(threads: list[threading.Thread], timeout: float = 60.0) -> None:
+    """Start the threads together and wait until every one has finished."""
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+        assert not thread.is_alive(), f"{thread.name} did not finish"
+
+
+def amp_processes(broker_process: Callable[..., BrokerProcess], namespace: str
+                  ) -> tuple[BrokerProcess, BrokerProcess]:
+    """Two broker processes on one Redis serving AMP in `namespace`; their periodic lifecycle
+    engines stay out of the way."""
+    env = {"MEMP_AMP_NAMESPACE": namespace, "MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS": "3600"}
+    return broker_process(**env), broker_process(**env)
 
 
 def wait_posted(client: Any, namespace: str) -> None:
