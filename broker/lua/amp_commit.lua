@@ -15,11 +15,9 @@ while at <= #ARGV do
   if size > 0 then
     local a = {unpack(ARGV, at + 1, at + size)}
     local n = #verdicts
-    local ctx = {
-      entry_key = KEYS[12 + 2 * n], history_key = KEYS[13 + 2 * n], index_key = KEYS[8],
-      ttl_key = KEYS[9], log_key = KEYS[10], idem_key = '', meta_key = KEYS[11], key = a[1],
-      history_limit = tonumber(a[11]), trim_later = true
-    }
+    local ctx = write_context({KEYS[12 + 2 * n], KEYS[13 + 2 * n], KEYS[8], KEYS[9], KEYS[10],
+                               '', KEYS[11]}, a[1], a[11], a[12])
+    ctx.trim_later = true
     local status, entry = put(ctx, a)
     verdicts[n + 1] = status
     log_maxlen = a[12]

@@ -52,9 +52,12 @@ local function index_cell(at, written)
     fields[#fields + 1] = table.concat(ARGV, ' ', at + 16, at + 15 + terms)
     if not known then
       fields[#fields + 1], fields[#fields + 2] = 'posted', ''
-    elseif redis.call('HEXISTS', record, 'posted') == 0 then
-      -- A record from before terms were posted later: its terms are in the term sets.
-      fields[#fields + 1], fields[#fields + 2] = 'posted', redis.call('HGET', record, 'terms') or ''
+    else
+      local was = redis.call('HMGET', record, 'terms', 'posted')
+      if not was[2] then
+        -- A record from before terms were posted later: its terms are in the term sets.
+        fields[#fields + 1], fields[#fields + 2] = 'posted', was[1] or ''
+      end
     end
     redis.call('SADD', KEYS[7], id)
   end

@@ -98,11 +98,12 @@ local function loses_to(entry, ts, agent)
   return agent < entry.agent
 end
 
--- A write's context from its KEYS (entry, history, index, ttl, log, idempotency, meta).
-local function write_context(key, history_limit, log_maxlen)
+-- A write's context: its keys (entry, history, index, ttl, log, idempotency or '', meta), the
+-- entry's name, and the history and change-log limits.
+local function write_context(keys, key, history_limit, log_maxlen)
   return {
-    entry_key = KEYS[1], history_key = KEYS[2], index_key = KEYS[3], ttl_key = KEYS[4],
-    log_key = KEYS[5], idem_key = KEYS[6], meta_key = KEYS[7], key = key,
+    entry_key = keys[1], history_key = keys[2], index_key = keys[3], ttl_key = keys[4],
+    log_key = keys[5], idem_key = keys[6], meta_key = keys[7], key = key,
     history_limit = tonumber(history_limit), log_maxlen = log_maxlen
   }
 end

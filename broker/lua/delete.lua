@@ -2,7 +2,7 @@
 -- ARGV: key, now, agent, ts, if_version, history_limit, log_maxlen, idem_window_ms,
 --       ts_from_client ('1' or '0'), mode ('lww', 'priority' or 'merge'), writer priority,
 --       priority of entries written before priorities were set
-local ctx = write_context(ARGV[1], ARGV[6], ARGV[7])
+local ctx = write_context(KEYS, ARGV[1], ARGV[6], ARGV[7])
 local first = replayed(ctx)
 if first then
   return first

@@ -5,11 +5,8 @@ local now = tonumber(ARGV[1])
 local expired = 0
 local candidates = #ARGV - 3
 for i = 1, candidates do
-  local ctx = {
-    entry_key = KEYS[4 + 2 * i - 1], history_key = KEYS[4 + 2 * i], index_key = KEYS[1],
-    ttl_key = KEYS[2], log_key = KEYS[3], meta_key = KEYS[4], key = ARGV[3 + i],
-    history_limit = tonumber(ARGV[2]), log_maxlen = ARGV[3]
-  }
+  local ctx = write_context({KEYS[4 + 2 * i - 1], KEYS[4 + 2 * i], KEYS[1], KEYS[2], KEYS[3],
+                             '', KEYS[4]}, ARGV[3 + i], ARGV[2], ARGV[3])
   local entry = load_entry(ctx.entry_key)
   if entry and is_expired(entry, now) then
     expire_entry(ctx, entry, now)
