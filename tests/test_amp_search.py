@@ -326,6 +326,19 @@ def test_search_finds_cells_whose_terms_are_not_posted_yet(
             client.close()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rarer_word_ranks_first_before_any_term_is_posted(
+        backend: str, broker_factory: Callable[..., Broker], ns: str) -> None:
+    # Document frequencies count the unposted cells by their recorded words.
+    with amp_broker(broker_factory, backend, ns, amp_post_interval_seconds=3600) as amp:
+        common = [amp.create(f"python note {i}")["id"] for i in range(8)]
+        rare = amp.create("haskell")["id"]
+        alone = amp.create("python")["id"]
+        ranked = amp.search_ids(query="python haskell", limit=100)
+        assert ranked[0] == rare
+        assert sorted(ranked[1:]) == sorted([*common, alone])
+
+
 def test_posting_takes_out_the_words_a_record_from_an_older_broker_had(
         amp: Amp, redis_url: str) -> None:
     # Older brokers posted terms as they wrote and kept no `posted` list: the record's terms

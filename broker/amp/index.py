@@ -151,6 +151,7 @@ class CellIndex:
                                     "amp_commit.lua")
         self._post = store.script("amp_post.lua")
         self._match = store.script("amp_match.lua")
+        self._frequency = store.script("amp_frequency.lua")
         ns = namespace
         self._commit_keys = [layout.amp_created(ns), *map(self._due, TRANSITIONS),
                              layout.amp_recover(ns), layout.amp_unposted(ns), layout.index(ns),
@@ -232,6 +233,15 @@ class CellIndex:
                   *(layout.amp_term(self.namespace, t) for t in words)],
             args=[layout.amp_cell(self.namespace, ""), *words])
         return {_text(i) for i in found}
+
+    async def frequencies(self, terms: list[str]) -> tuple[int, list[int]]:
+        """How many cells there are, and how many have each term (posted or not yet)."""
+        ns = self.namespace
+        counts = await self._frequency(
+            keys=[layout.amp_unposted(ns), layout.amp_created(ns),
+                  *(layout.amp_term(ns, t) for t in terms)],
+            args=[layout.amp_cell(ns, ""), *terms])
+        return int(counts[0]), [int(c) for c in counts[1:]]
 
     async def post(self, limit: int) -> int:
         """Post the changed search terms of up to `limit` cells to the term sets (amp_post.lua);

@@ -11,7 +11,6 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from broker import layout
 from broker.amp.cells import MemoryCell, MemoryType, OwnerId, OwnerType, Status, iso, parse_time
 from broker.amp.index import CellRecord, terms_of, words_of
 from broker.amp.lifecycle import score_at
@@ -165,15 +164,10 @@ class CellSearch:
     async def _idf(self, terms: set[str]) -> dict[str, float]:
         if not terms:
             return {}
-        redis = self.cells.store.redis
-        ns = self.cells.namespace
-        async with redis.pipeline(transaction=False) as pipe:
-            pipe.zcard(layout.amp_created(ns))
-            for term in sorted(terms):
-                pipe.scard(layout.amp_term(ns, term))
-            total, *counts = await pipe.execute()
+        words = sorted(terms)
+        total, counts = await self.cells.index.frequencies(words)
         return {t: math.log(1 + (total + 1) / (c + 0.5)) for t, c in
-                zip(sorted(terms), counts, strict=True)}
+                zip(words, counts, strict=True)}
 
     @staticmethod
     def _keep(cell: MemoryCell, record: CellRecord, query: _Query) -> bool:
