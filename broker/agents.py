@@ -62,8 +62,9 @@ class AgentService:
         agent = await self.store.save_agent(Agent(
             id=str(uuid.uuid4()), name=name, framework=framework, namespace=namespace,
             created_at=now, last_seen=now))
+        grants = principal.delegated_grants(namespace, self.settings.amp_namespace)
         api_key, record = await create_api_key(
-            self.store, self.settings.key_env, grants=principal.delegated_grants(namespace),
+            self.store, self.settings.key_env, grants=grants,
             name=f"agent {name}", agent_id=agent.id, created_by=principal.subject, now=now,
         )
         result = Registration(agent=agent, credentials=Credentials(

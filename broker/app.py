@@ -22,6 +22,7 @@ from broker.amp import routes as amp_routes
 from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.poster import TermPoster
 from broker.amp.service import CellService
+from broker.amp.visibility import CellVisibility
 from broker.auth import Authenticator
 from broker.changelog import ChangeLog
 from broker.clock import Clock, system_clock
@@ -101,7 +102,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     activity = AgentActivity(store)
     metrics = Metrics()
     registry = NamespaceRegistry(store.redis, settings.namespace_cache_seconds)
-    memory_service = MemoryService(settings, store, registry, activity, clock)
+    cell_visibility = CellVisibility(settings.amp_namespace)
+    memory_service = MemoryService(settings, store, registry, activity, clock, cell_visibility)
     agent_service = AgentService(settings, store, activity, clock)
     sweeper = ExpirySweeper(store, clock, settings.sweep_interval_seconds, settings.sweep_batch,
                             settings.changelog_max_age_seconds * 1000)
@@ -109,7 +111,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     amp_engine = LifecycleEngine(amp_cells, clock)
     amp_poster = TermPoster(amp_cells.index)
     reader_client = store.new_client()
-    changelog = ChangeLog(reader_client)
+    changelog = ChangeLog(reader_client, cell_visibility)
     hub = Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2)
     send_watchdog = SendWatchdog(settings.sse_send_timeout_seconds)
 
@@ -151,6 +153,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         },
         lifespan=lifespan,
     )
+    app.router.redirect_slashes = False  # `/v1/keys/` is a 404, not a redirect built from Host
     app.state.settings = settings
     app.state.clock = clock
     app.state.store = store

@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from broker.errors import MempError
+from broker.identities import ADMIN, is_reserved
 from broker.keys import glob_covers, glob_match
 from broker.models import ApiKeyRecord, Grant, Permission
 from broker.settings import Settings
@@ -63,15 +64,18 @@ class Principal:
         return any("admin" in g.permissions and glob_covers(g.namespace, grant.namespace)
                    for g in self.grants)
 
-    def delegated_grants(self, namespace: str) -> list[Grant]:
-        """Grants for an agent this caller registers: its own, without admin."""
+    def delegated_grants(self, namespace: str, amp_namespace: str) -> list[Grant]:
+        """Grants for an agent this caller registers: its own, without admin (an admin grant
+        hands out read, write, subscribe and amp), and `amp` on the AMP namespace when this
+        caller may use AMP there (AMP's own policy then decides, cell by cell)."""
         if self.superuser:
-            return [Grant(namespace, ["read", "write", "subscribe"])]
+            return [Grant(namespace, ["read", "write", "subscribe"]),
+                    Grant(amp_namespace, ["amp"])]
         grants = []
         for g in self.grants:
             permissions: list[Permission] = [p for p in g.permissions if p != "admin"]
             if "admin" in g.permissions:
-                permissions = ["read", "write", "subscribe"]
+                permissions = ["read", "write", "subscribe", "amp"]
             if permissions:
                 grants.append(Grant(g.namespace, sorted(set(permissions))))
         return grants
@@ -156,7 +160,7 @@ class Authenticator:
         if scheme.lower() != "bearer" or not token:
             raise _unauthorized("Authorization must be 'Bearer <token>'")
         if self.admin_key and hmac.compare_digest(token.encode(), self.admin_key.encode()):
-            return Principal(subject="admin", grants=(Grant("*", list(_ALL)),), superuser=True)
+            return Principal(subject=ADMIN, grants=(Grant("*", list(_ALL)),), superuser=True)
         cached = self._cache.get(token)
         if cached is not None and cached[0] > time.monotonic():
             if cached[1] is None:
@@ -195,6 +199,8 @@ def _principal_from_claims(claims: dict[str, Any]) -> Principal:
         raise _unauthorized(f"invalid grants claim: {exc}") from None
     subject = claims.get("sub")
     agent_id = subject if isinstance(subject, str) and subject else None
+    if agent_id is not None and is_reserved(agent_id):
+        raise _unauthorized(f"the token's subject {agent_id!r} is a reserved identity")
     return Principal(subject=f"jwt:{agent_id or 'anonymous'}", grants=tuple(grants),
                      agent_id=agent_id)
 

@@ -10,6 +10,7 @@ import msgspec
 import redis.asyncio as aioredis
 
 from broker import layout
+from broker.amp.visibility import CellVisibility, Readers
 from broker.models import Entry
 from broker.store import entry_from_fields
 
@@ -45,6 +46,7 @@ class Change:
     key: str
     version: int
     data: bytes
+    readers: Readers | None = None  # AMP cells: who may receive it (None: every subscriber)
     order: tuple[int, int] = field(init=False, repr=False, compare=False)
     frame: bytes = field(init=False, repr=False, compare=False)
 
@@ -54,7 +56,7 @@ class Change:
         object.__setattr__(self, "frame", encode_frame(self.type.encode(), cursor, self.data))
 
 
-def decode_change(namespace: str, record: StreamRecord) -> Change:
+def decode_change(namespace: str, record: StreamRecord, cells: CellVisibility) -> Change:
     raw_id, raw_fields = record
     fields = {k.decode(): v for k, v in raw_fields.items()}
     kind = fields.pop("type", b"put").decode()
@@ -62,7 +64,11 @@ def decode_change(namespace: str, record: StreamRecord) -> Change:
     if kind != "put":
         fields["del"] = b"1"
     entry = entry_from_fields(namespace, key, fields)
-    return Change(namespace, raw_id.decode(), kind, key, entry.version, encode_payload(entry, kind))
+    readers = None
+    if cells.guards(namespace):
+        entry, kind, readers = cells.audience(entry, kind)
+    return Change(namespace, raw_id.decode(), kind, key, entry.version,
+                  encode_payload(entry, kind), readers)
 
 
 def encode_payload(entry: Entry, kind: str) -> bytes:
@@ -80,8 +86,9 @@ def position_key(position: str) -> tuple[int, int]:
 class ChangeLog:
     """Reads one namespace's change log: its end, ranges after a position, blocking reads."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: aioredis.Redis, cells: CellVisibility) -> None:
         self.redis = client
+        self.cells = cells
 
     async def last_position(self, namespace: str) -> str:
         records = await self.redis.xrevrange(layout.changelog(namespace), "+", "-", count=1)
@@ -102,7 +109,8 @@ class ChangeLog:
     async def after(self, namespace: str, position: str, count: int) -> list[Change]:
         records: Any = await self.redis.xrange(layout.changelog(namespace), f"({position}", "+",
                                                count=count)
-        return [decode_change(namespace, cast(StreamRecord, r)) for r in records or []]
+        return [decode_change(namespace, cast(StreamRecord, r), self.cells)
+                for r in records or []]
 
     async def wait(self, namespace: str, position: str, block_ms: int, count: int
                    ) -> list[Change]:
@@ -111,4 +119,5 @@ class ChangeLog:
                                             count=count, block=block_ms)
         if not found:
             return []
-        return [decode_change(namespace, cast(StreamRecord, r)) for r in found[0][1]]
+        return [decode_change(namespace, cast(StreamRecord, r), self.cells)
+                for r in found[0][1]]

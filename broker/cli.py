@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 from broker.auth import create_api_key
 from broker.clock import system_clock
 from broker.errors import MempError
+from broker.identities import check_claimable
 from broker.models import PERMISSIONS, Grant
 from broker.routes.keys import check_grants
 from broker.settings import Settings, SettingsError
@@ -118,6 +119,8 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
                     list[Grant])
             except msgspec.ValidationError as exc:
                 raise SettingsError(f"invalid grant: {exc}") from None
+            if args.agent_id is not None:
+                check_claimable(args.agent_id)
             api_key, record = await create_api_key(
                 store, settings.key_env, grants=check_grants(grants), name=args.name,
                 agent_id=args.agent_id, created_by="cli", now=system_clock())

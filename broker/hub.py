@@ -12,6 +12,7 @@ import logging
 import anyio
 from redis.exceptions import RedisError
 
+from broker.amp.visibility import Viewer
 from broker.changelog import Change, ChangeLog
 from broker.errors import unavailable
 from broker.keys import Pattern
@@ -64,14 +65,18 @@ class ChangeQueue:
 class Subscription:
     """One subscriber: what it wants, its bounded queue, and flags the hub sets."""
 
-    def __init__(self, patterns: dict[str, list[Pattern]], queue_size: int) -> None:
+    def __init__(self, patterns: dict[str, list[Pattern]], queue_size: int,
+                 viewer: Viewer) -> None:
         self.patterns = patterns
+        self.viewer = viewer
         self.queue = ChangeQueue(queue_size)
         self.overflowed = False
         self.closing = False
         self.resets: set[str] = set()
 
     def wants(self, change: Change) -> bool:
+        if change.readers is not None and not self.viewer.may_read(change.readers):
+            return False
         for pattern in self.patterns.get(change.namespace, ()):
             if pattern.matches(change.key):
                 return True

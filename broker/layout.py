@@ -55,6 +55,11 @@ def agents(namespace: str) -> str:
     return f"{_ns(namespace)}:agents"
 
 
+def agent_homes() -> str:
+    """Hash from agent id to the namespace it was registered in, to check key bindings."""
+    return f"{PREFIX}:agent-homes"
+
+
 def namespaces() -> str:
     """Set of namespaces that hold data; the sweeper walks it. Not namespace-tagged on purpose."""
     return f"{PREFIX}:namespaces"

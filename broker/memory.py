@@ -12,6 +12,7 @@ import msgspec
 
 from broker import layout
 from broker.activity import AgentActivity
+from broker.amp.visibility import CellVisibility
 from broker.auth import Principal
 from broker.clock import Clock
 from broker.conflicts import MISSING, Conflict, merge
@@ -31,6 +32,7 @@ from broker.validation import (
     decode_cursor,
     encode_cursor,
 )
+from broker.values import canonical, encode_value
 
 _SCAN_BUDGET = 10_000
 
@@ -53,16 +55,18 @@ class MemoryService:
     """Checks, authorises and runs memory operations against the store."""
 
     def __init__(self, settings: Settings, store: Store, namespaces: NamespaceRegistry,
-                 activity: AgentActivity, clock: Clock) -> None:
+                 activity: AgentActivity, clock: Clock, cells: CellVisibility) -> None:
         self.settings = settings
         self.store = store
         self.namespaces = namespaces
         self.activity = activity
         self.clock = clock
+        self.cells = cells
 
     def _target(self, principal: Principal, permission: str, namespace: str, key: str
                 ) -> tuple[str, str]:
         validate_namespace(namespace)
+        self.cells.refuse_write(namespace)
         principal.require(permission, namespace)
         validate_key(key, self.settings.max_key_bytes)
         return namespace, key
@@ -98,8 +102,6 @@ class MemoryService:
         errors to store with the entry ("" when it conforms)."""
         if not state.schemas_for(key):
             return ""
-        if isinstance(value, msgspec.Raw):
-            value = msgspec.json.decode(value)
         errors, enforced = state.validate(key, value)
         if enforced:
             raise MempError("schema_violation", "the value does not conform to an enforcing "
@@ -111,6 +113,7 @@ class MemoryService:
         """Write a value; returns the entry written and whether the write created it."""
         self._target(principal, "write", namespace, key)
         check_value_size(len(value), self.settings)
+        decoded, encoded = canonical(value)
         check_ttl(options.ttl_seconds, self.settings)
         check_version(options.if_version)
         check_version(options.base_version)
@@ -119,24 +122,20 @@ class MemoryService:
         if options.ttl_seconds is None and state.config.default_ttl_seconds is not None:
             options = replace(options, ttl_seconds=state.config.default_ttl_seconds)
         if strategy == "merge":
-            return await self._merge_put(principal, namespace, key, value, options, state)
+            return await self._merge_put(principal, namespace, key, decoded, options, state)
         request = self._write_request(
             principal, namespace, state, strategy, options.timestamp, options.message_id,
-            value=bytes(value), entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
+            value=encoded, entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
             if_version=options.if_version, if_absent=options.if_absent,
-            schema_errors=self._schema_errors(state, key, value),
+            schema_errors=self._schema_errors(state, key, decoded),
         )
         outcome = await self.store.put(namespace, key, request)
-        return _settle(outcome, namespace, key, bytes(value)), outcome.created
+        return _settle(outcome, namespace, key, encoded), outcome.created
 
     async def _merge_put(self, principal: Principal, namespace: str, key: str,
-                         value: msgspec.Raw, options: PutOptions, state: NamespaceState
+                         incoming: Any, options: PutOptions, state: NamespaceState
                          ) -> tuple[Entry, bool]:
         """Read, merge and write with compare-and-set on the version read; retry on a race."""
-        try:
-            incoming = msgspec.json.decode(value)
-        except RecursionError:
-            raise MempError("invalid_json", "JSON is nested too deeply") from None
         for _ in range(_MERGE_ATTEMPTS):
             current = await self.store.get(namespace, key, self.clock())
             if options.if_absent and current is not None:
@@ -149,7 +148,7 @@ class MemoryService:
             if current is not None:
                 merged, conflicts = await self._merge_with(namespace, key, current, incoming,
                                                            principal.writer_id, options, state)
-            encoded = msgspec.json.encode(merged)
+            encoded = encode_value(merged)
             check_value_size(len(encoded), self.settings)
             request = self._write_request(
                 principal, namespace, state, "merge", options.timestamp, options.message_id,
@@ -197,7 +196,8 @@ class MemoryService:
         now = self.clock()
         self.activity.seen(namespace, principal.agent_id, now)
         entry = await self.store.get(namespace, key, now)
-        if entry is None:
+        if entry is None or (self.cells.guards(namespace) and not self.cells.shows(
+                self.cells.viewer(principal), entry, now)):
             raise MempError("not_found", f"no entry at key {key!r}", {"key": key})
         return entry
 
@@ -227,6 +227,8 @@ class MemoryService:
                         more = more or name != keys[-1]
                         break
         entries = await self.store.get_many(namespace, matched, now)
+        if self.cells.guards(namespace):
+            entries = self.cells.shown(self.cells.viewer(principal), entries, now)
         next_cursor = encode_cursor(after) if more and after is not None else None
         return Page(entries=entries, next_cursor=next_cursor)
 
@@ -235,7 +237,13 @@ class MemoryService:
         await self._readable(principal, namespace, key)
         limit = check_limit(limit, max(self.settings.history_limit, 1),
                             max(self.settings.history_limit, 1))
-        return await self.store.history(namespace, key, limit)
+        versions = await self.store.history(namespace, key, limit)
+        if not self.cells.guards(namespace):
+            return versions
+        shown = self.cells.history(self.cells.viewer(principal), versions, self.clock())
+        if shown is None:
+            raise MempError("not_found", f"no entry at key {key!r}", {"key": key})
+        return shown
 
 
 def entry_warnings(entry: Entry) -> list[str]:

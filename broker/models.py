@@ -7,8 +7,8 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
-Permission = Literal["read", "write", "subscribe", "admin", "impersonate"]
-PERMISSIONS: tuple[str, ...] = ("read", "write", "subscribe", "admin", "impersonate")
+Permission = Literal["read", "write", "subscribe", "admin", "impersonate", "amp"]
+PERMISSIONS: tuple[str, ...] = ("read", "write", "subscribe", "admin", "impersonate", "amp")
 
 
 class Entry(Struct, kw_only=True):

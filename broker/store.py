@@ -18,6 +18,7 @@ from broker import layout
 from broker.connection import HiredisPackingConnection
 from broker.keys import Pattern
 from broker.models import Agent, ApiKeyRecord, Entry
+from broker.values import recanonical
 
 LuaFields = dict[str, str]
 RawHash = Mapping[bytes, bytes]
@@ -45,6 +46,8 @@ def _opt_int(value: str) -> int | None:
 def entry_from_fields(namespace: str, key: str, fields: Mapping[str, Any]) -> Entry:
     """Build an Entry from an entry hash or a script's record (all values are text)."""
     value = fields.get("val") or b""
+    if isinstance(value, str):
+        value = value.encode()
     deleted = _text(fields.get("del", "")) == "1"
     schema_errors = fields.get("sv") or b""
     conflicts = fields.get("cf") or b""
@@ -53,7 +56,7 @@ def entry_from_fields(namespace: str, key: str, fields: Mapping[str, Any]) -> En
         agent_id=_text(fields.get("agent", "")),
         namespace=namespace,
         key=key,
-        value=None if deleted or not value else msgspec.Raw(value),
+        value=None if deleted or not value else msgspec.Raw(recanonical(value)),
         ttl_seconds=_opt_int(_text(fields.get("ttl", ""))),
         version=int(_text(fields.get("ver", "0"))),
         created_at=int(_text(fields.get("ca", "0")) or 0),
@@ -400,11 +403,29 @@ class Store:
         created = await self._save_agent(
             [layout.agent(agent.namespace, agent.id), layout.agents(agent.namespace)],
             [agent.id, agent.name, agent.framework, agent.namespace, agent.created_at])
+        await self.redis.hset(layout.agent_homes(), agent.id, agent.namespace)
         return msgspec.structs.replace(agent, created_at=int(created), last_seen=int(created))
 
     async def get_agent(self, namespace: str, agent_id: str) -> Agent | None:
         raw = await self.redis.hgetall(layout.agent(namespace, agent_id))
         return _agent(cast(RawHash, raw)) if raw else None
+
+    async def agent_home(self, agent_id: str) -> str | None:
+        """The namespace an agent was registered in, or None for no registered agent. Agents
+        registered before homes were recorded are found by their namespace's agent hash."""
+        home = await self.redis.hget(layout.agent_homes(), agent_id)
+        if home is not None:
+            return _text(home)
+        namespaces = await self.namespaces()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for namespace in namespaces:
+                pipe.exists(layout.agent(namespace, agent_id))
+            found = await pipe.execute()
+        for namespace, exists in zip(namespaces, found, strict=True):
+            if exists:
+                await self.redis.hset(layout.agent_homes(), agent_id, namespace)
+                return namespace
+        return None
 
     async def list_agents(self, namespace: str, after: str | None, limit: int
                           ) -> tuple[list[Agent], str | None]:

@@ -65,7 +65,8 @@ class EventStream:
         self.memory = memory
         self.principal = principal
         self.request = request
-        self.subscription = Subscription(request.patterns, queue_size)
+        self.subscription = Subscription(request.patterns, queue_size,
+                                         memory.cells.viewer(principal))
         self.retry_ms = retry_ms
         self.positions: dict[str, str] = {}
         self.orders: dict[str, tuple[int, int]] = {}  # the positions as numbers

@@ -384,7 +384,7 @@ def test_one_registered_agent_cannot_read_anothers_cells(amp: Amp) -> None:
 
 
 def test_an_impersonating_token_may_act_for_other_agents(amp: Amp) -> None:
-    gateway_key = amp.new_key(["read", "write", "impersonate"])
+    gateway_key = amp.new_key(["amp", "impersonate"])
     with amp.as_token(gateway_key) as gateway:
         cell = gateway.create("via the gateway", agent="agent-x")
         assert cell["identity"]["created_by"] == "agent-x"
@@ -397,13 +397,13 @@ def test_an_impersonating_token_may_act_for_other_agents(amp: Amp) -> None:
 
 
 def test_a_token_without_impersonation_cannot_name_an_agent(amp: Amp) -> None:
-    plain_key = amp.new_key(["read", "write"])
+    plain_key = amp.new_key(["amp"])
     with amp.as_token(plain_key) as plain:
         response = plain.post_cell({"type": "semantic", "content": {"text": "x"},
                                     "identity": {"owner_id": "u", "owner_type": "user"}},
                                    agent="agent-x")
         assert response.status_code == 403, response.text
-    bound_key = amp.new_key(["read", "write"], agent_id="agent-b")
+    bound_key = amp.new_key(["amp"], agent_id="agent-b")
     with amp.as_token(bound_key) as bound:
         assert bound.create("as itself")["identity"]["created_by"] == "agent-b"
         refused = bound.post_cell({"type": "semantic", "content": {"text": "x"},
@@ -412,26 +412,33 @@ def test_a_token_without_impersonation_cannot_name_an_agent(amp: Amp) -> None:
         assert refused.status_code == 403, refused.text
 
 
-def test_tokens_need_memp_permissions_on_the_amp_namespace(amp: Amp) -> None:
+def test_amp_routes_need_the_amp_permission_and_memp_permissions_do_not_give_it(
+        amp: Amp) -> None:
     cell = amp.create("x", agent="agent-r", access_policy={"public": True})
-    reader_key = amp.new_key(["read"], agent_id="agent-r")
-    with amp.as_token(reader_key) as reader:
+    memp_key = amp.new_key(["read", "write", "subscribe"], agent_id="agent-r")
+    body = {"type": "semantic", "content": {"text": "x"},
+            "identity": {"owner_id": "u", "owner_type": "user"}}
+    with amp.as_token(memp_key) as memp_only:
+        assert memp_only.get(cell["id"]).status_code == 403
+        assert memp_only.search_response().status_code == 403
+        assert memp_only.post_cell(body).status_code == 403
+        assert memp_only.patch(cell["id"], {"content": {"text": "y"}}).status_code == 403
+    amp_key = amp.new_key(["amp"], agent_id="agent-r")
+    with amp.as_token(amp_key) as reader:
         assert reader.get(cell["id"]).status_code == 200
         assert reader.search_response().status_code == 200
-        assert reader.post_cell({"type": "semantic", "content": {"text": "x"},
-                                 "identity": {"owner_id": "u", "owner_type": "user"}}
-                                ).status_code == 403
-        assert reader.patch(cell["id"], {"content": {"text": "y"}}).status_code == 403
+        assert reader.post_cell(body).status_code == 201
         for path in ("/amp/lifecycle/run", "/amp/purge", "/amp/import"):
             assert reader.http.post(path, json={}).status_code == 403, path
     response = amp.http.post("/v1/keys", json={
         "name": "elsewhere", "agent_id": "agent-r",
-        "grants": [{"namespace": "somewhere-else", "permissions": ["read", "write"]}]})
+        "grants": [{"namespace": "somewhere-else", "permissions": ["amp", "read", "write"]}]})
     with amp.as_token(response.json()["api_key"]) as outsider:
         assert outsider.get(cell["id"]).status_code == 403
         assert outsider.search_response().status_code == 403
     with amp.as_token("memp_sk_live_not-a-real-key") as nobody:
         assert nobody.get(cell["id"]).status_code == 401
+    assert amp.stored(cell)["content"]["text"] == "x"
 
 
 def test_agent_tokens_cannot_run_admin_passes(amp: Amp) -> None:

@@ -146,24 +146,52 @@ class Amp:
     # ---- the cells' MEMP entries ----
 
     def entry_response(self, cell: dict[str, Any]) -> httpx.Response:
+        """A MEMP read of the cell's entry, with this client's token (AMP's policy applies)."""
         return self.http.get(f"/v1/namespaces/{self.namespace}/memory/{cell_key(cell)}")
 
+    def _storage(self) -> Any:
+        """A synchronous client on the broker's own data (the cells as stored, deleted ones
+        too, which no MEMP path shows)."""
+        store = self.app.state.store
+        if store.embedded:
+            import fakeredis
+
+            return fakeredis.FakeRedis(server=store.redis.connection_pool.connection_kwargs[
+                "server"])
+        kwargs = store.redis.connection_pool.connection_kwargs
+        return redis.Redis(host=kwargs["host"], port=kwargs["port"], db=kwargs.get("db", 0))
+
     def stored(self, cell: dict[str, Any]) -> dict[str, Any]:
-        """The cell as its MEMP entry holds it (a MEMP read: no AMP access is counted)."""
-        response = self.entry_response(cell)
-        assert response.status_code == 200, response.text
-        value: dict[str, Any] = response.json()["value"]
+        """The cell as its MEMP entry holds it (read from storage: no AMP access is counted,
+        and a deleted cell is there until it is purged). Without the app, a MEMP read."""
+        if self.app is None:
+            response = self.entry_response(cell)
+            assert response.status_code == 200, response.text
+            shown: dict[str, Any] = response.json()["value"]
+            return shown
+        raw = self._storage().hget(layout.entry(self.namespace, cell_key(cell)), "val")
+        assert raw, f"no stored entry for cell {cell['id']}"
+        value: dict[str, Any] = json.loads(raw)
         return value
 
     def status(self, cell: dict[str, Any]) -> str:
         return str(self.stored(cell)["lifecycle"]["status"])
 
     def history(self, cell: dict[str, Any]) -> list[dict[str, Any]]:
-        """The MEMP versions of a cell's entry, oldest first."""
-        response = self.http.get(f"/v1/namespaces/{self.namespace}/history/{cell_key(cell)}",
-                                 params={"limit": 100})
-        assert response.status_code == 200, response.text
-        versions: list[dict[str, Any]] = response.json()["versions"]
+        """The stored versions of a cell's entry, oldest first (each with `version` and
+        `value`). Without the app, the MEMP history this client's token may see."""
+        if self.app is None:
+            response = self.http.get(
+                f"/v1/namespaces/{self.namespace}/history/{cell_key(cell)}",
+                params={"limit": 100})
+            assert response.status_code == 200, response.text
+            shown: list[dict[str, Any]] = response.json()["versions"]
+            return sorted(shown, key=lambda v: int(v["version"]))
+        rows = self._storage().lrange(layout.history(self.namespace, cell_key(cell)), 0, -1)
+        versions = [{"version": int(f["ver"]), "agent_id": f["agent"],
+                     "value": json.loads(f["val"]) if f.get("val") and f.get("del") != "1"
+                     else None}
+                    for f in map(json.loads, rows)]
         return sorted(versions, key=lambda v: int(v["version"]))
 
     def statuses(self, cell: dict[str, Any]) -> list[str]:

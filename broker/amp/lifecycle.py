@@ -17,10 +17,10 @@ from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, deca
 from broker.amp.service import CellService, decode_cell
 from broker.clock import Clock
 from broker.errors import MempError
+from broker.identities import AMP_ENGINE
 from broker.store import WriteRequest
 
 log = logging.getLogger("memp.amp")
-ENGINE_AGENT = "amp-lifecycle"
 Decide = Callable[[MemoryCell, CellRecord, int], str | None]
 
 
@@ -129,7 +129,7 @@ class LifecycleEngine:
             if target is not None:
                 cell.lifecycle.status = target  # type: ignore[assignment]
                 cell.lifecycle.stale_since = iso(as_of) if target == "stale" else None
-                request = cells.request(cell, ENGINE_AGENT, entry.version, now)
+                request = cells.request(cell, AMP_ENGINE, entry.version, now)
             # Without a write, the update describes the version loaded: it must not land
             # over a write made since.
             update = IndexUpdate(cell, record.key, max(reference_ms(cell), record.ref),

@@ -18,6 +18,7 @@ from broker.amp.service import CellService
 from broker.auth import Principal
 from broker.errors import MempError
 from broker.http import authenticate, json_response, read_body
+from broker.identities import check_claimable
 
 _AGENT_HEADER = "x-amp-agent-id"
 _BODY_LIMIT = 256 * 1024
@@ -35,10 +36,12 @@ def _cells(request: Request) -> CellService:
     return cells
 
 
-async def _acting(request: Request, permission: str) -> tuple[Principal, str]:
+async def _acting(request: Request) -> tuple[Principal, str]:
+    """The caller and the agent it acts as. Every agent route needs the `amp` permission on the
+    AMP namespace (admin implies it); AMP's policy then decides, cell by cell."""
     principal = await authenticate(request)
     namespace = _cells(request).namespace
-    principal.require(permission, namespace)
+    principal.require("amp", namespace)
     claimed = request.headers.get(_AGENT_HEADER)
     if claimed is None or claimed == "":
         if principal.agent_id is None:
@@ -53,11 +56,12 @@ async def _acting(request: Request, permission: str) -> tuple[Principal, str]:
 
 
 def _agent_id(agent: str) -> str:
-    """The acting agent is stored in cells (`created_by`), so it must be a valid AMP name."""
+    """The acting agent is stored in cells (`created_by`), so it must be a valid AMP name, and
+    not one of the broker's own identities."""
     if not NAME_RE.fullmatch(agent):
         raise MempError("invalid_request", "X-AMP-Agent-ID is not a valid agent id (1-128 of "
                         "A-Z a-z 0-9 . _ : @ + -)", {"field": "X-AMP-Agent-ID"})
-    return agent
+    return check_claimable(agent, "X-AMP-Agent-ID")
 
 
 async def _body(request: Request, kind: type[Any], limit: int = _BODY_LIMIT) -> Any:
@@ -87,29 +91,29 @@ def _field_of(message: str) -> str | None:
 
 
 async def create_memory(request: Request) -> Response:
-    _, agent = await _acting(request, "write")
+    _, agent = await _acting(request)
     body = await _body(request, NewCell)
     return json_response(await _cells(request).create(agent, body), 201)
 
 
 async def read_memory(request: Request) -> Response:
-    _, agent = await _acting(request, "read")
+    _, agent = await _acting(request)
     return json_response(await _cells(request).read(agent, request.path_params["id"]))
 
 
 async def patch_memory(request: Request) -> Response:
-    _, agent = await _acting(request, "write")
+    _, agent = await _acting(request)
     patch = await _body(request, CellPatch)
     return json_response(await _cells(request).patch(agent, request.path_params["id"], patch))
 
 
 async def delete_memory(request: Request) -> Response:
-    _, agent = await _acting(request, "write")
+    _, agent = await _acting(request)
     return json_response(await _cells(request).delete(agent, request.path_params["id"]))
 
 
 async def search_memories(request: Request) -> Response:
-    _, agent = await _acting(request, "read")
+    _, agent = await _acting(request)
     body = await _body(request, SearchBody)
     return json_response(await CellSearch(_cells(request)).search(agent, body))
 
@@ -147,7 +151,7 @@ async def _acting_admin(request: Request) -> tuple[Principal, str]:
     principal = await authenticate(request)
     principal.require("admin", _cells(request).namespace)
     claimed = request.headers.get(_AGENT_HEADER)
-    return principal, _agent_id(claimed or principal.agent_id or principal.subject)
+    return principal, _agent_id(claimed) if claimed else principal.writer_id
 
 
 routes = [

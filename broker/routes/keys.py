@@ -11,7 +11,9 @@ from starlette.routing import Route
 from broker.auth import Principal, create_api_key
 from broker.errors import MempError
 from broker.http import authenticate, decode_json, json_response, read_body
+from broker.identities import check_claimable
 from broker.models import ApiKeyRecord, CreateKeyBody, Grant
+from broker.store import Store
 
 _GRANT_NAMESPACE_RE = re.compile(r"[a-z0-9*][a-z0-9._*-]{0,62}")
 
@@ -29,6 +31,26 @@ def check_grants(grants: list[Grant]) -> list[Grant]:
     return grants
 
 
+_AGENT_ID_RE = re.compile(r"[A-Za-z0-9._:@+-]{1,128}")
+
+
+async def check_binding(principal: Principal, store: Store, agent_id: str) -> str:
+    """A key may act as an agent only if its creator could: the full admin binds any id the
+    broker does not reserve; a namespace admin binds only agents registered in a namespace it
+    administers."""
+    if not _AGENT_ID_RE.fullmatch(agent_id):
+        raise MempError("invalid_request", "agent_id must be 1-128 characters of A-Z a-z 0-9 "
+                        ". _ : @ + -", {"field": "agent_id"})
+    check_claimable(agent_id)
+    if principal.superuser:
+        return agent_id
+    home = await store.agent_home(agent_id)
+    if home is None or not principal.can("admin", home):
+        raise MempError("forbidden", "a key can be bound only to an agent registered in a "
+                        "namespace this token administers", {"agent_id": agent_id})
+    return agent_id
+
+
 def _visible(principal: Principal, record: ApiKeyRecord) -> bool:
     return all(principal.covers(g) for g in record.grants)
 
@@ -42,6 +64,8 @@ async def create_key(request: Request) -> Response:
             raise MempError("forbidden",
                             f"creating this key needs admin permission on {grant.namespace!r}")
     state = request.app.state
+    if body.agent_id is not None:
+        await check_binding(principal, state.store, body.agent_id)
     api_key, record = await create_api_key(
         state.store, state.settings.key_env, grants=grants, name=body.name[:200],
         agent_id=body.agent_id, created_by=principal.subject, now=state.clock(),
