@@ -12,6 +12,7 @@ from broker.activity import AgentActivity
 from broker.auth import Principal, create_api_key
 from broker.clock import Clock
 from broker.errors import MempError
+from broker.idempotency import fingerprint, reused
 from broker.keys import validate_namespace
 from broker.models import Agent, Credentials
 from broker.settings import Settings
@@ -54,10 +55,11 @@ class AgentService:
             )
         idem = layout.idempotency(namespace, principal.writer_id, message_id) if message_id \
             else None
+        sent = fingerprint("register", name, framework)
         if idem:
             first = await self.store.recall_reply(idem)
             if first is not None:
-                return msgspec.json.decode(first, type=Registration)
+                return _replayed(first, sent, message_id)
         now = self.clock()
         agent = await self.store.save_agent(Agent(
             id=str(uuid.uuid4()), name=name, framework=framework, namespace=namespace,
@@ -70,8 +72,8 @@ class AgentService:
         result = Registration(agent=agent, credentials=Credentials(
             api_key=api_key, key_id=record.id, agent_id=agent.id))
         if idem:
-            first = await self.store.remember_reply(idem, msgspec.json.encode(result))
-            return msgspec.json.decode(first, type=Registration)
+            first = await self.store.remember_reply(idem, sent, msgspec.json.encode(result))
+            return _replayed(first, sent, message_id)
         return result
 
     async def get(self, principal: Principal, namespace: str, agent_id: str) -> Agent:
@@ -91,6 +93,14 @@ class AgentService:
         principal.require("read", namespace)
         limit = check_limit(limit, self.settings.default_query_limit,
                             self.settings.max_query_limit)
-        if cursor is not None and not re.fullmatch(r"\d{13}:[0-9a-f-]{36}", cursor):
+        if cursor is not None and not re.fullmatch(r"[0-9]{13}:[0-9a-f-]{36}", cursor):
             raise MempError("invalid_request", "cursor is not one this broker issued")
         return await self.store.list_agents(namespace, cursor, limit)
+
+
+def _replayed(first: tuple[str, bytes], sent: str, message_id: str | None) -> Registration:
+    """The first reply to a message id, if it was for this same request."""
+    stored_fingerprint, reply = first
+    if stored_fingerprint not in ("", sent):
+        raise reused(message_id)
+    return msgspec.json.decode(reply, type=Registration)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 import msgspec
@@ -10,10 +11,11 @@ from starlette.responses import Response
 
 from broker.auth import Principal
 from broker.errors import MempError
-from broker.models import encode
+from broker.models import MAX_SAFE_INT, encode
 
 T = TypeVar("T")
 JSON = "application/json"
+_DIGITS_RE = re.compile(r"[0-9]+")
 
 
 def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None
@@ -44,9 +46,9 @@ async def read_body(request: Request, limit: int) -> bytes:
     _check_content_type(request)
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not _DIGITS_RE.fullmatch(declared):
             raise MempError("invalid_request", "Content-Length must be a number")
-        if int(declared) > limit:
+        if len(declared.lstrip("0")) > 18 or int(declared) > limit:
             raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
@@ -85,21 +87,36 @@ def decode_json(body: bytes, kind: type[T]) -> T:
         raise MempError("invalid_json", "JSON is nested too deeply") from None
 
 
-def int_header(request: Request, name: str) -> int | None:
-    """A version number from If-Match (`"3"`, `3` or `W/"3"`)."""
+def _wire_int(text: str) -> int | None:
+    """ASCII digits within the integers every client can hold exactly, else None."""
+    if not _DIGITS_RE.fullmatch(text) or len(text.lstrip("0")) > 16:
+        return None
+    number = int(text)
+    return number if number <= MAX_SAFE_INT else None
+
+
+def int_header(request: Request, name: str, minimum: int = 1) -> int | None:
+    """A version number from If-Match (`"3"`, `3` or `W/"3"`), `minimum` to 2^53 - 1."""
     raw = request.headers.get(name)
     if raw is None:
         return None
-    text = raw.strip().removeprefix("W/").strip('"')
-    if not text.isdigit():
-        raise MempError("invalid_request", f"{name} must name a version, like \"3\"")
-    return int(text)
+    number = _wire_int(raw.strip().removeprefix("W/").strip('"'))
+    if number is None or number < minimum:
+        raise MempError("invalid_request", f"{name} must name a version from {minimum} to "
+                        f"{MAX_SAFE_INT}, like \"3\"", {"header": name})
+    return number
 
 
-def int_param(request: Request, name: str) -> int | None:
+def int_param(request: Request, name: str, code: str = "invalid_request") -> int | None:
+    """A positive integer query parameter, 1 to 2^53 - 1; `code` names the error otherwise."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    if not raw.isdigit():
-        raise MempError("invalid_request", f"{name} must be a positive integer")
-    return int(raw)
+    number = _wire_int(raw)
+    if number is None or number < 1:
+        # digits out of range get `code` (a timestamp's is invalid_timestamp); anything else
+        # is not a number at all
+        raise MempError(code if _DIGITS_RE.fullmatch(raw) else "invalid_request",
+                        f"{name} must be an integer from 1 to {MAX_SAFE_INT}",
+                        {"parameter": name})
+    return number

@@ -17,6 +17,7 @@ from broker.auth import Principal
 from broker.clock import Clock
 from broker.conflicts import MISSING, Conflict, merge
 from broker.errors import MempError
+from broker.idempotency import fingerprint, reused
 from broker.keys import compile_pattern, validate_key, validate_namespace
 from broker.models import Entry, Page
 from broker.namespaces import NamespaceRegistry, NamespaceState
@@ -114,6 +115,9 @@ class MemoryService:
         self._target(principal, "write", namespace, key)
         check_value_size(len(value), self.settings)
         decoded, encoded = canonical(value)
+        sent = fingerprint("put", key, encoded, options.ttl_seconds, options.timestamp,
+                           options.if_version, options.if_absent, options.base_version) \
+            if options.message_id else ""
         check_ttl(options.ttl_seconds, self.settings)
         check_version(options.if_version)
         check_version(options.base_version)
@@ -122,19 +126,20 @@ class MemoryService:
         if options.ttl_seconds is None and state.config.default_ttl_seconds is not None:
             options = replace(options, ttl_seconds=state.config.default_ttl_seconds)
         if strategy == "merge":
-            return await self._merge_put(principal, namespace, key, decoded, options, state)
+            return await self._merge_put(principal, namespace, key, decoded, options, state,
+                                         sent)
         request = self._write_request(
             principal, namespace, state, strategy, options.timestamp, options.message_id,
             value=encoded, entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
             if_version=options.if_version, if_absent=options.if_absent,
-            schema_errors=self._schema_errors(state, key, decoded),
+            schema_errors=self._schema_errors(state, key, decoded), fingerprint=sent,
         )
         outcome = await self.store.put(namespace, key, request)
-        return _settle(outcome, namespace, key, encoded), outcome.created
+        return _settle(outcome, namespace, key, encoded, options.message_id), outcome.created
 
     async def _merge_put(self, principal: Principal, namespace: str, key: str,
-                         incoming: Any, options: PutOptions, state: NamespaceState
-                         ) -> tuple[Entry, bool]:
+                         incoming: Any, options: PutOptions, state: NamespaceState,
+                         sent: str) -> tuple[Entry, bool]:
         """Read, merge and write with compare-and-set on the version read; retry on a race."""
         for _ in range(_MERGE_ATTEMPTS):
             current = await self.store.get(namespace, key, self.clock())
@@ -156,10 +161,12 @@ class MemoryService:
                 if_version=current.version if current else None, if_absent=current is None,
                 internal_cas=True, schema_errors=self._schema_errors(state, key, merged),
                 conflicts=msgspec.json.encode(conflicts).decode() if conflicts else "",
+                fingerprint=sent,
             )
             outcome = await self.store.put(namespace, key, request)
             if outcome.status != "precondition_failed" or outcome.replayed:
-                return _settle(outcome, namespace, key, encoded), outcome.created
+                return _settle(outcome, namespace, key, encoded, options.message_id), \
+                    outcome.created
             await asyncio.sleep(random.uniform(0, 0.002))
         raise MempError("write_conflict", f"could not merge after {_MERGE_ATTEMPTS} attempts "
                         "under contention; retry the write", {"key": key})
@@ -186,10 +193,12 @@ class MemoryService:
         self._target(principal, "write", namespace, key)
         check_version(if_version)
         state = await self.namespaces.state(namespace)
+        sent = fingerprint("delete", key, timestamp, if_version) if message_id else ""
         request = self._write_request(principal, namespace, state, state.strategy_for(key),
-                                      timestamp, message_id, if_version=if_version)
+                                      timestamp, message_id, if_version=if_version,
+                                      fingerprint=sent)
         outcome = await self.store.delete(namespace, key, request)
-        return _settle(outcome, namespace, key, None)
+        return _settle(outcome, namespace, key, None, message_id)
 
     async def get(self, principal: Principal, namespace: str, key: str) -> Entry:
         await self._readable(principal, namespace, key)
@@ -256,10 +265,13 @@ def entry_warnings(entry: Entry) -> list[str]:
     return warnings
 
 
-def _settle(outcome: WriteOutcome, namespace: str, key: str, value: bytes | None) -> Entry:
+def _settle(outcome: WriteOutcome, namespace: str, key: str, value: bytes | None,
+            message_id: str | None) -> Entry:
     """Turn a script's verdict into the entry written, or the error the client gets."""
     if outcome.status == "ok":
         return outcome.entry(namespace, key, value)
+    if outcome.status == "reused":
+        raise reused(message_id)
     current = outcome.entry(namespace, key)
     if outcome.status == "write_conflict":
         raise MempError(

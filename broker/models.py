@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import UNSET, Raw, Struct, UnsetType
+from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 Permission = Literal["read", "write", "subscribe", "admin", "impersonate", "amp"]
 PERMISSIONS: tuple[str, ...] = ("read", "write", "subscribe", "admin", "impersonate", "amp")
+
+MAX_SAFE_INT = 2**53 - 1
+# Versions, limits and priorities a client sends fit what its JSON peers (JavaScript) and Redis's
+# Lua (doubles) hold exactly; anything wider is refused with 400 rather than rounded. TTLs and
+# timestamps have range checks of their own (`invalid_ttl`, `invalid_timestamp`).
+WireInt = Annotated[int, Meta(ge=-MAX_SAFE_INT, le=MAX_SAFE_INT)]
 
 
 class Entry(Struct, kw_only=True):
@@ -85,7 +91,7 @@ class PutBody(Struct, forbid_unknown_fields=True):
     value: Raw
     ttl_seconds: int | None = None
     timestamp: int | None = None
-    base_version: int | None = None
+    base_version: WireInt | None = None
 
 
 class RegisterBody(Struct, forbid_unknown_fields=True):
@@ -128,16 +134,16 @@ class AgentGetMessage(Message, tag="agent.get"):
 
 class AgentListMessage(Message, tag="agent.list"):
     cursor: str | None = None
-    limit: int | None = None
+    limit: WireInt | None = None
 
 
 class PutMessage(Message, tag="memory.put"):
     key: str
     value: Raw
     ttl_seconds: int | None = None
-    if_version: int | None = None
+    if_version: WireInt | None = None
     if_absent: bool = False
-    base_version: int | None = None
+    base_version: WireInt | None = None
 
 
 class GetMessage(Message, tag="memory.get"):
@@ -147,17 +153,17 @@ class GetMessage(Message, tag="memory.get"):
 class QueryMessage(Message, tag="memory.query"):
     pattern: str
     cursor: str | None = None
-    limit: int | None = None
+    limit: WireInt | None = None
 
 
 class DeleteMessage(Message, tag="memory.delete"):
     key: str
-    if_version: int | None = None
+    if_version: WireInt | None = None
 
 
 class HistoryMessage(Message, tag="memory.history"):
     key: str
-    limit: int | None = None
+    limit: WireInt | None = None
 
 
 AnyMessage = (

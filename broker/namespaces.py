@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import redis.asyncio as aioredis
@@ -18,6 +18,7 @@ from broker.auth import Principal
 from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_pattern
 from broker.errors import MempError
 from broker.keys import compile_pattern, glob_covers
+from broker.models import WireInt
 from broker.schemas import (
     MAX_ERRORS,
     CompiledSchema,
@@ -27,6 +28,10 @@ from broker.schemas import (
 )
 
 log = logging.getLogger("memp.namespaces")
+
+# Priorities are compared in Redis's Lua as doubles; any 64-bit integer orders correctly enough
+# there (2^62 over -2^62), and wider ones are refused rather than overflowed.
+Priority = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class StrategyRule(msgspec.Struct, forbid_unknown_fields=True):
@@ -40,7 +45,7 @@ class PriorityRule(msgspec.Struct, forbid_unknown_fields=True):
     """An agent id, or a pattern of ids with `*`, and its priority (higher wins)."""
 
     agent: str
-    priority: int
+    priority: Priority
 
 
 class Share(msgspec.Struct, forbid_unknown_fields=True):
@@ -56,10 +61,10 @@ class NamespaceConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     strategy: Strategy = "last-write-wins"
     rules: list[StrategyRule] = []
     priorities: list[PriorityRule] = []
-    default_priority: int = 0
+    default_priority: Priority = 0
     merge_arrays: ArrayMode = "replace"
-    history_limit: int | None = None
-    default_ttl_seconds: int | None = None
+    history_limit: WireInt | None = None
+    default_ttl_seconds: WireInt | None = None
     shares: list[Share] = []
 
 

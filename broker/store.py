@@ -91,11 +91,13 @@ class WriteRequest:
     history_limit: int | None = None
     schema_errors: str = ""
     conflicts: str = ""
+    fingerprint: str = ""  # of the request behind the message id: a reused id is refused
 
 
 @dataclass(frozen=True, slots=True)
 class WriteOutcome:
-    """A script's verdict: `ok`, `precondition_failed`, `write_conflict` or `not_found`."""
+    """A script's verdict: `ok`, `precondition_failed`, `write_conflict`, `not_found`, or
+    `reused` (the message id came with another request)."""
 
     status: str
     record: LuaFields
@@ -232,6 +234,7 @@ class Store:
             self._history_limit(req), self.changelog_maxlen, self.idempotency_window_ms,
             req.schema_errors, req.conflicts, "1" if req.timestamp_from_client else "0",
             req.mode, req.priority, "1" if req.internal_cas else "0", req.default_priority,
+            req.fingerprint,
         ]
 
     async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
@@ -277,7 +280,7 @@ class Store:
             "" if req.if_version is None else req.if_version,
             self._history_limit(req), self.changelog_maxlen, self.idempotency_window_ms,
             "1" if req.timestamp_from_client else "0", req.mode, req.priority,
-            req.default_priority,
+            req.default_priority, req.fingerprint,
         ]
         raw = await self._delete(self._write_keys(namespace, key, req.idempotency_key), args)
         return self.outcome(raw)
@@ -285,6 +288,8 @@ class Store:
     @staticmethod
     def outcome(raw: list[bytes]) -> WriteOutcome:
         status, payload = _text(raw[0]), raw[1]
+        if status == "reused":
+            return WriteOutcome("reused", {}, replayed=True)
         stored_status, record = _outcome_decoder.decode(payload)
         return WriteOutcome(stored_status, record, replayed=status == "replay")
 
@@ -383,16 +388,23 @@ class Store:
 
     # ---- idempotency for operations that are not scripts ----
 
-    async def recall_reply(self, key: str) -> bytes | None:
-        reply = cast(bytes | None, await self.redis.get(key))
-        return reply
+    async def recall_reply(self, key: str) -> tuple[str, bytes] | None:
+        """The first reply under a message id and its request's fingerprint (stored as the
+        write scripts store theirs: fingerprint, newline, reply)."""
+        stored = cast(bytes | None, await self.redis.get(key))
+        if stored is None:
+            return None
+        fingerprint, cut, reply = stored.partition(b"\n")
+        return (fingerprint.decode(), reply) if cut else ("", stored)
 
-    async def remember_reply(self, key: str, reply: bytes) -> bytes:
+    async def remember_reply(self, key: str, fingerprint: str, reply: bytes
+                             ) -> tuple[str, bytes]:
         """Keep the first reply for the window; returns whichever reply was first."""
-        stored = await self.redis.set(key, reply, px=self.idempotency_window_ms, nx=True)
+        stored = await self.redis.set(key, fingerprint.encode() + b"\n" + reply,
+                                      px=self.idempotency_window_ms, nx=True)
         if stored:
-            return reply
-        return await self.recall_reply(key) or reply
+            return fingerprint, reply
+        return await self.recall_reply(key) or (fingerprint, reply)
 
     # ---- agents ----
 

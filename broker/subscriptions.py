@@ -26,7 +26,8 @@ from broker.hub import Hub, Subscription
 from broker.keys import Pattern
 from broker.memory import MemoryService
 
-_CURSOR_PART_RE = re.compile(r"([a-z0-9][a-z0-9._-]{0,62}):(\d{1,20}-\d{1,20})")
+_CURSOR_PART_RE = re.compile(r"([a-z0-9][a-z0-9._-]{0,62}):([0-9]{1,20})-([0-9]{1,20})")
+_STREAM_ID_MAX = 2**64 - 1  # each half of a Redis stream id is an unsigned 64-bit number
 _REPLAY_BATCH = 500
 _LIVE_BATCH = 64  # queued changes sent in one write, at most
 
@@ -38,10 +39,10 @@ def parse_cursor(text: str | None) -> dict[str, str] | None:
     positions = {}
     for part in text.strip().split(","):
         match = _CURSOR_PART_RE.fullmatch(part)
-        if match is None:
+        if match is None or max(int(match[2]), int(match[3])) > _STREAM_ID_MAX:
             raise MempError("invalid_request", "Last-Event-ID is not a cursor this broker issued",
                             {"last_event_id": text[:200]})
-        positions[match.group(1)] = match.group(2)
+        positions[match[1]] = f"{int(match[2])}-{int(match[3])}"
     return positions
 
 

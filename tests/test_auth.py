@@ -450,6 +450,12 @@ def _refused_tokens() -> list[Any]:
                      id="rs256-on-hs256-broker"),
         pytest.param("HS256", lambda ns, keys: "eyJhbGciOiJIUzI1NiJ9.!!!.???",
                      id="malformed"),
+        # a subject naming one of the broker's own identities would be attributed its writes
+        pytest.param("HS256", hs(sub="admin"), id="sub-admin"),
+        pytest.param("HS256", hs(sub="ADMIN"), id="sub-admin-upper-case"),
+        pytest.param("HS256", hs(sub="amp-lifecycle"), id="sub-amp-engine"),
+        pytest.param("HS256", hs(sub="key_0123456789abcdef"), id="sub-an-api-key-id"),
+        pytest.param("HS256", hs(sub="jwt:anonymous"), id="sub-jwt-prefixed"),
     ]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import msgspec
 import pytest
 
 from tests.conftest import Broker, start_broker
@@ -260,8 +261,13 @@ def headers() -> list[Any]:
         ("if-match-list", "PUT", {"If-Match": '"1", "2"'}, 400, "invalid_request"),
         ("if-match-float", "PUT", {"If-Match": '"1.0"'}, 400, "invalid_request"),
         ("if-match-stale", "PUT", {"If-Match": '"7"'}, 412, "precondition_failed"),
-        ("if-match-huge-integer", "PUT", {"If-Match": f'"{10**30}"'}, 412,
-         "precondition_failed"),
+        ("if-match-huge-integer", "PUT", {"If-Match": f'"{10**30}"'}, 400, "invalid_request"),
+        ("if-match-past-safe-integers", "PUT", {"If-Match": f'"{2**53}"'}, 400,
+         "invalid_request"),
+        ("if-match-4400-digits", "PUT", {"If-Match": '"' + "9" * 4400 + '"'}, 400,
+         "invalid_request"),
+        ("if-match-unicode-digits", "PUT", {"If-Match": '"\u0661"'.encode()}, 400,
+         "invalid_request"),
         ("if-none-match-existing", "PUT", {"If-None-Match": "*"}, 412, "precondition_failed"),
         ("idempotency-key-space", "PUT", {"Idempotency-Key": "has space"}, 400,
          "invalid_request"),
@@ -453,6 +459,35 @@ def queries() -> list[Any]:
           id="delete-timestamp-far-future"),
         P(Bad("DELETE", f"{SEED}?timestamp={10**40}", 400, "invalid_timestamp"),
           id="delete-timestamp-huge-integer"),
+        P(Bad("GET", f"{MEM}?pattern=*&limit={'9' * 4400}", 400, "invalid_request"),
+          id="query-limit-4400-digits"),
+        P(Bad("GET", f"{HIST}/{SEED_KEY}?limit={'9' * 4400}", 400, "invalid_request"),
+          id="history-limit-4400-digits"),
+        P(Bad("GET", f"{AGENTS}?limit={2**53}", 400, "invalid_request"),
+          id="agents-limit-past-safe-integers"),
+        P(Bad("POST", "/v1/messages", 400, "invalid_request",
+              content=b'{"memp": "1.0", "type": "memory.put", "namespace": "{ns}", '
+                      b'"key": "seed/item", "value": 1, "if_version": ' + b"9" * 4400 + b"}"),
+          id="message-if-version-4400-digits"),
+        P(Bad("GET", "/v1/subscribe?namespace={ns}", 400, "invalid_request",
+              headers={"Last-Event-ID": "{ns}:18446744073709551616-0"}),
+          id="subscribe-last-event-id-past-64-bits"),
+        P(Bad("GET", "/v1/subscribe?namespace={ns}", 400, "invalid_request",
+              headers={"Last-Event-ID": "{ns}:1-18446744073709551616"}),
+          id="subscribe-last-event-id-sequence-past-64-bits"),
+        P(Bad("GET", "/v1/subscribe?namespace={ns}", 400, "invalid_request",
+              headers={"Last-Event-ID": "{ns}:\u0661-0".encode()}),
+          id="subscribe-last-event-id-unicode-digits"),
+        P(Bad("PUT", f"{MEM}/k%FF", 400, "invalid_key", json={"value": 1}, raw_path=True),
+          id="put-key-invalid-utf8"),
+        P(Bad("GET", f"{MEM}/k%FE", 400, "invalid_key", raw_path=True),
+          id="get-key-invalid-utf8"),
+        P(Bad("DELETE", f"{MEM}/k%C3", 400, "invalid_key", raw_path=True),
+          id="delete-key-truncated-utf8"),
+        P(Bad("GET", f"{HIST}/k%ED%A0%80", 400, "invalid_key", raw_path=True),
+          id="history-key-utf8-surrogate"),
+        P(Bad("GET", "/v1/keys/", 404, "not_found"), id="keys-trailing-slash"),
+        P(Bad("GET", "/v1/agents/", 404, "not_found"), id="agents-trailing-slash"),
         P(Bad("GET", "/v1/subscribe?namespace={ns}", 400, "invalid_request",
               headers={"Last-Event-ID": "not-a-cursor"}), id="subscribe-bad-last-event-id-header"),
     ]
@@ -485,8 +520,10 @@ def messages() -> list[Any]:
         ("put-if-version-zero", put_msg(if_version=0), 400, "invalid_request"),
         ("put-if-version-bool", put_msg(if_version=True), 400, "invalid_request"),
         ("put-if-version-stale", put_msg(if_version=5), 412, "precondition_failed"),
-        ("put-if-version-huge-integer", put_msg(if_version=10**30), 412,
-         "precondition_failed"),
+        ("put-if-version-huge-integer", put_msg(if_version=10**30), 400, "invalid_request"),
+        ("put-if-version-4000-digits", put_msg(if_version=10**4000), 400, "invalid_request"),
+        ("query-limit-4000-digits", msg("memory.query", pattern="*", limit=10**4000), 400,
+         "invalid_request"),
         ("put-if-absent-existing", put_msg(if_absent=True), 412, "precondition_failed"),
         ("put-if-absent-string", put_msg(if_absent="yes"), 400, "invalid_request"),
         ("id-with-space", put_msg(id="has space"), 400, "invalid_request"),
@@ -1014,4 +1051,5 @@ def test_unusual_but_valid_values_round_trip(admin: httpx.Client, ns: str,
     got = admin.get(f"/v1/namespaces/{ns}/memory/v")
     assert got.status_code == 200
     assert got.json()["value"] == json.loads(raw_value)
-    assert raw_value in got.content or raw_value.decode() in got.text
+    canonical = msgspec.json.encode(msgspec.json.decode(raw_value))  # compact, as stored
+    assert b'"value":' + canonical + b"," in got.content

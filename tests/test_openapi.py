@@ -1436,10 +1436,13 @@ def test_amp_acting_agent_and_access(amp_broker: Broker, agent_1: httpx.Client, 
         registered = contract.check(admin.post("/v1/agents", json={
             "name": "amp-agent", "namespace": ns}), 201)
         agent_key = registered["credentials"]["api_key"]
-        gateway_key = key_for(admin, contract, ns, ["read", "write", "impersonate"])
+        gateway_key = key_for(admin, contract, ns, ["amp", "impersonate"])
         reader_key = contract.check(admin.post("/v1/keys", json={
-            "grants": [{"namespace": ns, "permissions": ["read"]}], "agent_id": "agent-1"}),
+            "grants": [{"namespace": ns, "permissions": ["amp"]}], "agent_id": "agent-1"}),
             201)["api_key"]
+        memp_only_key = contract.check(admin.post("/v1/keys", json={
+            "grants": [{"namespace": ns, "permissions": ["read", "write"]}],
+            "agent_id": "agent-1"}), 201)["api_key"]
         outsider_key = key_for(admin, contract, f"{ns}-other", ["admin"])
     with amp_broker.client(agent_key) as agent:
         own = contract.check(agent.post("/amp/memories", json=new_cell("mine")), 201)
@@ -1462,13 +1465,15 @@ def test_amp_acting_agent_and_access(amp_broker: Broker, agent_1: httpx.Client, 
         contract.check(gateway.get(url, headers={AGENT_HEADER: "agent-1"}), 200)
     with acting(amp_broker, reader_key) as reader:  # a key bound to agent-1
         assert contract.check(reader.get(url), 200)["id"] == cell["id"]
-        write = contract.check(reader.post("/amp/memories", json=new_cell("no")), 403)
-        assert write["error"]["details"]["permission"] == "write"
         posing = reader.get(url, headers={AGENT_HEADER: "agent-2"})
         assert contract.check(posing, 403)["error"]["details"]["agent_id"] == "agent-2"
+    with acting(amp_broker, memp_only_key) as memp_only:  # MEMP read and write: no AMP
+        for response in (memp_only.get(url),
+                         memp_only.post("/amp/memories", json=new_cell("no"))):
+            assert contract.check(response, 403)["error"]["details"]["permission"] == "amp"
     with acting(amp_broker, outsider_key, "agent-1") as outsider:
         assert contract.check(outsider.get(url), 403)["error"]["details"]["permission"] \
-            == "read"
+            == "amp"
         contract.check(outsider.post("/amp/memories/search", json={}), 403)
 
     missing = f"/amp/memories/{UNKNOWN_CELL}"

@@ -14,6 +14,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from broker.errors import MempError
+from broker.models import MAX_SAFE_INT
 
 AMP_VERSION = "0.1.0"
 MemoryType = Literal["episodic", "semantic", "procedural"]
@@ -84,7 +85,7 @@ class Scoring(Struct, forbid_unknown_fields=True):
     importance: Score = 0.5
     confidence: Score = 1.0
     decay_rate: Rate = 0.01
-    access_count: Annotated[int, Meta(ge=0)] = 0
+    access_count: Annotated[int, Meta(ge=0, le=MAX_SAFE_INT)] = 0
 
 
 class Lifecycle(Struct, forbid_unknown_fields=True):

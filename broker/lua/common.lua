@@ -99,25 +99,37 @@ local function loses_to(entry, ts, agent)
 end
 
 -- A write's context: its keys (entry, history, index, ttl, log, idempotency or '', meta), the
--- entry's name, and the history and change-log limits.
-local function write_context(keys, key, history_limit, log_maxlen)
+-- entry's name, the history and change-log limits, and the fingerprint of the request that
+-- carries the message id ('' when it has none).
+local function write_context(keys, key, history_limit, log_maxlen, fingerprint)
   return {
     entry_key = keys[1], history_key = keys[2], index_key = keys[3], ttl_key = keys[4],
     log_key = keys[5], idem_key = keys[6], meta_key = keys[7], key = key,
-    history_limit = tonumber(history_limit), log_maxlen = log_maxlen
+    history_limit = tonumber(history_limit), log_maxlen = log_maxlen,
+    fingerprint = fingerprint or ''
   }
 end
 
--- The first reply to this message id, if it was seen within the window.
+-- The first reply to this message id, if it was seen within the window: {'replay', reply}, or
+-- {'reused', ''} when the id came with another request. A reply is stored behind its request's
+-- fingerprint and a newline (replies are JSON: they hold no raw newline); one stored by an
+-- older release has no fingerprint and is replayed as it is.
 local function replayed(ctx)
   if ctx.idem_key == '' then
     return nil
   end
   local first = redis.call('GET', ctx.idem_key)
-  if first then
-    return {'replay', first}
+  if not first then
+    return nil
   end
-  return nil
+  local cut = string.find(first, '\n', 1, true)
+  if cut then
+    if string.sub(first, 1, cut - 1) ~= ctx.fingerprint then
+      return {'reused', ''}
+    end
+    first = string.sub(first, cut + 1)
+  end
+  return {'replay', first}
 end
 
 -- Encode a verdict with the entry (its value only when asked), and remember it under the
@@ -132,7 +144,7 @@ local function answer(ctx, window_ms, status, entry, with_value, forget)
   end
   local encoded = cjson.encode({status, copy})
   if ctx.idem_key ~= '' and not forget then
-    redis.call('SET', ctx.idem_key, encoded, 'PX', window_ms)
+    redis.call('SET', ctx.idem_key, ctx.fingerprint .. '\n' .. encoded, 'PX', window_ms)
   end
   return {status, encoded}
 end

@@ -1,8 +1,8 @@
 -- KEYS: entry, history, index, ttl, log, idempotency ('' when the message has no id), meta
 -- ARGV: key, now, agent, ts, if_version, history_limit, log_maxlen, idem_window_ms,
 --       ts_from_client ('1' or '0'), mode ('lww', 'priority' or 'merge'), writer priority,
---       priority of entries written before priorities were set
-local ctx = write_context(KEYS, ARGV[1], ARGV[6], ARGV[7])
+--       priority of entries written before priorities were set, the request's fingerprint
+local ctx = write_context(KEYS, ARGV[1], ARGV[6], ARGV[7], ARGV[13])
 local first = replayed(ctx)
 if first then
   return first

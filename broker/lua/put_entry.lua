@@ -3,7 +3,8 @@
 --   history_limit, log_maxlen, idem_window_ms, sv, cf, ts_from_client ('1' or '0'),
 --   mode ('lww', 'priority' or 'merge'), writer priority, internal_cas ('1' when if_version
 --   is the broker's own merge check: its failure is retried, so it is not remembered),
---   priority of entries written before priorities were set
+--   priority of entries written before priorities were set, the request's fingerprint
+--   (read by write_context)
 -- Returns the verdict, the entry to report (the one stored, for 'ok') and whether the reply
 -- carries its value; for a message seen before, 'replay' and the first reply.
 local function put(ctx, a)

@@ -4,15 +4,32 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
+from urllib.parse import unquote_to_bytes
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from broker.errors import MempError
 from broker.http import authenticate, decode_json, int_header, int_param, json_response, read_body
 from broker.memory import MemoryService, PutOptions, entry_warnings
 from broker.models import Entry, PutBody
 from broker.validation import check_message_id
+
+
+def _key(request: Request) -> str:
+    """The key from the path. The server decodes the path leniently (an invalid UTF-8 sequence
+    becomes U+FFFD), which would let `k%FF` and `k%FE` name one key, so the raw path must
+    decode strictly."""
+    raw_path = request.scope.get("raw_path")
+    if raw_path is not None:
+        try:
+            unquote_to_bytes(raw_path).decode("utf-8")
+        except UnicodeDecodeError:
+            raise MempError("invalid_key", "the key is not valid UTF-8 once percent-decoded") \
+                from None
+    key: str = request.path_params["key"]
+    return key
 
 
 def _service(request: Request) -> MemoryService:
@@ -41,22 +58,22 @@ async def put_entry(request: Request) -> Response:
         base_version=body.base_version,
     )
     entry, created = await service.put(principal, request.path_params["namespace"],
-                                       request.path_params["key"], body.value, options)
+                                       _key(request), body.value, options)
     return _entry_response(entry, 201 if created else 200)
 
 
 async def get_entry(request: Request) -> Response:
     principal = await authenticate(request)
     entry = await _service(request).get(principal, request.path_params["namespace"],
-                                        request.path_params["key"])
+                                        _key(request))
     return _entry_response(entry)
 
 
 async def delete_entry(request: Request) -> Response:
     principal = await authenticate(request)
     entry = await _service(request).delete(
-        principal, request.path_params["namespace"], request.path_params["key"],
-        timestamp=int_param(request, "timestamp"),
+        principal, request.path_params["namespace"], _key(request),
+        timestamp=int_param(request, "timestamp", "invalid_timestamp"),
         message_id=check_message_id(request.headers.get("idempotency-key")),
         if_version=int_header(request, "if-match"),
     )
@@ -74,7 +91,7 @@ async def query_entries(request: Request) -> Response:
 
 async def entry_history(request: Request) -> Response:
     principal = await authenticate(request)
-    key = request.path_params["key"]
+    key = _key(request)
     versions = await _service(request).history(
         principal, request.path_params["namespace"], key, int_param(request, "limit"))
     return json_response({"namespace": request.path_params["namespace"], "key": key,

@@ -40,7 +40,7 @@ async def put_config(request: Request) -> Response:
                  max_ttl_seconds=request.app.state.settings.max_ttl_seconds)
     stored = await _registry(request).save_config(
         namespace, config, by=subject, now=request.app.state.clock(),
-        if_revision=int_header(request, "if-match"))
+        if_revision=int_header(request, "if-match", minimum=0))
     return json_response(stored, headers={"ETag": f'"{stored.revision}"'})
 
 

@@ -68,7 +68,7 @@ export interface Credentials {
   agentId: string | null
 }
 
-export type Permission = 'read' | 'write' | 'subscribe' | 'admin' | 'impersonate'
+export type Permission = 'read' | 'write' | 'subscribe' | 'admin' | 'impersonate' | 'amp'
 
 /** Permissions on the namespaces a glob names (`acme-*`, `acme-crm`, `*`). */
 export interface Grant {

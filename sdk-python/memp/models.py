@@ -10,7 +10,7 @@ from typing import Any, Literal, TypedDict
 import msgspec
 from msgspec import Struct
 
-Permission = Literal["read", "write", "subscribe", "admin"]
+Permission = Literal["read", "write", "subscribe", "admin", "impersonate", "amp"]
 EventType = Literal["put", "delete", "expire", "snapshot", "snapshot-end", "reset"]
 Strategy = Literal["last-write-wins", "agent-priority", "merge"]
 ArrayMode = Literal["replace", "append"]
