@@ -87,6 +87,17 @@ class AgentService:
             raise MempError("not_found", f"no agent {agent_id!r} in namespace {namespace!r}")
         return agent
 
+    async def remove(self, principal: Principal, namespace: str, agent_id: str) -> None:
+        """Remove an agent (admins of its namespace): its record goes, every API key bound to
+        it is revoked, and every process ends the streams those keys opened."""
+        validate_namespace(namespace)
+        principal.require("admin", namespace)
+        if not (isinstance(agent_id, str) and _UUID_RE.fullmatch(agent_id)) or \
+                await self.store.get_agent(namespace, agent_id) is None:
+            raise MempError("not_found", f"no agent {agent_id!r} in namespace {namespace!r}")
+        await self.store.delete_agent(namespace, agent_id)
+        await self.store.announce_revocation(f"agent:{agent_id}")
+
     async def list(self, principal: Principal, namespace: str, cursor: str | None,
                    limit: int | None) -> tuple[list[Agent], str | None]:
         validate_namespace(namespace)

@@ -29,10 +29,12 @@ from broker.clock import Clock, system_clock
 from broker.errors import MempError, unavailable
 from broker.http import error_response
 from broker.hub import Hub
+from broker.invalidations import InvalidationListener
 from broker.memory import MemoryService
 from broker.messages import MessageHandler
 from broker.metrics import Metrics, MetricsMiddleware
 from broker.namespaces import NamespaceRegistry
+from broker.revocation import StreamGuard
 from broker.routes import agents, keys, memory, messages, namespaces, subscribe, system
 from broker.settings import Settings
 from broker.sse import SendWatchdog
@@ -114,6 +116,9 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     changelog = ChangeLog(reader_client, cell_visibility)
     hub = Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2)
     send_watchdog = SendWatchdog(settings.sse_send_timeout_seconds)
+    auth = Authenticator(settings, store)
+    stream_guard = StreamGuard(auth, registry)
+    listener = InvalidationListener(registry, auth, stream_guard)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -125,7 +130,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             asyncio.create_task(sweeper.run(), name="memp-expiry-sweeper"),
             asyncio.create_task(_periodic(settings.last_seen_flush_seconds, activity.flush,
                                           "last_seen flush"), name="memp-last-seen"),
-            asyncio.create_task(registry.listen(reader_client), name="memp-invalidations"),
+            asyncio.create_task(listener.listen(reader_client), name="memp-invalidations"),
+            asyncio.create_task(stream_guard.run(), name="memp-stream-guard"),
             asyncio.create_task(amp_engine.run_forever(settings.amp_lifecycle_interval_seconds),
                                 name="memp-amp-lifecycle"),
             asyncio.create_task(amp_poster.run_forever(settings.amp_post_interval_seconds),
@@ -167,7 +173,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.amp_engine = amp_engine
     app.state.amp_purger = Purger(amp_cells, clock, settings.amp_purge_retention)
     app.state.activity = activity
-    app.state.auth = Authenticator(settings, store)
+    app.state.auth = auth
+    app.state.stream_guard = stream_guard
     app.state.memory = memory_service
     app.state.agents = agent_service
     app.state.messages = MessageHandler(memory_service, agent_service, clock)

@@ -34,6 +34,7 @@ class Principal:
     agent_id: str | None = None
     key_id: str | None = None
     superuser: bool = False
+    expires_at: float | None = None  # a JWT's `exp` (Unix seconds)
 
     @property
     def writer_id(self) -> str:
@@ -176,8 +177,12 @@ class Authenticator:
         return principal
 
     def forget(self) -> None:
-        """Drop cached look-ups (after a key is revoked through this process)."""
+        """Drop cached look-ups (after a key is revoked, here or in another process)."""
         self._cache.clear()
+
+    async def live_keys(self, key_ids: set[str]) -> set[str]:
+        """Those of these API key ids that are not revoked."""
+        return await self.store.live_api_keys(key_ids) if key_ids else set()
 
     async def _resolve(self, token: str) -> Principal | None:
         if token.startswith(API_KEY_PREFIX):
@@ -201,8 +206,10 @@ def _principal_from_claims(claims: dict[str, Any]) -> Principal:
     agent_id = subject if isinstance(subject, str) and subject else None
     if agent_id is not None and is_reserved(agent_id):
         raise _unauthorized(f"the token's subject {agent_id!r} is a reserved identity")
+    expires = claims.get("exp")
     return Principal(subject=f"jwt:{agent_id or 'anonymous'}", grants=tuple(grants),
-                     agent_id=agent_id)
+                     agent_id=agent_id,
+                     expires_at=float(expires) if isinstance(expires, int | float) else None)
 
 
 async def create_api_key(store: Store, env: str, *, grants: list[Grant], name: str,

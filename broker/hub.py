@@ -72,6 +72,7 @@ class Subscription:
         self.queue = ChangeQueue(queue_size)
         self.overflowed = False
         self.closing = False
+        self.revoked: str | None = None  # why the stream lost its right to continue
         self.resets: set[str] = set()
 
     def wants(self, change: Change) -> bool:
@@ -89,6 +90,11 @@ class Subscription:
             self.queue.put_nowait(change)
         except asyncio.QueueFull:
             self.overflowed = True
+
+    def revoke(self, reason: str) -> None:
+        """End the stream with a `revoked` event saying why."""
+        self.revoked = reason
+        self.nudge()
 
     def rearm(self) -> None:
         """Forget queued changes after an overflow; the caller re-reads them from the log."""

@@ -95,6 +95,12 @@ def invalidations() -> str:
     return f"{PREFIX}:invalidate"
 
 
+def revocations() -> str:
+    """Pub/sub channel naming revoked credentials (`key:<id>`, `agent:<id>`): every process
+    drops its cached look-ups and checks its open streams again."""
+    return f"{PREFIX}:revoked"
+
+
 # ---- AMP bridge: indexes beside the cells' MEMP entries, in the AMP namespace's hash slot ----
 
 

@@ -3,7 +3,6 @@ across processes by pub/sub, and authorization that honours shares."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -11,7 +10,6 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from broker import layout
 from broker.auth import Principal
@@ -167,6 +165,9 @@ class NamespaceRegistry:
     def invalidate(self, namespace: str) -> None:
         self._cache.pop(namespace, None)
 
+    def forget_all(self) -> None:
+        self._cache.clear()
+
     async def _changed(self, namespace: str) -> None:
         self.invalidate(namespace)
         await self.redis.publish(layout.invalidations(), namespace)
@@ -225,18 +226,3 @@ class NamespaceRegistry:
             if state.shares_with(principal, permission):
                 return
         principal.require(permission, namespace)
-
-    async def listen(self, client: aioredis.Redis) -> None:
-        """Drop cached namespaces that another process changed; reconnect on failure."""
-        while True:
-            try:
-                async with client.pubsub() as pubsub:
-                    await pubsub.subscribe(layout.invalidations())
-                    self._cache.clear()
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message":
-                            data = message["data"]
-                            self.invalidate(data.decode() if isinstance(data, bytes) else data)
-            except (RedisError, OSError) as exc:
-                log.warning("invalidation listener: %s; retrying", exc)
-                await asyncio.sleep(1.0)

@@ -422,6 +422,21 @@ class Store:
         raw = await self.redis.hgetall(layout.agent(namespace, agent_id))
         return _agent(cast(RawHash, raw)) if raw else None
 
+    async def delete_agent(self, namespace: str, agent_id: str) -> list[str]:
+        """Remove a registered agent and revoke every API key bound to it; returns the ids of
+        the keys revoked."""
+        created = await self.redis.hget(layout.agent(namespace, agent_id), "created_at")
+        bound = [r.id for r in await self.list_api_keys() if r.agent_id == agent_id]
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(layout.agent(namespace, agent_id))
+            if created is not None:
+                pipe.zrem(layout.agents(namespace), f"{int(created):013d}:{agent_id}")
+            await pipe.execute()
+        await self.redis.hdel(layout.agent_homes(), agent_id)
+        for key_id in bound:
+            await self.delete_api_key(key_id)
+        return bound
+
     async def agent_home(self, agent_id: str) -> str | None:
         """The namespace an agent was registered in, or None for no registered agent. Agents
         registered before homes were recorded are found by their namespace's agent hash."""
@@ -480,6 +495,16 @@ class Store:
         rows = await self.redis.mget([layout.api_key(_text(d)) for d in digests])
         records = [msgspec.json.decode(r, type=ApiKeyRecord) for r in rows if r]
         return sorted(records, key=lambda r: (r.created_at, r.id))
+
+    async def live_api_keys(self, key_ids: set[str]) -> set[str]:
+        """Those of these key ids that still exist."""
+        ids = sorted(key_ids)
+        digests = await self.redis.hmget(layout.api_key_ids(), ids)
+        return {key_id for key_id, digest in zip(ids, digests, strict=True) if digest}
+
+    async def announce_revocation(self, what: str) -> None:
+        """Tell every broker process that credentials were revoked (`what` names them)."""
+        await self.redis.publish(layout.revocations(), what)
 
     async def delete_api_key(self, key_id: str) -> bool:
         digest = await self.redis.hget(layout.api_key_ids(), key_id)

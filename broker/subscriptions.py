@@ -108,6 +108,9 @@ class EventStream:
                     yield chunk
             async for chunk in self._catch_up():
                 yield chunk
+            if self.subscription.revoked is not None:  # no need to wait for a change first
+                yield self._farewell() or b""
+                return
             async for chunk in self._live():
                 yield chunk
         finally:
@@ -143,7 +146,7 @@ class EventStream:
                         self.snapshot_versions[seen] = entry.version
                         yield encode_frame(b"snapshot", None, encode_payload(entry, "snapshot"))
                     page_cursor = page.next_cursor
-                    if page_cursor is None:
+                    if page_cursor is None or self.subscription.revoked is not None:
                         break
         marker = msgspec.json.encode({"cursor": self.cursor.decode()})
         yield encode_frame(b"snapshot-end", self.cursor, marker)
@@ -185,7 +188,7 @@ class EventStream:
                     for change in changes:
                         if self._fresh(change):
                             yield self._frame(change)
-                    if len(changes) < _REPLAY_BATCH:
+                    if len(changes) < _REPLAY_BATCH or self.subscription.revoked is not None:
                         break
             if not self.subscription.overflowed:
                 break
@@ -219,7 +222,9 @@ class EventStream:
 
     def _farewell(self) -> bytes | None:
         """The last frame, once the subscriber overflowed or the broker is shutting down."""
-        if self.subscription.overflowed:
+        if self.subscription.revoked is not None:
+            event, reason = b"revoked", self.subscription.revoked
+        elif self.subscription.overflowed:
             event, reason = b"overflow", "the subscriber fell too far behind"
         elif self.subscription.closing:
             event, reason = b"shutdown", "the broker is shutting down"

@@ -35,6 +35,15 @@ async def get_agent(request: Request) -> Response:
     return json_response(agent)
 
 
+async def remove_agent(request: Request) -> Response:
+    principal = await authenticate(request)
+    service = _service(request)
+    await service.remove(principal, request.path_params["namespace"],
+                         request.path_params["agent_id"])
+    request.app.state.auth.forget()
+    return Response(status_code=204)
+
+
 async def list_agents(request: Request) -> Response:
     principal = await authenticate(request)
     agents, cursor = await _service(request).list(
@@ -47,4 +56,5 @@ routes = [
     Route("/v1/agents", register_agent, methods=["POST"]),
     Route("/v1/namespaces/{namespace}/agents", list_agents, methods=["GET"]),
     Route("/v1/namespaces/{namespace}/agents/{agent_id}", get_agent, methods=["GET"]),
+    Route("/v1/namespaces/{namespace}/agents/{agent_id}", remove_agent, methods=["DELETE"]),
 ]

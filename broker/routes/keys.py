@@ -91,6 +91,7 @@ async def revoke_key(request: Request) -> Response:
         raise MempError("not_found", f"no API key {key_id!r}")
     await store.delete_api_key(key_id)
     request.app.state.auth.forget()
+    await store.announce_revocation(f"key:{key_id}")
     return Response(status_code=204)
 
 

@@ -11,6 +11,7 @@ from broker.auth import Principal
 from broker.errors import MempError
 from broker.http import authenticate
 from broker.keys import Pattern, compile_pattern, validate_namespace
+from broker.revocation import StreamGuard
 from broker.sse import EventStreamResponse
 from broker.subscriptions import EventStream, StreamRequest, parse_cursor
 
@@ -55,11 +56,18 @@ async def subscribe(request: Request) -> Response:
         settings.subscriber_queue_size, settings.sse_retry_ms,
     )
     lost = await stream.open()
+    guard: StreamGuard = state.stream_guard
+    guard.watch(stream.subscription, principal)
+
+    def close() -> None:
+        guard.forget(stream.subscription)
+        stream.close()
+
     return EventStreamResponse(
         stream.frames(lost), ping=settings.heartbeat_seconds, watchdog=state.send_watchdog,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         shutdown_event=state.hub.shutdown_event(), shutdown_grace_period=1.0,
-        background=BackgroundTask(stream.close),
+        background=BackgroundTask(close),
     )
 
 

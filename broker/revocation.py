@@ -1,0 +1,84 @@
+"""Open streams end when their right to exist does.
+
+Every process keeps the streams it serves with the principal that opened them. When a key is
+revoked or an agent removed (anywhere: the news arrives by pub/sub), a namespace's shares
+change, or the invalidation listener reconnects (news may have been missed), the streams are
+checked again; a JWT's expiry is checked every second. A stream that lost its right gets a
+final `revoked` event saying why, with its cursor, and is closed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from broker.auth import Authenticator, Principal
+from broker.errors import MempError
+from broker.hub import Subscription
+from broker.namespaces import NamespaceRegistry
+
+log = logging.getLogger("memp.revocation")
+
+
+class StreamGuard:
+    """Knows every open stream of this process and ends those that lost their grant."""
+
+    def __init__(self, auth: Authenticator, namespaces: NamespaceRegistry) -> None:
+        self.auth = auth
+        self.namespaces = namespaces
+        self.streams: dict[Subscription, Principal] = {}
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def watch(self, subscription: Subscription, principal: Principal) -> None:
+        self.streams[subscription] = principal
+
+    def forget(self, subscription: Subscription) -> None:
+        self.streams.pop(subscription, None)
+
+    def recheck_soon(self, namespace: str | None = None) -> None:
+        """Check again in the background (called from the pub/sub listener)."""
+        task = asyncio.create_task(self.recheck(namespace), name="memp-stream-recheck")
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def recheck(self, namespace: str | None = None) -> None:
+        """Check every stream (or those following `namespace`) against the store."""
+        watched = [(s, p) for s, p in list(self.streams.items())
+                   if namespace is None or namespace in s.patterns]
+        if not watched:
+            return
+        live = await self.auth.live_keys({p.key_id for _, p in watched if p.key_id})
+        for subscription, principal in watched:
+            reason = None
+            if principal.key_id and principal.key_id not in live:
+                reason = "the API key was revoked"
+            else:
+                reason = await self._lost_namespace(subscription, principal)
+            if reason is not None:
+                self._end(subscription, reason)
+
+    async def _lost_namespace(self, subscription: Subscription, principal: Principal
+                              ) -> str | None:
+        for namespace in subscription.patterns:
+            try:
+                await self.namespaces.require(principal, "subscribe", namespace)
+            except MempError:
+                return f"the token may no longer follow namespace {namespace!r}"
+        return None
+
+    def check_expiry(self, now: float) -> None:
+        """End streams opened with a JWT that has expired since."""
+        for subscription, principal in list(self.streams.items()):
+            if principal.expires_at is not None and principal.expires_at <= now:
+                self._end(subscription, "the token expired")
+
+    def _end(self, subscription: Subscription, reason: str) -> None:
+        self.forget(subscription)
+        if subscription.revoked is None:
+            log.info("ending a stream: %s", reason)
+            subscription.revoke(reason)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.check_expiry(time.time())
