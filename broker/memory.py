@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
+import time
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,6 +21,7 @@ from broker.conflicts import MISSING, Conflict, merge
 from broker.errors import MempError
 from broker.idempotency import fingerprint, reused
 from broker.keys import compile_pattern, validate_key, validate_namespace
+from broker.locks import KeyLocks
 from broker.models import Entry, Page
 from broker.namespaces import NamespaceRegistry, NamespaceState
 from broker.settings import Settings
@@ -49,7 +52,8 @@ class PutOptions:
 
 
 _MODES = {"last-write-wins": "lww", "agent-priority": "priority", "merge": "merge"}
-_MERGE_ATTEMPTS = 50
+# A merge retries its compare-and-set until it lands or the key stays contended this long.
+_MERGE_BUDGET_SECONDS = 10.0
 
 
 class MemoryService:
@@ -63,6 +67,7 @@ class MemoryService:
         self.activity = activity
         self.clock = clock
         self.cells = cells
+        self._merges = KeyLocks()
 
     def _target(self, principal: Principal, permission: str, namespace: str, key: str
                 ) -> tuple[str, str]:
@@ -140,8 +145,18 @@ class MemoryService:
     async def _merge_put(self, principal: Principal, namespace: str, key: str,
                          incoming: Any, options: PutOptions, state: NamespaceState,
                          sent: str) -> tuple[Entry, bool]:
-        """Read, merge and write with compare-and-set on the version read; retry on a race."""
-        for _ in range(_MERGE_ATTEMPTS):
+        """Read, merge and write with compare-and-set on the version read. Merges of one key
+        take turns within this process, so only writers on other processes can race one; a
+        lost race is retried (with growing, jittered pauses) until it lands."""
+        async with self._merges.hold((namespace, key)):
+            return await self._merge_until_applied(principal, namespace, key, incoming,
+                                                   options, state, sent)
+
+    async def _merge_until_applied(self, principal: Principal, namespace: str, key: str,
+                                   incoming: Any, options: PutOptions, state: NamespaceState,
+                                   sent: str) -> tuple[Entry, bool]:
+        deadline = time.monotonic() + _MERGE_BUDGET_SECONDS
+        for attempt in itertools.count(1):
             current = await self.store.get(namespace, key, self.clock())
             if options.if_absent and current is not None:
                 raise _precondition(current)
@@ -167,9 +182,14 @@ class MemoryService:
             if outcome.status != "precondition_failed" or outcome.replayed:
                 return _settle(outcome, namespace, key, encoded, options.message_id), \
                     outcome.created
-            await asyncio.sleep(random.uniform(0, 0.002))
-        raise MempError("write_conflict", f"could not merge after {_MERGE_ATTEMPTS} attempts "
-                        "under contention; retry the write", {"key": key})
+            if time.monotonic() > deadline:
+                raise MempError(
+                    "write_conflict", f"the key kept changing for {_MERGE_BUDGET_SECONDS:.0f} s "
+                    f"({attempt} attempts); nothing was written: retry the write",
+                    {"key": key, "attempts": attempt, "retryable": True,
+                     "current_version": current.version if current else 0})
+            await asyncio.sleep(random.uniform(0, min(0.001 * 2 ** min(attempt, 6), 0.05)))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _merge_with(self, namespace: str, key: str, current: Entry, incoming: Any,
                           writer: str, options: PutOptions, state: NamespaceState
