@@ -37,7 +37,7 @@ from broker.namespaces import NamespaceRegistry
 from broker.revocation import StreamGuard
 from broker.routes import agents, keys, memory, messages, namespaces, subscribe, system
 from broker.settings import Settings
-from broker.sse import SendWatchdog
+from broker.sse import AbortableApp, SendWatchdog
 from broker.store import STORE_DOWN, Store
 from broker.sweeper import ExpirySweeper
 from broker.tasks import stop_tasks
@@ -148,7 +148,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             await reader_client.aclose()
             await store.close()
 
-    app = Starlette(
+    app = AbortableApp(
         routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *keys.routes,
                 *subscribe.routes, *namespaces.routes, *amp_routes.routes],
         exception_handlers={

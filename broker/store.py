@@ -15,7 +15,7 @@ from redis.exceptions import InvalidResponse, NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker import layout
-from broker.connection import HiredisPackingConnection
+from broker.connection import FreshConnectionPool, HiredisPackingConnection
 from broker.keys import Pattern
 from broker.models import Agent, ApiKeyRecord, Entry
 from broker.values import recanonical
@@ -156,7 +156,7 @@ class Store:
             def connect() -> aioredis.Redis:
                 extra: dict[str, Any] = (
                     {"connection_class": HiredisPackingConnection} if plain_tcp else {})
-                pool = aioredis.BlockingConnectionPool.from_url(
+                pool = FreshConnectionPool.from_url(
                     url, socket_timeout=timeout, socket_connect_timeout=timeout,
                     max_connections=1024, timeout=timeout, health_check_interval=10, **extra,
                 )

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -211,3 +214,89 @@ def test_frozen_redis_gives_503_within_the_timeout_and_retries_apply_once(
         assert log == [("put", "k", "1"), ("put", "k", "2")]
     finally:
         broker.stop()
+
+
+def at_once(jobs: list[Callable[[], Any]]) -> list[Any]:
+    """Run the jobs on threads released together; their results in order."""
+    start = threading.Barrier(len(jobs))
+
+    def gated(job: Callable[[], Any]) -> Any:
+        start.wait(timeout=CALL_TIMEOUT)
+        return job()
+
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = [pool.submit(gated, job) for job in jobs]
+        return [f.result(timeout=CALL_TIMEOUT * 2) for f in futures]
+
+
+def restart_and_wait_ready(server: RedisServer, client: httpx.Client) -> None:
+    server.stop()
+    server.start()
+    assert wait_until(lambda: client.get("/readyz").status_code == 200, timeout=15)
+
+
+def test_a_redis_restart_while_the_broker_is_idle_costs_no_request(
+    broker_on_private_redis: Broker, private_redis: RedisServer, ns: str
+) -> None:
+    """Every pooled connection died with the old Redis. Each is found dead before anything is
+    sent on it and replaced, so once /readyz says ready no write or read gets a 503."""
+    broker = broker_on_private_redis
+    path = f"/v1/namespaces/{ns}/memory"
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    with httpx.Client(base_url=broker.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+                      timeout=CALL_TIMEOUT, limits=limits) as client:
+        def put(n: int) -> Callable[[], int]:
+            return lambda: client.put(f"{path}/k{n}", json={"value": n},
+                                      headers={"Idempotency-Key": f"{ns}-{n}"}).status_code
+
+        def batch(n: int) -> Callable[[], list[str]]:
+            return lambda: [r["type"] for r in client.post("/v1/messages", json=[
+                put_message(ns, f"m{n}", n, f"{ns}-m{n}")]).json()]
+
+        def reads(n: int) -> Callable[[], tuple[int, int, int]]:
+            return lambda: (client.get(f"{path}/k{n}").status_code,
+                            client.get(path, params={"pattern": "k*"}).status_code,
+                            client.get(f"/v1/namespaces/{ns}/history/k{n}").status_code)
+
+        for _ in range(3):  # the pool opens a connection per concurrent request
+            assert at_once([put(n) for n in range(50)]).count(503) == 0
+
+        restart_and_wait_ready(private_redis, client)
+        writes = at_once([put(n) for n in range(40)] + [batch(n) for n in range(10)])
+        assert writes[:40] == [201] * 40, writes  # Redis came back empty: created again
+        assert writes[40:] == [["ack"]] * 10, writes
+
+        restart_and_wait_ready(private_redis, client)
+        assert at_once([reads(n) for n in range(50)]) == [(404, 200, 200)] * 50
+
+
+def test_configuration_changes_reach_every_process_again_after_a_redis_restart(
+    private_redis: RedisServer, ns: str
+) -> None:
+    """The invalidation listener subscribes again once Redis is back: a process that cached a
+    namespace's configuration sees another process change it, long before its cache expires."""
+    caching = start_broker("redis", private_redis.url, namespace_cache_seconds=3600)
+    other = start_broker("redis", private_redis.url)
+    memory, config = f"/v1/namespaces/{ns}/memory/doc", f"/v1/namespaces/{ns}/config"
+    try:
+        with client_for(caching) as admin, client_for(other) as elsewhere:
+            assert admin.put(memory, json={"value": 1}).status_code == 201  # caches the config
+            restart_and_wait_ready(private_redis, admin)
+            assert wait_until(lambda: elsewhere.get("/readyz").status_code == 200, timeout=15)
+
+            reader_ns = f"r-{ns}"
+            created = elsewhere.post("/v1/keys", json={"grants": [
+                {"namespace": reader_ns, "permissions": ["read"]}]})
+            assert created.status_code == 201, created.text
+            assert elsewhere.put(memory, json={"value": 2}).status_code == 201
+            with client_for(caching, created.json()["api_key"]) as reader:
+                def shared(shares: list[dict[str, Any]], then: int) -> bool:
+                    changed = elsewhere.put(config, json={"shares": shares})
+                    assert changed.status_code == 200, changed.text
+                    return wait_until(lambda: reader.get(memory).status_code == then, 10)
+
+                assert shared([{"namespace": reader_ns, "permissions": ["read"]}], then=200)
+                assert shared([], then=403)
+    finally:
+        caching.stop()
+        other.stop()

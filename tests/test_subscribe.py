@@ -726,10 +726,14 @@ def raw_subscribe(url: str, query: dict[str, str], rcvbuf: int = 4096) -> socket
 
 
 def read_to_end(sock: socket.socket, timeout: float = WAIT) -> bytes:
+    """Everything until the server closes or resets the connection."""
     deadline = time.monotonic() + timeout
     chunks: list[bytes] = []
     while time.monotonic() < deadline:
-        chunk = sock.recv(1 << 16)
+        try:
+            chunk = sock.recv(1 << 16)
+        except ConnectionResetError:
+            return b"".join(chunks)
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
@@ -759,27 +763,50 @@ def sse_events(raw: bytes) -> list[Event]:
     return parser.events
 
 
-def test_a_subscriber_that_never_reads_holds_back_no_one(
+def server_side(broker: Broker, sock: socket.socket) -> Any:
+    """The server's connection for a client socket, while the server holds it (else None)."""
+    port = sock.getsockname()[1]
+    for connection in list(broker.server.server_state.connections):
+        client = getattr(connection, "client", None)
+        if client is not None and client[1] == port:
+            return connection
+    return None
+
+
+def test_a_subscriber_that_never_reads_is_cut_and_holds_back_no_one(
     broker_factory: Callable[..., Broker], subscribe: Callable[..., Stream], backend: str, ns: str
 ) -> None:
-    broker = broker_factory(backend, subscriber_queue_size=5, sse_send_timeout_seconds=1.0)
+    send_timeout = 1.0
+    broker = broker_factory(backend, subscriber_queue_size=5,
+                            sse_send_timeout_seconds=send_timeout)
     reader = subscribe(broker.url, ns, "*").wait_open()
-    stuck = raw_subscribe(broker.url, {"namespace": ns, "pattern": "*"})
+    stuck = raw_subscribe(broker.url, {"namespace": ns, "pattern": "*"})  # a 4 KiB window
     try:
         wait_until(lambda: subscriber_count(broker, ns) == 2, "the stuck subscriber to join")
+        held = server_side(broker, stuck)
+        assert held is not None
         pad = "x" * 60_000  # 6 MB in all: more than the socket buffers take in
         total = 100
         with broker.client() as client:
             for n in range(1, total + 1):
                 put(client, ns, "k", {"n": n, "pad": pad})
+        written = time.monotonic()
         reader.wait_key("k", total)
         assert [e.data["version"] for e in reader.changes()] == list(range(1, total + 1))
-        # The stuck one is cut off (its sends time out) and its reader slot freed...
-        wait_until(lambda: subscriber_count(broker, ns) == 1, "the stuck subscriber to be cut")
+        # The stuck one is cut within the send timeout (plus slack), without reading a byte:
+        # the server drops the connection and what it had buffered for it, and the stream
+        # leaves the hub and the watchdog.
+        wait_until(lambda: server_side(broker, stuck) is None, "the server to drop it",
+                   timeout=written + send_timeout + 5 - time.monotonic())
+        assert held.transport.is_closing()
+        assert held.transport.get_write_buffer_size() == 0
+        wait_until(lambda: subscriber_count(broker, ns) == 1, "the stuck stream to leave")
+        assert len(broker.app.state.send_watchdog.streams) == 1  # the reader's
         got = sse_events(read_to_end(stuck))
     finally:
         stuck.close()
-    # ...having received a gap-free prefix, whose last id resumes the rest.
+    # What it reads later is a gap-free prefix of whole events (a cut-off last one is
+    # discarded, as any SSE parser does), whose last id resumes the rest exactly once.
     versions = [e.data["version"] for e in got]
     assert versions == list(range(1, len(versions) + 1))
     assert len(versions) < total

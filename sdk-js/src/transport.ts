@@ -180,7 +180,9 @@ export class Transport {
       }
       const json = parseJson(text)
       if (response.ok) return { status: response.status, headers: response.headers, body: json }
-      if (response.status === 503 && attempt < this.config.maxRetries) {
+      // A 503 may have been applied (the store froze after running the write): only calls
+      // that are safe to repeat are resent after one.
+      if (response.status === 503 && call.idempotent && attempt < this.config.maxRetries) {
         await sleep(this.delay(attempt, response.headers.get('retry-after')), call.signal)
         continue
       }

@@ -1,14 +1,15 @@
 // Retries are safe: writes carry an Idempotency-Key made once per call and are resent with the
-// same key after a lost reply or a 503, and the broker applies them once.
+// same key after a lost reply or a 503 (even one whose write landed), and the broker applies
+// them once; calls without a key are not resent once they may have arrived.
 
 import assert from 'node:assert/strict'
 import { request as httpRequest, createServer as createHttpServer } from 'node:http'
 import { connect, createServer } from 'node:net'
-import { describe, test } from 'node:test'
+import { after, before, describe, test } from 'node:test'
 
 import { ConnectionFailedError, UnavailableError } from 'memp-sdk'
 
-import { admin, delay, namespace, rest, take, useServices } from './helpers.js'
+import { admin, delay, namespace, rest, startServices, take, useServices } from './helpers.js'
 
 const services = useServices()
 
@@ -240,5 +241,81 @@ describe('Redis unavailable (503)', () => {
       gateway.closeAllConnections()
       gateway.close()
     }
+  })
+})
+
+describe('a 503 whose write landed (Redis froze after running it)', () => {
+  /** @type {Awaited<ReturnType<typeof startServices>> | undefined} */
+  let frozen
+  /** @type {ReturnType<typeof setTimeout>[]} */
+  const thaws = []
+
+  /** Stop Redis (SIGSTOP) for `ms`: the broker answers 503 after its 1 s timeout, and what it
+   * sent meanwhile runs when Redis wakes up. @param {number} ms */
+  function freeze(ms) {
+    const child = frozen?.redis.proc?.child
+    assert.ok(child)
+    child.kill('SIGSTOP')
+    thaws.push(setTimeout(() => child.kill('SIGCONT'), ms))
+  }
+
+  before(async () => {
+    // The configuration stays cached, so a write's script is all it sends Redis.
+    frozen = await startServices({ MEMP_REDIS_TIMEOUT_SECONDS: '1', MEMP_READER_BLOCK_MS: '500',
+      MEMP_NAMESPACE_CACHE_SECONDS: '3600' })
+  })
+  after(async () => {
+    for (const thaw of thaws) clearTimeout(thaw)
+    frozen?.redis.proc?.child.kill('SIGCONT')
+    await frozen?.stop()
+  })
+
+  test('put and delete are resent with their key and applied once', async () => {
+    /** @type {{ method: string, url: string, key: string | null, status: number | null }[]} */
+    const log = []
+    const broker = admin(frozen?.broker.url ?? '', namespace(), {
+      fetch: loggingFetch(log), maxRetries: 5,
+    })
+    await broker.memory.put('warm-up', 0) // the namespace noted, its configuration cached,
+    await broker.memory.delete('warm-up') // and both scripts loaded: Redis is sent just them
+    for (const method of ['PUT', 'DELETE']) {
+      const frozenAt = Date.now()
+      freeze(1500) // the first try gets 503 after 1 s; the retry comes 1 s after that
+      const entry = method === 'PUT'
+        ? await broker.memory.put('k', { once: true })
+        : await broker.memory.delete('k')
+      assert.equal(entry.version, method === 'PUT' ? 1 : 2)
+      // The first try's write landed (it carries that try's time); the retry, with its key,
+      // got that write's reply instead of writing again.
+      assert.ok(entry.updatedAt < frozenAt + 1000, `${entry.updatedAt} >= ${frozenAt} + 1000`)
+      const tries = log.filter((r) => r.method === method && r.url.endsWith('/k'))
+      assert.deepEqual(tries.map((r) => r.status), [503, method === 'PUT' ? 201 : 200])
+      assert.ok(tries[0]?.key)
+      assert.equal(tries[0]?.key, tries[1]?.key)
+      log.length = 0
+    }
+    const history = await broker.memory.history('k')
+    assert.deepEqual(history.map((e) => e.version), [2, 1], 'each applied once')
+  })
+
+  test('API key creation is not resent after a 503, which it may have outlived', async () => {
+    /** @type {{ method: string, url: string, key: string | null, status: number | null }[]} */
+    const log = []
+    const ns = namespace()
+    const broker = admin(frozen?.broker.url ?? '', ns, { fetch: loggingFetch(log), maxRetries: 5 })
+    freeze(1500)
+    await assert.rejects(
+      broker.keys.create({ grants: [{ namespace: ns, permissions: ['read'] }], name: `frozen ${ns}` }),
+      UnavailableError,
+    )
+    assert.equal(log.filter((r) => r.method === 'POST').length, 1)
+    // The 503 was no proof that nothing happened: the key was created once, by that try.
+    const deadline = Date.now() + 20_000
+    let named = []
+    while (named.length === 0 && Date.now() < deadline) {
+      named = (await broker.keys.list()).filter((k) => k.name === `frozen ${ns}`)
+      if (named.length === 0) await delay(50)
+    }
+    assert.equal(named.length, 1)
   })
 })

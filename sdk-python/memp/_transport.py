@@ -25,7 +25,9 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8080"
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 # Errors after which it may have: only idempotent calls are resent.
 _MAYBE_SENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
-# Replies that say "not now": nothing was done, try again after a while.
+# Replies that say "not now", to try again after a while. A 429 did nothing; a 503 may have
+# been applied (the store froze after running the write), so after one only idempotent calls
+# are resent.
 RETRY_STATUSES = frozenset({429, 503})
 
 
@@ -86,6 +88,10 @@ def _resendable(call: Call[T], exc: httpx.TransportError) -> bool:
     return isinstance(exc, _NOT_SENT) or (call.idempotent and isinstance(exc, _MAYBE_SENT))
 
 
+def _try_again(call: Call[T], response: httpx.Response) -> bool:
+    return response.status_code == 429 or (response.status_code == 503 and call.idempotent)
+
+
 def _failed(exc: httpx.TransportError, config: Config) -> MempError:
     reason = str(exc) or type(exc).__name__
     return ConnectionFailed(f"could not reach the broker at {config.base_url}: {reason}",
@@ -112,7 +118,7 @@ class SyncTransport:
                 continue
             if response.is_success:
                 return call.parse(response)
-            if response.status_code in RETRY_STATUSES and attempt < self.config.max_retries:
+            if _try_again(call, response) and attempt < self.config.max_retries:
                 time.sleep(self.config.delay(attempt, response.headers.get("retry-after")))
                 attempt += 1
                 continue
@@ -142,7 +148,7 @@ class AsyncTransport:
                 continue
             if response.is_success:
                 return call.parse(response)
-            if response.status_code in RETRY_STATUSES and attempt < self.config.max_retries:
+            if _try_again(call, response) and attempt < self.config.max_retries:
                 await asyncio.sleep(self.config.delay(attempt,
                                                       response.headers.get("retry-after")))
                 attempt += 1

@@ -1,16 +1,21 @@
-"""Safe retries: a write whose reply is lost is resent with the same Idempotency-Key and applied
-once; 503s are retried with backoff; calls that are not idempotent are not resent.
+"""Safe retries: a write whose reply is lost, or answered 503 after it landed, is resent with
+the same Idempotency-Key and applied once; 503s are retried with backoff; calls that are not
+idempotent are not resent once they may have arrived.
 
-Replies are lost for real: a TCP proxy between the SDK and a real broker drops them."""
+Replies are lost for real: a TCP proxy between the SDK and a real broker drops them, and a
+frozen Redis (SIGSTOP) runs a write after the broker has answered 503."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import signal
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -187,3 +192,90 @@ def test_503_is_retried_until_the_store_is_back(own_redis: RedisServer, ns: str)
             assert [v.value for v in patient.memory.history("k")] == ["after"]
     finally:
         broker.stop()
+
+
+# ---- a 503 that was applied: Redis froze after running the write ----
+
+
+@pytest.fixture
+def frozen_store(own_redis: RedisServer) -> Iterator[tuple[LossyProxy, Callable[[float], None]]]:
+    """A broker (1 s store timeout) behind a recording proxy, and `freeze(seconds)`: Redis is
+    stopped (SIGSTOP) for that long, like a partition. A write the broker sent meanwhile runs
+    when Redis wakes up, though the broker has already answered 503."""
+    # The namespace configuration stays cached, so a write's script is all it sends Redis.
+    broker = start_broker("redis", own_redis.url, redis_timeout_seconds=1.0, reader_block_ms=500,
+                          namespace_cache_seconds=3600)
+    proxy = LossyProxy(int(broker.url.rsplit(":", 1)[1]))
+    assert own_redis.process is not None
+    pid = own_redis.process.pid
+    timers: list[threading.Timer] = []
+
+    def freeze(seconds: float) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        timers.append(threading.Timer(seconds, os.kill, (pid, signal.SIGCONT)))
+        timers[-1].start()
+
+    try:
+        yield proxy, freeze
+    finally:
+        for timer in timers:
+            timer.join(WAIT)
+        proxy.close()
+        broker.stop()
+
+
+def test_a_write_answered_503_that_landed_is_applied_once(
+    frozen_store: tuple[LossyProxy, Callable[[float], None]], ns: str
+) -> None:
+    proxy, freeze = frozen_store
+    with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=proxy.url, max_retries=5) as client:
+        client.memory.put("warm-up", 0)  # the namespace noted, its configuration cached,
+        client.memory.delete("warm-up")  # and both scripts loaded: Redis is sent just them
+        for write in ("PUT", "DELETE"):
+            frozen_at = int(time.time() * 1000)
+            freeze(1.5)  # the first try gets 503 after 1 s; the retry comes 1 s after that
+            if write == "PUT":
+                entry = client.memory.put("k", {"once": True})
+                assert (entry.version, entry.value) == (1, {"once": True})
+            else:
+                entry = client.memory.delete("k")
+                assert entry.version == 2 and entry.deleted
+            # The first try's write landed (it carries that try's time), and the retry, with
+            # its key, got its reply instead of writing again.
+            assert entry.updated_at < frozen_at + 1000
+            keys = proxy.idempotency_keys(write.encode())[-2:]
+            assert len(set(keys)) == 1 and keys[0] != ""
+        assert [v.version for v in client.memory.history("k")] == [2, 1], "each applied once"
+
+
+def test_a_call_without_a_key_is_not_resent_after_a_503(
+    frozen_store: tuple[LossyProxy, Callable[[float], None]], ns: str
+) -> None:
+    proxy, freeze = frozen_store
+    with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=proxy.url, max_retries=5) as client:
+        freeze(1.5)
+        with pytest.raises(Unavailable):
+            client.keys.create([Grant(ns, ["read"])], name=f"frozen {ns}")
+        assert len([r for r in proxy.requests if r.startswith(b"POST /v1/keys")]) == 1
+        # The 503 was no proof that nothing happened: the key was created once, by that try.
+        deadline = time.monotonic() + WAIT
+        while not [k for k in client.keys.list() if k.name == f"frozen {ns}"]:
+            assert time.monotonic() < deadline, "the frozen write never landed"
+            time.sleep(0.05)
+        assert len([k for k in client.keys.list() if k.name == f"frozen {ns}"]) == 1
+
+
+def test_async_calls_without_a_key_are_not_resent_after_a_503(
+    frozen_store: tuple[LossyProxy, Callable[[float], None]], ns: str
+) -> None:
+    proxy, freeze = frozen_store
+
+    async def main() -> None:
+        async with AsyncMEMP(api_key=ADMIN_KEY, namespace=ns, base_url=proxy.url,
+                             max_retries=5) as client:
+            freeze(1.5)
+            with pytest.raises(Unavailable):
+                await client.keys.revoke("key_does_not_matter")
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert len([r for r in proxy.requests if r.startswith(b"DELETE /v1/keys/")]) == 1
