@@ -169,3 +169,18 @@ def test_a_value_stored_by_an_older_release_with_line_breaks_is_served_on_one_li
     snap = sse_blocks(broker.url, ns, events=1, snapshot=True)
     assert one_line_data(snap[0])["value"] == {"a": 1}
     assert written["version"] == 1
+
+
+def test_an_amp_cell_written_with_line_breaks_reaches_memp_subscribers_on_one_line(
+        broker_factory: Callable[..., Broker], ns: str) -> None:
+    broker = broker_factory("embedded", amp_namespace=ns)
+    body = (b'{\r\n"type":\n"semantic",\r\n"content": {"text": "two\\nlines",\n'
+            b'"metadata": {"a":\r\n [1,\n 2]}},\n"identity": {"owner_id": "u-1",\r\n'
+            b'"owner_type": "user"}}')
+    with broker.client() as admin:
+        created = admin.post("/amp/memories", content=body,
+                             headers={**JSON, "X-AMP-Agent-ID": "agent-1"})
+        assert created.status_code == 201, created.text
+    block = sse_blocks(broker.url, ns, events=1, last_event_id=f"{ns}:0-0")[0]
+    cell = one_line_data(block)["value"]
+    assert cell["content"] == {"text": "two\nlines", "metadata": {"a": [1, 2]}}
