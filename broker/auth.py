@@ -215,9 +215,10 @@ def _principal_from_claims(claims: dict[str, Any]) -> Principal:
 async def create_api_key(store: Store, env: str, *, grants: list[Grant], name: str,
                          agent_id: str | None, created_by: str, now: int
                          ) -> tuple[str, ApiKeyRecord]:
-    """Create and store a key; the plain key is returned once and never stored."""
+    """Create and store a key; the plain key is returned once and never stored. The name is
+    cut to 200 characters (a registration names its key after the agent)."""
     api_key = new_api_key(env)
-    record = ApiKeyRecord(id=new_key_id(), name=name, grants=grants, agent_id=agent_id,
+    record = ApiKeyRecord(id=new_key_id(), name=name[:200], grants=grants, agent_id=agent_id,
                           created_at=now, created_by=created_by)
     await store.save_api_key(hash_api_key(api_key), record)
     return api_key, record
