@@ -1059,3 +1059,25 @@ def test_unusual_but_valid_values_round_trip(admin: httpx.Client, ns: str,
     assert got.json()["value"] == json.loads(raw_value)
     canonical = msgspec.json.encode(msgspec.json.decode(raw_value))  # compact, as stored
     assert b'"value":' + canonical + b"," in got.content
+
+
+@pytest.mark.parametrize("digit", [pytest.param("\u00b2", id="superscript-two"),
+                                   pytest.param("\u00b9", id="superscript-one")])
+def test_non_ascii_digits_are_refused_not_a_500(admin: httpx.Client, ns: str,
+                                                digit: str) -> None:
+    """`'²'.isdigit()` holds but `int('²')` fails: such numbers are 400, never 500."""
+    key = f"/v1/namespaces/{ns}/memory/k"
+    assert admin.put(key, json={"value": 1}).status_code == 201
+    latin1 = digit.encode("latin-1")
+    for response in (
+        admin.put(key, json={"value": 2}, headers={b"If-Match": latin1}),
+        admin.delete(key, headers={b"If-Match": latin1}),
+        admin.put(f"/v1/namespaces/{ns}/config", json={}, headers={b"If-Match": latin1}),
+        admin.get(f"/v1/namespaces/{ns}/memory", params={"limit": digit}),
+        admin.get(f"/v1/namespaces/{ns}/history/k", params={"limit": digit}),
+        admin.get(f"/v1/namespaces/{ns}/agents", params={"limit": digit}),
+        admin.delete(key, params={"timestamp": digit}),
+    ):
+        assert response.status_code == 400, (response.request.url, response.text)
+        assert response.json()["error"]["code"] == "invalid_request"
+    assert admin.get(key).json()["value"] == 1
