@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from broker.errors import MempError
 
 NAMESPACE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+NAMESPACE_GLOB_RE = re.compile(r"[a-z0-9*][a-z0-9._*-]{0,62}")  # grants and shares
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc: C0, DEL, C1
 MAX_KEY_BYTES = 1024
 

@@ -15,7 +15,7 @@ from broker import layout
 from broker.auth import Principal
 from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_pattern
 from broker.errors import MempError
-from broker.keys import compile_pattern, glob_covers
+from broker.keys import NAMESPACE_GLOB_RE, compile_pattern, glob_covers
 from broker.models import WireInt
 from broker.schemas import (
     MAX_ERRORS,
@@ -132,7 +132,7 @@ def check_config(config: NamespaceConfig, max_history: int, max_ttl_seconds: int
         raise MempError("invalid_ttl", f"default_ttl_seconds must be between 1 and "
                         f"{max_ttl_seconds}, or null")
     for share in config.shares:
-        if not all(c.isalnum() or c in "._-*" for c in share.namespace):
+        if not NAMESPACE_GLOB_RE.fullmatch(share.namespace):
             raise MempError("invalid_namespace", f"shares: bad namespace {share.namespace!r}")
         if not share.permissions:
             raise MempError("invalid_request", "shares: name at least one permission")
