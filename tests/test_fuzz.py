@@ -102,7 +102,9 @@ class Seeded:
 
 
 def _seed(broker: FuzzBroker) -> Seeded:
-    """Data for the fuzzer to find, named as in the document's examples."""
+    """Data for the fuzzer to find, named as in the document's examples: entries under a
+    reporting schema, an enforcing one (422) and a merge rule (conflicts), an agent, keys and
+    a cell."""
     seeded = Seeded()
 
     def ok(response: httpx.Response) -> Any:
@@ -128,6 +130,14 @@ def _seed(broker: FuzzBroker) -> Seeded:
             "pattern": "customer/*", "schema": {
                 "type": "object", "required": ["plan"],
                 "properties": {"plan": {"enum": ["free", "pro"]}}}}))
+        ok(admin.put(f"/v1/namespaces/{NAMESPACE}/schemas/order", json={
+            "pattern": "order/*", "enforce": True, "schema": {
+                "type": "object", "required": ["total"],
+                "properties": {"total": {"type": "number", "exclusiveMinimum": 0}}}}))
+        ok(admin.put(f"/v1/namespaces/{NAMESPACE}/config", json={
+            "rules": [{"pattern": "profile/*", "strategy": "merge"},
+                      {"pattern": "policy/*", "strategy": "agent-priority"}],
+            "priorities": [{"agent": seeded.agent_id, "priority": 10}]}))
         seeded.cell_id = ok(admin.post("/amp/memories", headers={"X-AMP-Agent-ID": AMP_AGENT},
                                        json={
             "type": "semantic",
@@ -143,7 +153,7 @@ def _steer(seeded: Seeded) -> Callable[[Any, Any], Any]:
     run stays deterministic: mostly the admin key (acting on AMP as AMP_AGENT unless the case
     names an agent, or sometimes as nobody: 400), often the agent's key, sometimes none or a
     forged one. Half of the valid cases are pointed at the seeded data."""
-    known = {"namespace": [NAMESPACE], "key": ["customer/123", "profile/42"],
+    known = {"namespace": [NAMESPACE], "key": ["customer/123", "profile/42", "order/7"],
              "agent_id": [seeded.agent_id], "schema_id": ["customer"], "id": [seeded.cell_id],
              "key_id": seeded.key_ids}
 
