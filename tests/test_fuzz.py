@@ -246,6 +246,7 @@ class Run:
 
 
 @pytest.mark.timeout(300)
+# Hypothesis notes it when a generated body's repr is huge (a 64 KiB cell text); not a finding.
 @pytest.mark.filterwarnings("ignore:Generating overly large repr")
 def test_fuzz_every_operation(fuzz_broker: FuzzBroker) -> None:
     seeded = _seed(fuzz_broker)
