@@ -97,13 +97,14 @@ class Seeded:
 
     agent_token: str = ""  # bound to the agent; read/write on NAMESPACE and on AMP
     agent_id: str = ""
+    spare_agent_id: str = ""  # the one the run may remove (removing the other revokes its key)
     cell_id: str = ""
     key_ids: list[str] = field(default_factory=list)  # keys the run may revoke
 
 
 def _seed(broker: FuzzBroker) -> Seeded:
     """Data for the fuzzer to find, named as in the document's examples: entries under a
-    reporting schema, an enforcing one (422) and a merge rule (conflicts), an agent, keys and
+    reporting schema, an enforcing one (422) and a merge rule (conflicts), agents, keys and
     a cell."""
     seeded = Seeded()
 
@@ -114,6 +115,8 @@ def _seed(broker: FuzzBroker) -> Seeded:
     with broker.client() as admin:
         seeded.agent_id = ok(admin.post("/v1/agents", json={
             "name": "my-agent", "framework": "langchain", "namespace": NAMESPACE}))["agent"]["id"]
+        seeded.spare_agent_id = ok(admin.post("/v1/agents", json={
+            "name": "spare", "namespace": NAMESPACE}))["agent"]["id"]
         seeded.agent_token = ok(admin.post("/v1/keys", json={
             "name": "fuzz agent", "agent_id": seeded.agent_id, "grants": [
                 {"namespace": NAMESPACE, "permissions": ["read", "write", "subscribe"]},
@@ -178,6 +181,8 @@ def _steer(seeded: Seeded) -> Callable[[Any, Any], Any]:
         if positive and case.path_parameters and (pick // 5) % 2:
             for name, values in known.items():
                 if name in case.path_parameters:
+                    if name == "agent_id" and case.method == "DELETE":
+                        values = [seeded.spare_agent_id]
                     case.path_parameters[name] = values[(pick // 10) % len(values)]
         return case
 
