@@ -12,10 +12,9 @@ from broker.auth import Principal, create_api_key
 from broker.errors import MempError
 from broker.http import authenticate, decode_json, json_response, read_body
 from broker.identities import check_claimable
+from broker.keys import NAMESPACE_GLOB_RE
 from broker.models import ApiKeyRecord, CreateKeyBody, Grant
 from broker.store import Store
-
-_GRANT_NAMESPACE_RE = re.compile(r"[a-z0-9*][a-z0-9._*-]{0,62}")
 
 
 def check_grants(grants: list[Grant]) -> list[Grant]:
@@ -23,7 +22,7 @@ def check_grants(grants: list[Grant]) -> list[Grant]:
     if not grants:
         raise MempError("invalid_request", "a key needs at least one grant")
     for grant in grants:
-        if not _GRANT_NAMESPACE_RE.fullmatch(grant.namespace):
+        if not NAMESPACE_GLOB_RE.fullmatch(grant.namespace):
             raise MempError("invalid_namespace",
                             f"grant namespace {grant.namespace!r} is not a namespace glob")
         if not grant.permissions:
@@ -67,7 +66,7 @@ async def create_key(request: Request) -> Response:
     if body.agent_id is not None:
         await check_binding(principal, state.store, body.agent_id)
     api_key, record = await create_api_key(
-        state.store, state.settings.key_env, grants=grants, name=body.name[:200],
+        state.store, state.settings.key_env, grants=grants, name=body.name,
         agent_id=body.agent_id, created_by=principal.subject, now=state.clock(),
     )
     return json_response({"api_key": api_key, "key": record}, 201)
