@@ -33,6 +33,7 @@ from broker.messages import MessageHandler
 from broker.metrics import Metrics, MetricsMiddleware
 from broker.namespaces import NamespaceRegistry
 from broker.routes import agents, keys, memory, messages, namespaces, subscribe, system
+from broker.schema_runner import SchemaRunner
 from broker.settings import Settings
 from broker.sse import SendWatchdog
 from broker.store import STORE_DOWN, Store
@@ -100,7 +101,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     )
     activity = AgentActivity(store)
     metrics = Metrics()
-    registry = NamespaceRegistry(store.redis, settings.namespace_cache_seconds)
+    schema_runner = SchemaRunner(settings.schema_timeout_ms / 1000)
+    registry = NamespaceRegistry(store.redis, settings.namespace_cache_seconds, schema_runner)
     memory_service = MemoryService(settings, store, registry, activity, clock)
     agent_service = AgentService(settings, store, activity, clock)
     sweeper = ExpirySweeper(store, clock, settings.sweep_interval_seconds, settings.sweep_batch,
@@ -139,6 +141,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
                 await activity.flush()
             await reader_client.aclose()
             await store.close()
+            schema_runner.close()
 
     app = Starlette(
         routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *keys.routes,

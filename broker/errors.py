@@ -24,6 +24,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "payload_too_large": 413,
     "unsupported_media_type": 415,
     "schema_violation": 422,
+    "schema_timeout": 422,
     "rate_limited": 429,
     "internal": 500,
     "unavailable": 503,

@@ -3,6 +3,8 @@ and JSON Schemas."""
 
 from __future__ import annotations
 
+import functools
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -71,8 +73,14 @@ async def put_schema(request: Request) -> Response:
     limit = request.app.state.settings.max_schema_bytes
     body = decode_json(await read_body(request, limit), SchemaBody)
     compile_pattern(body.pattern)
-    draft = check_schema(body.schema)
     registry = _registry(request)
+    try:  # applies the schema to sample values: in the schema worker, under its time budget
+        draft = await registry.runner.run(namespace, functools.partial(check_schema, body.schema))
+    except MempError as exc:
+        if exc.code != "schema_timeout":
+            raise
+        raise MempError("invalid_schema", "applying the schema to null, true, 0, \"\", [] or {} "
+                        "takes longer than the schema time budget", exc.details) from None
     existed = await registry.schema_record(namespace, schema_id) is not None
     record = SchemaRecord(id=schema_id, namespace=namespace, pattern=body.pattern,
                           schema=body.schema, enforce=body.enforce, draft=draft,
