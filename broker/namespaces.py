@@ -25,7 +25,6 @@ from broker.schemas import (
     CompiledSchema,
     SchemaErrorDetail,
     SchemaRecord,
-    compile_schema,
 )
 
 log = logging.getLogger("memp.namespaces")
@@ -161,7 +160,7 @@ class NamespaceRegistry:
                   else StoredConfig(namespace=namespace))
         records = sorted((msgspec.json.decode(r, type=SchemaRecord) for r in raw_schemas),
                          key=lambda r: r.id)
-        state = NamespaceState(config, [compile_schema(r) for r in records])
+        state = NamespaceState(config, await self.runner.compile(namespace, records))
         self._cache[namespace] = state
         return state
 

@@ -1,5 +1,6 @@
-"""Schema work off the event loop: one worker thread per process, a time budget per job, and
-one job per namespace at a time, so a hostile schema delays its own namespace first."""
+"""Schema work off the event loop: one worker thread per process, a time budget per validation,
+one validation per namespace at a time (so a hostile schema delays its own namespace first),
+and compiled schemas kept while their records are unchanged."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TypeVar
 
 from broker.errors import MempError
 from broker.schema_keywords import ValidationTimeout, deadline
+from broker.schemas import CompiledSchema, SchemaRecord, compile_schema
 
 T = TypeVar("T")
 
@@ -26,24 +28,45 @@ class SchemaRunner:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memp-schemas")
         self._turns: dict[str, asyncio.Lock] = {}
         self._waiting: dict[str, int] = {}
+        self._compiled: dict[tuple[str, str], CompiledSchema] = {}
 
-    async def run(self, namespace: str, job: Callable[[], T]) -> T:
-        """Run `job` in the worker; MempError `schema_timeout` when it runs out of time, or
-        when the namespace's earlier jobs keep it waiting longer than the budget."""
+    async def compile(self, namespace: str, records: list[SchemaRecord]) -> list[CompiledSchema]:
+        """Compiled schemas for the records: unchanged ones as compiled before, others compiled
+        in the worker (a 64 KiB schema of patterns takes up to about 0.5 s)."""
+        known = {r.id: self._compiled.get((namespace, r.id)) for r in records}
+        if any(c is None or c.record != r for r, c in zip(records, known.values(), strict=True)):
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, self._compile, namespace, records)
+        for key in list(self._compiled):  # a copy: the worker may be adding to it
+            if key[0] == namespace and key[1] not in known:
+                self._compiled.pop(key, None)
+        return [self._compiled[(namespace, r.id)] for r in records]
+
+    def _compile(self, namespace: str, records: list[SchemaRecord]) -> None:
+        for record in records:
+            cached = self._compiled.get((namespace, record.id))
+            if cached is None or cached.record != record:
+                self._compiled[(namespace, record.id)] = compile_schema(record)
+
+    async def run(self, namespace: str, job: Callable[[], T], budget: float | None = None
+                  ) -> T:
+        """Run `job` in the worker; MempError `schema_timeout` when it runs out of time (the
+        runner's timeout, or `budget`), or the namespace's earlier jobs keep it waiting as long."""
+        timeout = budget or self.timeout
         turn = self._turns.setdefault(namespace, asyncio.Lock())
         self._waiting[namespace] = self._waiting.get(namespace, 0) + 1
         try:
             try:
-                async with asyncio.timeout(self.timeout):
+                async with asyncio.timeout(timeout):
                     await turn.acquire()
             except TimeoutError:
-                raise self._timed_out("earlier validations in this namespace are still running"
-                                      ) from None
+                raise _timed_out("earlier validations in this namespace are still running",
+                                 timeout) from None
             try:
                 loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(self._executor, self._timed, job)
+                return await loop.run_in_executor(self._executor, _timed, job, timeout)
             except ValidationTimeout:
-                raise self._timed_out("validation ran out of time") from None
+                raise _timed_out("validation ran out of time", timeout) from None
             finally:
                 turn.release()
         finally:
@@ -51,14 +74,16 @@ class SchemaRunner:
             if not self._waiting[namespace]:
                 del self._waiting[namespace], self._turns[namespace]
 
-    def _timed(self, job: Callable[[], T]) -> T:
-        with deadline(self.timeout):
-            return job()
-
-    def _timed_out(self, why: str) -> MempError:
-        ms = round(self.timeout * 1000)
-        return MempError("schema_timeout", f"{why}: schema validation did not finish within "
-                         f"{ms} ms; nothing was written", {"timeout_ms": ms})
-
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _timed(job: Callable[[], T], timeout: float) -> T:
+    with deadline(timeout):
+        return job()
+
+
+def _timed_out(why: str, timeout: float) -> MempError:
+    ms = round(timeout * 1000)
+    return MempError("schema_timeout", f"{why}: schema validation did not finish within {ms} ms; "
+                     "nothing was written", {"timeout_ms": ms})

@@ -148,8 +148,8 @@ class CompiledSchema:
 
 
 def check_schema(schema: dict[str, Any] | bool) -> str:
-    """Return the schema's draft URI, or raise `invalid_schema`. Applies the schema to a few
-    values, so run it under a deadline in the worker thread (ValidationTimeout)."""
+    """Return the schema's draft URI, or raise `invalid_schema`. Takes up to seconds for a large
+    schema (its meta-schema is applied in Python): run it in the worker thread."""
     draft, validator_class = _draft_of(schema)
     try:
         validator_class.check_schema(schema, format_checker=_META_FORMATS[draft])
@@ -168,15 +168,28 @@ def check_schema(schema: dict[str, Any] | bool) -> str:
         if dangling:
             raise MempError("invalid_schema", "local references point nowhere in the schema",
                             {"refs": dangling[:10]})
-        validator = validator_class(schema, registry=_NO_REMOTE)
-        for probe in _PROBES:  # catches references that loop without consuming the value
-            validator.is_valid(probe)
     except SchemaError as exc:
         raise MempError("invalid_schema", f"not a valid schema: {exc.message}") from None
     except (RecursionError, Unresolvable):
-        raise MempError("invalid_schema", "the schema's references loop without end or cannot "
-                        "be resolved, or it is nested too deeply") from None
+        raise _unusable() from None
     return draft
+
+
+def probe_schema(schema: dict[str, Any] | bool) -> None:
+    """Apply a checked schema to a few small values, which catches references that loop without
+    consuming the value; run it under a deadline in the worker thread (ValidationTimeout)."""
+    _, validator_class = _draft_of(schema)
+    validator = validator_class(schema, registry=_NO_REMOTE)
+    try:
+        for probe in _PROBES:
+            validator.is_valid(probe)
+    except (RecursionError, Unresolvable):
+        raise _unusable() from None
+
+
+def _unusable() -> MempError:
+    return MempError("invalid_schema", "the schema's references loop without end or cannot be "
+                     "resolved, or it is nested too deeply")
 
 
 def _without_regex_format(checker: FormatChecker) -> FormatChecker:
