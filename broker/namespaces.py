@@ -141,11 +141,11 @@ def check_config(config: NamespaceConfig, max_history: int, max_ttl_seconds: int
 class NamespaceRegistry:
     """Loads, caches and saves namespace configuration and schemas."""
 
-    def __init__(self, client: aioredis.Redis, ttl: float = 5.0,
-                 runner: SchemaRunner | None = None) -> None:
+    def __init__(self, client: aioredis.Redis, ttl: float = 5.0, *,
+                 runner: SchemaRunner) -> None:
         self.redis = client
         self.ttl = ttl
-        self.runner = runner or SchemaRunner(timeout=2.0)
+        self.runner = runner
         self._cache: dict[str, NamespaceState] = {}
 
     async def state(self, namespace: str) -> NamespaceState:
