@@ -26,17 +26,19 @@ class SchemaRunner:
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memp-schemas")
+        # compiling has a thread of its own, so that it never waits behind a validation
+        self._compiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memp-compile")
         self._turns: dict[str, asyncio.Lock] = {}
         self._waiting: dict[str, int] = {}
         self._compiled: dict[tuple[str, str], CompiledSchema] = {}
 
     async def compile(self, namespace: str, records: list[SchemaRecord]) -> list[CompiledSchema]:
         """Compiled schemas for the records: unchanged ones as compiled before, others compiled
-        in the worker (a 64 KiB schema of patterns takes up to about 0.5 s)."""
+        in a thread (a 64 KiB schema of patterns takes up to about 0.5 s)."""
         known = {r.id: self._compiled.get((namespace, r.id)) for r in records}
         if any(c is None or c.record != r for r, c in zip(records, known.values(), strict=True)):
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._executor, self._compile, namespace, records)
+            await loop.run_in_executor(self._compiler, self._compile, namespace, records)
         for key in list(self._compiled):  # a copy: the worker may be adding to it
             if key[0] == namespace and key[1] not in known:
                 self._compiled.pop(key, None)
@@ -76,6 +78,7 @@ class SchemaRunner:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._compiler.shutdown(wait=False, cancel_futures=True)
 
 
 def _timed(job: Callable[[], T], timeout: float) -> T:
