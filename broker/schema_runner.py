@@ -1,6 +1,6 @@
-"""Schema work off the event loop: one worker thread per process, a time budget per validation,
-one validation per namespace at a time (so a hostile schema delays its own namespace first),
-and compiled schemas kept while their records are unchanged."""
+"""Schema work off the event loop: one validation thread per process, a time budget per
+validation, one validation per namespace at a time (so a hostile schema delays its own
+namespace first), and compiled schemas kept, in a thread of their own, while unchanged."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ T = TypeVar("T")
 class SchemaRunner:
     """Runs validations in a worker thread, each stopped after `timeout` seconds of running.
 
-    One thread, because validation is Python code that holds the GIL: the event loop gets it
-    back within the interpreter's 5 ms switch interval, and each further busy thread would add
-    as much again to every request's latency."""
+    One validation thread, because validation is Python code that holds the GIL: the event
+    loop gets it back within the interpreter's 5 ms switch interval, and each further busy
+    thread would add as much again to every request's latency."""
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
