@@ -36,6 +36,7 @@ from broker.metrics import Metrics, MetricsMiddleware
 from broker.namespaces import NamespaceRegistry
 from broker.revocation import StreamGuard
 from broker.routes import agents, keys, memory, messages, namespaces, subscribe, system
+from broker.schema_runner import SchemaRunner
 from broker.settings import Settings
 from broker.sse import AbortableApp, SendWatchdog
 from broker.store import STORE_DOWN, Store
@@ -103,7 +104,9 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     )
     activity = AgentActivity(store)
     metrics = Metrics()
-    registry = NamespaceRegistry(store.redis, settings.namespace_cache_seconds)
+    schema_runner = SchemaRunner(settings.schema_timeout_ms / 1000)
+    registry = NamespaceRegistry(store.redis, settings.namespace_cache_seconds,
+                                 runner=schema_runner)
     cell_visibility = CellVisibility(settings.amp_namespace)
     memory_service = MemoryService(settings, store, registry, activity, clock, cell_visibility)
     agent_service = AgentService(settings, store, activity, clock)
@@ -147,6 +150,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
                 await activity.flush()
             await reader_client.aclose()
             await store.close()
+            schema_runner.close()
 
     app = AbortableApp(
         routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *keys.routes,

@@ -25,6 +25,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "unsupported_media_type": 415,
     "schema_violation": 422,
     "idempotency_key_reused": 422,
+    "schema_timeout": 422,
     "rate_limited": 429,
     "internal": 500,
     "unavailable": 503,

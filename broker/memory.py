@@ -102,13 +102,13 @@ class MemoryService:
             history_limit=state.config.history_limit, **fields,
         )
 
-    @staticmethod
-    def _schema_errors(state: NamespaceState, key: str, value: Any) -> str:
+    async def _schema_errors(self, state: NamespaceState, namespace: str, key: str, value: Any,
+                             size: int) -> str:
         """Validate against every matching schema: raise for an enforcing one, else return the
         errors to store with the entry ("" when it conforms)."""
         if not state.schemas_for(key):
             return ""
-        errors, enforced = state.validate(key, value)
+        errors, enforced = await self.namespaces.validate(state, namespace, key, value, size)
         if enforced:
             raise MempError("schema_violation", "the value does not conform to an enforcing "
                             "schema; nothing was written", {"errors": errors})
@@ -137,7 +137,9 @@ class MemoryService:
             principal, namespace, state, strategy, options.timestamp, options.message_id,
             value=encoded, entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
             if_version=options.if_version, if_absent=options.if_absent,
-            schema_errors=self._schema_errors(state, key, decoded), fingerprint=sent,
+            schema_errors=await self._schema_errors(state, namespace, key, decoded,
+                                                    len(encoded)),
+            fingerprint=sent,
         )
         outcome = await self.store.put(namespace, key, request)
         return _settle(outcome, namespace, key, encoded, options.message_id), outcome.created
@@ -174,7 +176,9 @@ class MemoryService:
                 principal, namespace, state, "merge", options.timestamp, options.message_id,
                 value=encoded, entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
                 if_version=current.version if current else None, if_absent=current is None,
-                internal_cas=True, schema_errors=self._schema_errors(state, key, merged),
+                internal_cas=True,
+                schema_errors=await self._schema_errors(state, namespace, key, merged,
+                                                        len(encoded)),
                 conflicts=msgspec.json.encode(conflicts).decode() if conflicts else "",
                 fingerprint=sent,
             )

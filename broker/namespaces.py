@@ -3,6 +3,7 @@ across processes by pub/sub, and authorization that honours shares."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -17,12 +18,12 @@ from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_patter
 from broker.errors import MempError
 from broker.keys import NAMESPACE_GLOB_RE, compile_pattern, glob_covers
 from broker.models import WireInt
+from broker.schema_runner import SchemaRunner
 from broker.schemas import (
     MAX_ERRORS,
     CompiledSchema,
     SchemaErrorDetail,
     SchemaRecord,
-    compile_schema,
 )
 
 log = logging.getLogger("memp.namespaces")
@@ -94,12 +95,14 @@ class NamespaceState:
     def schemas_for(self, key: str) -> list[CompiledSchema]:
         return [s for s in self.schemas if s.pattern.matches(key)]
 
-    def validate(self, key: str, value: Any) -> tuple[list[SchemaErrorDetail], bool]:
-        """The errors of every schema matching the key (enforcing ones first, MAX_ERRORS in
-        all), and whether an enforcing one failed."""
+    @staticmethod
+    def validate(schemas: list[CompiledSchema], value: Any) -> tuple[list[SchemaErrorDetail],
+                                                                     bool]:
+        """The errors of every schema (enforcing ones first, MAX_ERRORS in all), and whether an
+        enforcing one failed. May take long: NamespaceRegistry.validate runs it in the worker."""
         errors: list[SchemaErrorDetail] = []
         enforced = False
-        for schema in sorted(self.schemas_for(key), key=lambda s: not s.record.enforce):
+        for schema in sorted(schemas, key=lambda s: not s.record.enforce):
             found = schema.errors(value)
             errors += found
             enforced = enforced or (bool(found) and schema.record.enforce)
@@ -141,9 +144,11 @@ def check_config(config: NamespaceConfig, max_history: int, max_ttl_seconds: int
 class NamespaceRegistry:
     """Loads, caches and saves namespace configuration and schemas."""
 
-    def __init__(self, client: aioredis.Redis, ttl: float = 5.0) -> None:
+    def __init__(self, client: aioredis.Redis, ttl: float = 5.0, *,
+                 runner: SchemaRunner) -> None:
         self.redis = client
         self.ttl = ttl
+        self.runner = runner
         self._cache: dict[str, NamespaceState] = {}
 
     async def state(self, namespace: str) -> NamespaceState:
@@ -158,9 +163,25 @@ class NamespaceRegistry:
                   else StoredConfig(namespace=namespace))
         records = sorted((msgspec.json.decode(r, type=SchemaRecord) for r in raw_schemas),
                          key=lambda r: r.id)
-        state = NamespaceState(config, [compile_schema(r) for r in records])
+        state = NamespaceState(config, await self.runner.compile(namespace, records))
         self._cache[namespace] = state
         return state
+
+    async def validate(self, state: NamespaceState, namespace: str, key: str, value: Any,
+                       size: int) -> tuple[list[SchemaErrorDetail], bool]:
+        """NamespaceState.validate for the schemas matching the key: on the event loop when the
+        fast validator quickly finds the value valid, else in the schema worker under its time
+        budget (MempError `schema_timeout` past it)."""
+        pending = [s for s in state.schemas_for(key) if not s.conforms_inline(value, size)]
+        if not pending:
+            return [], False
+        try:
+            return await self.runner.run(namespace, functools.partial(state.validate, pending,
+                                                                      value))
+        except MempError as exc:
+            if exc.code == "schema_timeout":
+                exc.details["schema_ids"] = [s.record.id for s in pending]
+            raise
 
     def invalidate(self, namespace: str) -> None:
         self._cache.pop(namespace, None)

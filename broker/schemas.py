@@ -8,13 +8,7 @@ from typing import Any
 
 import jsonschema_rs
 import msgspec
-from jsonschema import (
-    Draft4Validator,
-    Draft6Validator,
-    Draft7Validator,
-    Draft201909Validator,
-    Draft202012Validator,
-)
+from jsonschema import FormatChecker
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from referencing import Registry
@@ -23,16 +17,13 @@ from referencing.jsonschema import specification_with
 
 from broker.errors import MempError
 from broker.keys import Pattern, compile_pattern
+from broker.schema_keywords import SAFE_VALIDATORS
+from broker.schema_regex import program_size, refused_pattern, schema_for_rust
 
 SCHEMA_ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 MAX_ERRORS = 10
-_DRAFTS: dict[str, type[Validator]] = {
-    "http://json-schema.org/draft-04/schema": Draft4Validator,
-    "http://json-schema.org/draft-06/schema": Draft6Validator,
-    "http://json-schema.org/draft-07/schema": Draft7Validator,
-    "https://json-schema.org/draft/2019-09/schema": Draft201909Validator,
-    "https://json-schema.org/draft/2020-12/schema": Draft202012Validator,
-}
+_DRAFTS = SAFE_VALIDATORS
+_LATEST = "https://json-schema.org/draft/2020-12/schema"
 _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 _PROBES: tuple[Any, ...] = (None, True, 0, "", [], {})
 
@@ -75,7 +66,7 @@ _NO_REMOTE: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore
 
 def _draft_of(schema: dict[str, Any] | bool) -> tuple[str, type[Validator]]:
     if isinstance(schema, bool) or "$schema" not in schema:
-        return "https://json-schema.org/draft/2020-12/schema", Draft202012Validator
+        return _LATEST, _DRAFTS[_LATEST]
     uri = schema["$schema"]
     normalised = uri.rstrip("#") if isinstance(uri, str) else ""
     if normalised not in _DRAFTS:
@@ -129,10 +120,17 @@ class CompiledSchema:
     pattern: Pattern
     validator: Validator
     fast: Any = None
+    weight: int = 0
+
+    def conforms_inline(self, value: Any, size: int) -> bool:
+        """Whether the fast validator finds the value valid, asked only where that is sure to
+        be quick (it holds the GIL, so it runs on the event loop); False means "ask errors()"."""
+        return (self.fast is not None and size * self.weight <= INLINE_WORK
+                and bool(self.fast.is_valid(value)))
 
     def errors(self, value: Any) -> list[SchemaErrorDetail]:
-        if self.fast is not None and self.fast.is_valid(value):
-            return []
+        """Every error (up to MAX_ERRORS) from `jsonschema`; run it under a deadline in the
+        worker thread, since it may take long (ValidationTimeout)."""
         found = []
         try:
             for error in self.validator.iter_errors(value):
@@ -150,10 +148,18 @@ class CompiledSchema:
 
 
 def check_schema(schema: dict[str, Any] | bool) -> str:
-    """Return the schema's draft URI, or raise `invalid_schema`."""
+    """Return the schema's draft URI, or raise `invalid_schema`. Takes up to seconds for a large
+    schema (its meta-schema is applied in Python): run it in the worker thread."""
     draft, validator_class = _draft_of(schema)
     try:
-        validator_class.check_schema(schema)
+        validator_class.check_schema(schema, format_checker=_META_FORMATS[draft])
+        refused = refused_pattern(schema)
+        if refused:
+            raise MempError(
+                "invalid_schema",
+                f"pattern {refused['pattern']!r} at {refused['path'] or '/'} cannot run on the "
+                f"broker's linear-time regular-expression engine (RE2): {refused['reason']}",
+                refused)
         remote = _remote_refs(schema)
         if remote:
             raise MempError("invalid_schema", "schemas may only use local references ('#...'); "
@@ -162,23 +168,61 @@ def check_schema(schema: dict[str, Any] | bool) -> str:
         if dangling:
             raise MempError("invalid_schema", "local references point nowhere in the schema",
                             {"refs": dangling[:10]})
-        validator = validator_class(schema, registry=_NO_REMOTE)
-        for probe in _PROBES:  # catches references that loop without consuming the value
-            validator.is_valid(probe)
     except SchemaError as exc:
         raise MempError("invalid_schema", f"not a valid schema: {exc.message}") from None
     except (RecursionError, Unresolvable):
-        raise MempError("invalid_schema", "the schema's references loop without end or cannot "
-                        "be resolved, or it is nested too deeply") from None
+        raise _unusable() from None
     return draft
+
+
+def probe_schema(schema: dict[str, Any] | bool) -> None:
+    """Apply a checked schema to a few small values, which catches references that loop without
+    consuming the value; run it under a deadline in the worker thread (ValidationTimeout)."""
+    _, validator_class = _draft_of(schema)
+    validator = validator_class(schema, registry=_NO_REMOTE)
+    try:
+        for probe in _PROBES:
+            validator.is_valid(probe)
+    except (RecursionError, Unresolvable):
+        raise _unusable() from None
+
+
+def _unusable() -> MempError:
+    return MempError("invalid_schema", "the schema's references loop without end or cannot be "
+                     "resolved, or it is nested too deeply")
+
+
+def _without_regex_format(checker: FormatChecker) -> FormatChecker:
+    """The meta-schema's format checker minus `regex`, which would judge patterns by Python's
+    `re`; refused_pattern judges them by RE2, with a message naming the pattern."""
+    copy = FormatChecker(formats=())
+    copy.checkers = {name: check for name, check in checker.checkers.items() if name != "regex"}
+    return copy
+
+
+_META_FORMATS = {draft: _without_regex_format(cls.FORMAT_CHECKER)
+                 for draft, cls in _DRAFTS.items()}
 
 
 def compile_schema(record: SchemaRecord) -> CompiledSchema:
     draft, validator_class = _draft_of(record.schema)
     validator = validator_class(record.schema, registry=_NO_REMOTE)
-    return CompiledSchema(record, compile_pattern(record.pattern), validator,
-                          _fast_validator(record.schema, draft))
+    fast = _fast_validator(record.schema, draft)
+    weight = 0
+    if fast is not None:
+        weight = len(msgspec.json.encode(record.schema)) + REGEX_WEIGHT * program_size(
+            record.schema)
+    return CompiledSchema(record, compile_pattern(record.pattern), validator, fast, weight)
 
+
+# The fast validator holds the GIL until it answers, so it runs on the event loop only where its
+# worst case is short: value bytes x schema weight <= INLINE_WORK. The weight is the schema's
+# JSON size plus REGEX_WEIGHT per RE2 instruction of its patterns. Worst cases measured with
+# jsonschema-rs 0.61 on this project's 2-core VM: 0.13 ns per value byte x schema byte (a large
+# `enum` applied to every item of an array) and 4 ns per value byte x instruction (a pattern
+# whose DFA gives up), so an inline check stays under about 5 ms. See docs/design.md.
+INLINE_WORK = 40_000_000
+REGEX_WEIGHT = 30
 
 _FAST_DRAFTS: dict[str, Any] = {
     "http://json-schema.org/draft-04/schema": jsonschema_rs.Draft4Validator,
@@ -189,18 +233,27 @@ _FAST_DRAFTS: dict[str, Any] = {
 }
 # Keywords where the two validators are known to judge differently: references, which
 # jsonschema-rs resolves and loops through on its own terms, and `dependencies`, which it
-# applies under 2019-09 and later. `format` is an annotation in both (no format assertion).
-_SLOW_ONLY = ("$ref", "$dynamicRef", "$recursiveRef", "dependencies")
+# applies under 2019-09 and later; `unevaluated*`, which jsonschema-rs evaluates in time
+# exponential in their nesting (20 levels took 0.2 s on a 17-byte value). `format` is an
+# annotation in both (no format assertion). A `$schema` below the root may switch drafts.
+_SLOW_ONLY = ("$ref", "$dynamicRef", "$recursiveRef", "dependencies", "unevaluatedProperties",
+              "unevaluatedItems")
 
 
 def _fast_validator(schema: dict[str, Any] | bool, draft: str) -> Any:
-    """A jsonschema-rs validator that answers "valid?" about 50x faster; the errors of an
-    invalid value still come from `jsonschema`, so messages and paths are the same. None for
-    schemas using keywords the two may judge differently."""
-    if isinstance(schema, bool) or _uses(schema, _SLOW_ONLY):
+    """A jsonschema-rs validator that answers "valid?" about 100x faster, its patterns on Rust's
+    linear-time `regex` crate and spelled to mean what RE2 means; the errors of an invalid
+    value still come from `jsonschema`, so messages and paths are the same. None for schemas
+    the two may judge differently."""
+    if isinstance(schema, bool) or _uses(schema, _SLOW_ONLY) or any(
+            _uses(sub, ("$schema",)) for key, sub in schema.items() if key != "$schema"):
+        return None
+    spelled = schema_for_rust(schema)
+    if spelled is None:
         return None
     try:
-        return _FAST_DRAFTS[draft](schema, validate_formats=False)
+        return _FAST_DRAFTS[draft](spelled, validate_formats=False,
+                                   pattern_options=jsonschema_rs.RegexOptions())
     except (ValueError, jsonschema_rs.ValidationError):
         return None
 

@@ -54,6 +54,7 @@ class Settings:
     reader_block_ms: int = 1000
     namespace_cache_seconds: float = 5.0
     max_schema_bytes: int = 64 * 1024
+    schema_timeout_ms: int = 2000
     amp_namespace: str = "amp"
     amp_lifecycle_interval_seconds: float = 60.0
     amp_post_interval_seconds: float = 0.05
@@ -78,7 +79,8 @@ class Settings:
             "sweep_batch", "redis_timeout_seconds", "sweep_interval_seconds",
             "subscriber_queue_size", "heartbeat_seconds", "sse_retry_ms",
             "sse_send_timeout_seconds", "max_stream_patterns", "reader_block_ms",
-            "namespace_cache_seconds", "max_schema_bytes", "amp_lifecycle_interval_seconds",
+            "namespace_cache_seconds", "max_schema_bytes", "schema_timeout_ms",
+            "amp_lifecycle_interval_seconds",
             "amp_post_interval_seconds",
         )
         for name in positive:
