@@ -32,7 +32,7 @@ from bench.servers import (
     failure_status,
     start_redis,
 )
-from broker import layout
+from broker.storage import layout
 
 NAMESPACE = "bench"  # the plain MEMP side; cells live in the broker's AMP namespace, `amp`
 SEARCH_P50_MS = 20.0

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from broker.store import Store
+from broker.storage.accounts import AccountStore
 
 
 class AgentActivity:
     """Collects the latest time each agent was seen; `flush` writes them in one pipeline."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: AccountStore) -> None:
         self.store = store
         self._seen: dict[tuple[str, str], int] = {}
 

@@ -7,7 +7,6 @@ import uuid
 
 import msgspec
 
-from broker import layout
 from broker.activity import AgentActivity
 from broker.auth import Principal, create_api_key
 from broker.clock import Clock
@@ -16,7 +15,7 @@ from broker.idempotency import fingerprint, reused
 from broker.keys import validate_namespace
 from broker.models import Agent, Credentials
 from broker.settings import Settings
-from broker.store import Store
+from broker.storage.accounts import AccountStore
 from broker.validation import check_limit, check_message_id
 
 KNOWN_FRAMEWORKS = ("langchain", "crewai", "claude", "autogen", "custom")
@@ -34,7 +33,7 @@ class Registration(msgspec.Struct, kw_only=True):
 class AgentService:
     """Registers agents and reads them back."""
 
-    def __init__(self, settings: Settings, store: Store, activity: AgentActivity,
+    def __init__(self, settings: Settings, store: AccountStore, activity: AgentActivity,
                  clock: Clock) -> None:
         self.settings = settings
         self.store = store
@@ -53,11 +52,9 @@ class AgentService:
                 "invalid_request",
                 f"framework must be one of {', '.join(KNOWN_FRAMEWORKS)} or a lowercase name",
             )
-        idem = layout.idempotency(namespace, principal.writer_id, message_id) if message_id \
-            else None
         sent = fingerprint("register", name, framework)
-        if idem:
-            first = await self.store.recall_reply(idem)
+        if message_id:
+            first = await self.store.recall_reply(namespace, principal.writer_id, message_id)
             if first is not None:
                 return _replayed(first, sent, message_id)
         now = self.clock()
@@ -71,8 +68,9 @@ class AgentService:
         )
         result = Registration(agent=agent, credentials=Credentials(
             api_key=api_key, key_id=record.id, agent_id=agent.id))
-        if idem:
-            first = await self.store.remember_reply(idem, sent, msgspec.json.encode(result))
+        if message_id:
+            first = await self.store.remember_reply(namespace, principal.writer_id, message_id,
+                                                    sent, msgspec.json.encode(result))
             return _replayed(first, sent, message_id)
         return result
 

@@ -8,7 +8,6 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
@@ -24,7 +23,7 @@ from broker.amp.poster import TermPoster
 from broker.amp.service import CellService
 from broker.amp.visibility import CellVisibility
 from broker.auth import Authenticator
-from broker.changelog import ChangeLog
+from broker.changes import ChangeLog
 from broker.clock import Clock, system_clock
 from broker.errors import MempError, unavailable
 from broker.http import error_response
@@ -39,7 +38,9 @@ from broker.routes import agents, keys, memory, messages, namespaces, subscribe,
 from broker.schema_runner import SchemaRunner
 from broker.settings import Settings
 from broker.sse import AbortableApp, SendWatchdog
-from broker.store import STORE_DOWN, Store
+from broker.storage import Storage
+from broker.storage.client import STORE_DOWN, StoreError
+from broker.storage.records import CorruptRecord
 from broker.sweeper import ExpirySweeper
 from broker.tasks import stop_tasks
 
@@ -80,6 +81,12 @@ async def _store_down(request: Request, exc: Exception) -> Response:
     return error_response(unavailable())
 
 
+async def _corrupt(request: Request, exc: Exception) -> Response:
+    log.error("corrupt record on %s %s: %s", request.method, request.url.path, exc)
+    return error_response(MempError("internal", f"a stored record is corrupt: {exc}",
+                                    {"corrupt_record": str(exc)}))
+
+
 async def _internal(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return error_response(MempError("internal", "internal error"))
@@ -90,50 +97,51 @@ async def _periodic(interval: float, job: Callable[[], Awaitable[Any]], name: st
         await asyncio.sleep(interval)
         try:
             await job()
-        except RedisError as exc:
+        except StoreError as exc:
             log.warning("%s failed: %s", name, exc)
 
 
 def create_app(settings: Settings, *, clock: Clock = system_clock,
-               store: Store | None = None) -> Starlette:
-    """Build the broker. `store` may be passed in (tests); otherwise one is made from settings."""
-    store = store or Store.connect(
+               storage: Storage | None = None) -> Starlette:
+    """Build the broker. `storage` may be passed in (tests); otherwise it is opened from
+    settings."""
+    storage = storage or Storage.open(
         settings.redis_url, timeout=settings.redis_timeout_seconds,
         history_limit=settings.history_limit, changelog_maxlen=settings.changelog_maxlen,
         idempotency_window_ms=settings.idempotency_window_seconds * 1000,
     )
-    activity = AgentActivity(store)
+    activity = AgentActivity(storage.accounts)
     metrics = Metrics()
     schema_runner = SchemaRunner(settings.schema_timeout_ms / 1000)
-    registry = NamespaceRegistry(store.redis, settings.namespace_cache_seconds,
+    registry = NamespaceRegistry(storage.config, settings.namespace_cache_seconds,
                                  runner=schema_runner)
     cell_visibility = CellVisibility(settings.amp_namespace)
-    memory_service = MemoryService(settings, store, registry, activity, clock, cell_visibility)
-    agent_service = AgentService(settings, store, activity, clock)
-    sweeper = ExpirySweeper(store, clock, settings.sweep_interval_seconds, settings.sweep_batch,
-                            settings.changelog_max_age_seconds * 1000)
-    amp_cells = CellService(store, settings.amp_namespace, clock)
+    memory_service = MemoryService(settings, storage.entries, registry, activity, clock,
+                                   cell_visibility)
+    agent_service = AgentService(settings, storage.accounts, activity, clock)
+    sweeper = ExpirySweeper(storage.entries, clock, settings.sweep_interval_seconds,
+                            settings.sweep_batch, settings.changelog_max_age_seconds * 1000)
+    amp_cells = CellService(storage.cells(settings.amp_namespace), clock)
     amp_engine = LifecycleEngine(amp_cells, clock)
     amp_poster = TermPoster(amp_cells.index)
-    reader_client = store.new_client()
-    changelog = ChangeLog(reader_client, cell_visibility)
+    changelog = ChangeLog(storage.changes, cell_visibility)
     hub = Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2)
     send_watchdog = SendWatchdog(settings.sse_send_timeout_seconds)
-    auth = Authenticator(settings, store)
+    auth = Authenticator(settings, storage.accounts)
     stream_guard = StreamGuard(auth, registry)
     listener = InvalidationListener(registry, auth, stream_guard)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
-            await store.ping()
-        except RedisError as exc:
+            await storage.ping()
+        except StoreError as exc:
             log.warning("store not reachable at start (%s); serving 503 until it is", exc)
         tasks = [
             asyncio.create_task(sweeper.run(), name="memp-expiry-sweeper"),
             asyncio.create_task(_periodic(settings.last_seen_flush_seconds, activity.flush,
                                           "last_seen flush"), name="memp-last-seen"),
-            asyncio.create_task(listener.listen(reader_client), name="memp-invalidations"),
+            asyncio.create_task(listener.listen(storage), name="memp-invalidations"),
             asyncio.create_task(stream_guard.run(), name="memp-stream-guard"),
             asyncio.create_task(amp_engine.run_forever(settings.amp_lifecycle_interval_seconds),
                                 name="memp-amp-lifecycle"),
@@ -146,10 +154,9 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         finally:
             await hub.close()
             await stop_tasks(tasks)
-            with contextlib.suppress(RedisError, OSError):
+            with contextlib.suppress(StoreError, OSError):
                 await activity.flush()
-            await reader_client.aclose()
-            await store.close()
+            await storage.close()
             schema_runner.close()
 
     app = AbortableApp(
@@ -159,6 +166,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             MempError: _mempe_error,
             HTTPException: _http_error,
             **dict.fromkeys(STORE_DOWN, _store_down),
+            CorruptRecord: _corrupt,
             Exception: _internal,
         },
         lifespan=lifespan,
@@ -166,7 +174,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.router.redirect_slashes = False  # `/v1/keys/` is a 404, not a redirect built from Host
     app.state.settings = settings
     app.state.clock = clock
-    app.state.store = store
+    app.state.storage = storage
     app.state.metrics = metrics
     app.state.sweeper = sweeper
     app.state.changelog = changelog

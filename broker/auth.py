@@ -19,7 +19,7 @@ from broker.identities import ADMIN, is_reserved
 from broker.keys import glob_covers, glob_match
 from broker.models import ApiKeyRecord, Grant, Permission
 from broker.settings import Settings
-from broker.store import Store
+from broker.storage.accounts import AccountStore
 
 API_KEY_PREFIX = "memp_sk_"
 _ALL: list[Permission] = ["read", "write", "subscribe", "admin"]
@@ -145,7 +145,7 @@ class _JWTVerifier:
 class Authenticator:
     """Turns an Authorization header into a Principal, caching API key look-ups briefly."""
 
-    def __init__(self, settings: Settings, store: Store) -> None:
+    def __init__(self, settings: Settings, store: AccountStore) -> None:
         self.store = store
         self.admin_key = settings.admin_key
         self.cache_seconds = settings.auth_cache_seconds
@@ -212,7 +212,7 @@ def _principal_from_claims(claims: dict[str, Any]) -> Principal:
                      expires_at=float(expires) if isinstance(expires, int | float) else None)
 
 
-async def create_api_key(store: Store, env: str, *, grants: list[Grant], name: str,
+async def create_api_key(store: AccountStore, env: str, *, grants: list[Grant], name: str,
                          agent_id: str | None, created_by: str, now: int
                          ) -> tuple[str, ApiKeyRecord]:
     """Create and store a key; the plain key is returned once and never stored. The name is

@@ -10,7 +10,6 @@ import sys
 from dataclasses import replace
 
 import msgspec
-from redis.exceptions import RedisError
 
 from broker.auth import create_api_key
 from broker.clock import system_clock
@@ -19,7 +18,8 @@ from broker.identities import check_claimable
 from broker.models import PERMISSIONS, Grant
 from broker.routes.keys import check_grants
 from broker.settings import Settings, SettingsError
-from broker.store import Store
+from broker.storage import Storage
+from broker.storage.client import StoreError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         message = exc.message if isinstance(exc, MempError) else str(exc)
         print(f"memp-broker: {message}", file=sys.stderr)
         return 2
-    except RedisError as exc:
+    except StoreError as exc:
         print(f"memp-broker: Redis failed: {exc}", file=sys.stderr)
         return 1
 
@@ -107,9 +107,10 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
     if settings.embedded:
         raise SettingsError("keys needs MEMP_REDIS_URL; with the embedded store, use the admin "
                             "key printed by 'memp-broker serve' and POST /v1/keys")
-    store = Store.connect(settings.redis_url, timeout=settings.redis_timeout_seconds,
-                          history_limit=settings.history_limit,
-                          changelog_maxlen=settings.changelog_maxlen, idempotency_window_ms=1)
+    storage = Storage.open(settings.redis_url, timeout=settings.redis_timeout_seconds,
+                           history_limit=settings.history_limit,
+                           changelog_maxlen=settings.changelog_maxlen, idempotency_window_ms=1)
+    store = storage.accounts
     try:
         if args.keys_command == "create":
             permissions = [p.strip() for p in args.permissions.split(",") if p.strip()]
@@ -135,7 +136,7 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
             await store.announce_revocation(f"key:{args.key_id}")
             print(f"revoked {args.key_id}")
     finally:
-        await store.close()
+        await storage.close()
     return 0
 
 

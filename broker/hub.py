@@ -10,12 +10,12 @@ import contextlib
 import logging
 
 import anyio
-from redis.exceptions import RedisError
 
 from broker.amp.visibility import Viewer
-from broker.changelog import Change, ChangeLog
+from broker.changes import Change, ChangeLog
 from broker.errors import unavailable
 from broker.keys import Pattern
+from broker.storage.client import StoreError
 from broker.tasks import stop_tasks
 
 log = logging.getLogger("memp.hub")
@@ -136,7 +136,7 @@ class NamespaceReader:
                     self._reset_subscribers()
                     continue
                 backoff = 0.05
-            except RedisError as exc:
+            except StoreError as exc:
                 log.warning("change-log reader for %s: %s; retrying in %.2fs",
                             self.namespace, exc, backoff)
                 await asyncio.sleep(backoff)

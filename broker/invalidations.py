@@ -1,6 +1,6 @@
-"""One pub/sub listener per process for what the other processes announce: a namespace's
+"""One listener per process for what the other processes announce: a namespace's
 configuration or schemas changed, or credentials were revoked. Each announcement drops what
-this process cached and checks its open streams again; so does every (re)connection, since
+this process cached and checks its open streams again; so does every (re)subscription, since
 announcements made while the listener was away are lost."""
 
 from __future__ import annotations
@@ -8,13 +8,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
-from broker import layout
 from broker.auth import Authenticator
 from broker.namespaces import NamespaceRegistry
 from broker.revocation import StreamGuard
+from broker.storage import Storage
+from broker.storage.client import StoreError
 
 log = logging.getLogger("memp.invalidations")
 
@@ -27,37 +25,23 @@ class InvalidationListener:
         self.namespaces = namespaces
         self.auth = auth
         self.guard = guard
-        self._channels = {layout.invalidations().encode(): self._namespace_changed,
-                          layout.revocations().encode(): self._revoked}
 
-    def _namespace_changed(self, namespace: str) -> None:
-        self.namespaces.invalidate(namespace)
-        self.guard.recheck_soon(namespace)
-
-    def _revoked(self, what: str) -> None:
+    def apply(self, kind: str, subject: str) -> None:
+        if kind == "namespace":
+            self.namespaces.invalidate(subject)
+            self.guard.recheck_soon(subject)
+            return
+        if kind == "subscribed":  # anything may have changed while nobody listened
+            self.namespaces.forget_all()
         self.auth.forget()
         self.guard.recheck_soon()
 
-    def _caught_up(self) -> None:
-        self.namespaces.forget_all()
-        self.auth.forget()
-        self.guard.recheck_soon()
-
-    async def listen(self, client: aioredis.Redis) -> None:
-        """Follow both channels until cancelled; reconnect after failures."""
+    async def listen(self, storage: Storage) -> None:
+        """Follow the announcements until cancelled; reconnect after failures."""
         while True:
             try:
-                async with client.pubsub() as pubsub:
-                    await pubsub.subscribe(*self._channels)
-                    self._caught_up()
-                    async for message in pubsub.listen():
-                        if message.get("type") != "message":
-                            continue
-                        channel, data = message["channel"], message["data"]
-                        handler = self._channels.get(
-                            channel if isinstance(channel, bytes) else channel.encode())
-                        if handler is not None:
-                            handler(data.decode() if isinstance(data, bytes) else str(data))
-            except (RedisError, OSError) as exc:
+                async for kind, subject in storage.bulletins():
+                    self.apply(kind, subject)
+            except (StoreError, OSError) as exc:
                 log.warning("invalidation listener: %s; retrying", exc)
                 await asyncio.sleep(1.0)

@@ -12,7 +12,6 @@ from typing import Any
 
 import msgspec
 
-from broker import layout
 from broker.activity import AgentActivity
 from broker.amp.visibility import CellVisibility
 from broker.auth import Principal
@@ -25,7 +24,8 @@ from broker.locks import KeyLocks
 from broker.models import Entry, Page
 from broker.namespaces import NamespaceRegistry, NamespaceState
 from broker.settings import Settings
-from broker.store import Store, WriteOutcome, WriteRequest
+from broker.storage.entries import EntryStore
+from broker.storage.records import WriteOutcome, WriteRequest
 from broker.validation import (
     check_limit,
     check_message_id,
@@ -59,7 +59,7 @@ _MERGE_BUDGET_SECONDS = 10.0
 class MemoryService:
     """Checks, authorises and runs memory operations against the store."""
 
-    def __init__(self, settings: Settings, store: Store, namespaces: NamespaceRegistry,
+    def __init__(self, settings: Settings, store: EntryStore, namespaces: NamespaceRegistry,
                  activity: AgentActivity, clock: Clock, cells: CellVisibility) -> None:
         self.settings = settings
         self.store = store
@@ -91,12 +91,10 @@ class MemoryService:
         now = self.clock()
         check_timestamp(timestamp, now, self.settings)
         self.activity.seen(namespace, principal.agent_id, now)
-        idem = layout.idempotency(namespace, principal.writer_id, message_id) if message_id \
-            else ""
         return WriteRequest(
             agent_id=principal.writer_id, now=now,
             timestamp=timestamp if timestamp is not None else now,
-            timestamp_from_client=timestamp is not None, idempotency_key=idem,
+            timestamp_from_client=timestamp is not None, message_id=message_id,
             mode=_MODES[strategy], priority=state.priority_of(principal.writer_id),
             default_priority=state.config.default_priority,
             history_limit=state.config.history_limit, **fields,

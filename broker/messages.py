@@ -25,7 +25,7 @@ from broker.models import (
     RegisterMessage,
     message_decoder,
 )
-from broker.store import STORE_DOWN
+from broker.storage.client import STORE_DOWN
 from broker.validation import check_message_id
 
 

@@ -7,12 +7,10 @@ import functools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
-import redis.asyncio as aioredis
 
-from broker import layout
 from broker.auth import Principal
 from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_pattern
 from broker.errors import MempError
@@ -25,6 +23,8 @@ from broker.schemas import (
     SchemaErrorDetail,
     SchemaRecord,
 )
+from broker.storage.config import ConfigStore
+from broker.storage.records import CorruptRecord
 
 log = logging.getLogger("memp.namespaces")
 
@@ -144,9 +144,8 @@ def check_config(config: NamespaceConfig, max_history: int, max_ttl_seconds: int
 class NamespaceRegistry:
     """Loads, caches and saves namespace configuration and schemas."""
 
-    def __init__(self, client: aioredis.Redis, ttl: float = 5.0, *,
-                 runner: SchemaRunner) -> None:
-        self.redis = client
+    def __init__(self, store: ConfigStore, ttl: float = 5.0, *, runner: SchemaRunner) -> None:
+        self.store = store
         self.ttl = ttl
         self.runner = runner
         self._cache: dict[str, NamespaceState] = {}
@@ -155,14 +154,11 @@ class NamespaceRegistry:
         cached = self._cache.get(namespace)
         if cached is not None and time.monotonic() - cached.loaded_at < self.ttl:
             return cached
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.get(layout.config(namespace))
-            pipe.hvals(layout.schemas(namespace))
-            raw_config, raw_schemas = await pipe.execute()
-        config = (msgspec.json.decode(raw_config, type=StoredConfig) if raw_config
-                  else StoredConfig(namespace=namespace))
-        records = sorted((msgspec.json.decode(r, type=SchemaRecord) for r in raw_schemas),
-                         key=lambda r: r.id)
+        raw_config, raw_schemas = await self.store.load(namespace)
+        config = (_decode(raw_config, StoredConfig, f"configuration of {namespace}")
+                  if raw_config else StoredConfig(namespace=namespace))
+        records = sorted((_decode(r, SchemaRecord, f"a schema of {namespace}")
+                          for r in raw_schemas), key=lambda r: r.id)
         state = NamespaceState(config, await self.runner.compile(namespace, records))
         self._cache[namespace] = state
         return state
@@ -189,54 +185,42 @@ class NamespaceRegistry:
     def forget_all(self) -> None:
         self._cache.clear()
 
-    async def _changed(self, namespace: str) -> None:
-        self.invalidate(namespace)
-        await self.redis.publish(layout.invalidations(), namespace)
-
     async def save_config(self, namespace: str, config: NamespaceConfig, *, by: str, now: int,
                           if_revision: int | None) -> StoredConfig:
         """Replace the configuration; with `if_revision`, only if it is still that revision."""
-        key = layout.config(namespace)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    await pipe.watch(key)
-                    raw = await pipe.get(key)
-                    current = msgspec.json.decode(raw, type=StoredConfig) if raw else None
-                    revision = current.revision if current else 0
-                    if if_revision is not None and if_revision != revision:
-                        raise MempError("precondition_failed", "the configuration changed",
-                                        {"current_revision": revision})
-                    fields = msgspec.structs.asdict(config)
-                    stored = StoredConfig(**fields, namespace=namespace, revision=revision + 1,
-                                          updated_at=now, updated_by=by)
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    pipe.set(key, msgspec.json.encode(stored))
-                    await pipe.execute()
-                    break
-                except aioredis.WatchError:
-                    continue
-        await self._changed(namespace)
-        return stored
+
+        def change(raw: bytes | None) -> bytes:
+            current = _decode(raw, StoredConfig, f"configuration of {namespace}") if raw \
+                else None
+            revision = current.revision if current else 0
+            if if_revision is not None and if_revision != revision:
+                raise MempError("precondition_failed", "the configuration changed",
+                                {"current_revision": revision})
+            stored = StoredConfig(**msgspec.structs.asdict(config), namespace=namespace,
+                                  revision=revision + 1, updated_at=now, updated_by=by)
+            return msgspec.json.encode(stored)
+
+        stored = await self.store.update_config(namespace, change)
+        self.invalidate(namespace)
+        return _decode(stored, StoredConfig, f"configuration of {namespace}")
 
     async def schema_records(self, namespace: str) -> list[SchemaRecord]:
-        raw = await self.redis.hvals(layout.schemas(namespace))
-        return sorted((msgspec.json.decode(r, type=SchemaRecord) for r in raw),
+        raw = await self.store.schema_records(namespace)
+        return sorted((_decode(r, SchemaRecord, f"a schema of {namespace}") for r in raw),
                       key=lambda r: r.id)
 
     async def schema_record(self, namespace: str, schema_id: str) -> SchemaRecord | None:
-        raw = await self.redis.hget(layout.schemas(namespace), schema_id)
-        return msgspec.json.decode(raw, type=SchemaRecord) if raw else None
+        raw = await self.store.schema_record(namespace, schema_id)
+        return _decode(raw, SchemaRecord, f"schema {schema_id} of {namespace}") if raw else None
 
     async def save_schema(self, record: SchemaRecord) -> None:
-        await self.redis.hset(layout.schemas(record.namespace), record.id,
-                              msgspec.json.encode(record))
-        await self._changed(record.namespace)
+        await self.store.save_schema(record.namespace, record.id, msgspec.json.encode(record))
+        self.invalidate(record.namespace)
 
     async def delete_schema(self, namespace: str, schema_id: str) -> bool:
-        removed = await self.redis.hdel(layout.schemas(namespace), schema_id)
-        await self._changed(namespace)
-        return bool(removed)
+        removed = await self.store.delete_schema(namespace, schema_id)
+        self.invalidate(namespace)
+        return removed
 
     async def require(self, principal: Principal, permission: str, namespace: str) -> None:
         """Like Principal.require, but read and subscribe may also come from a share."""
@@ -247,3 +231,13 @@ class NamespaceRegistry:
             if state.shares_with(principal, permission):
                 return
         principal.require(permission, namespace)
+
+
+T = TypeVar("T")
+
+
+def _decode(raw: bytes, kind: type[T], what: str) -> T:
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.DecodeError as exc:
+        raise CorruptRecord(f"stored {what}: {exc}") from None

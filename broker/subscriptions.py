@@ -6,44 +6,20 @@ Live changes already queued are sent together, in one write."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import msgspec
 
 from broker.auth import Principal
-from broker.changelog import (
-    Change,
-    ChangeLog,
-    encode_frame,
-    encode_payload,
-    format_cursor,
-    position_key,
-)
-from broker.errors import MempError
+from broker.changes import Change, ChangeLog, encode_frame, encode_payload
 from broker.hub import Hub, Subscription
 from broker.keys import Pattern
 from broker.memory import MemoryService
+from broker.storage.changelog import format_cursor, position_key
 
-_CURSOR_PART_RE = re.compile(r"([a-z0-9][a-z0-9._-]{0,62}):([0-9]{1,20})-([0-9]{1,20})")
-_STREAM_ID_MAX = 2**64 - 1  # each half of a Redis stream id is an unsigned 64-bit number
 _REPLAY_BATCH = 500
 _LIVE_BATCH = 64  # queued changes sent in one write, at most
-
-
-def parse_cursor(text: str | None) -> dict[str, str] | None:
-    """`ns:ms-seq[,ns:ms-seq...]`, as sent in every event's id (`format_cursor`)."""
-    if text is None or text.strip() == "":
-        return None
-    positions = {}
-    for part in text.strip().split(","):
-        match = _CURSOR_PART_RE.fullmatch(part)
-        if match is None or max(int(match[2]), int(match[3])) > _STREAM_ID_MAX:
-            raise MempError("invalid_request", "Last-Event-ID is not a cursor this broker issued",
-                            {"last_event_id": text[:200]})
-        positions[match[1]] = f"{int(match[2])}-{int(match[3])}"
-    return positions
 
 
 @dataclass(frozen=True, slots=True)

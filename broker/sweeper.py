@@ -12,10 +12,9 @@ import asyncio
 import logging
 import time
 
-from redis.exceptions import RedisError
-
 from broker.clock import Clock
-from broker.store import Store
+from broker.storage.client import StoreError
+from broker.storage.entries import EntryStore
 
 log = logging.getLogger("memp.sweeper")
 RECHECK_MS = 5_000
@@ -24,7 +23,7 @@ RECHECK_MS = 5_000
 class ExpirySweeper:
     """Expires due entries of every namespace, `batch` per script call, until none are due."""
 
-    def __init__(self, store: Store, clock: Clock, interval: float, batch: int,
+    def __init__(self, store: EntryStore, clock: Clock, interval: float, batch: int,
                  changelog_max_age_ms: int = 0, trim_every: float = 10.0) -> None:
         self.store = store
         self.clock = clock
@@ -82,7 +81,7 @@ class ExpirySweeper:
                     await self.trim_once()
                     self._next_trim = time.monotonic() + self.trim_every
                 delay = self.interval
-            except RedisError as exc:
+            except StoreError as exc:
                 delay = min(max(delay * 2, self.interval), 5.0)
                 log.warning("expiry sweep failed, retrying in %.1fs: %s", delay, exc)
             await asyncio.sleep(delay)

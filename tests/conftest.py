@@ -234,7 +234,7 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
 
 def read_changelog(client: Any, namespace: str) -> list[dict[str, str]]:
     """Every record of a namespace's change log, oldest first, with text fields."""
-    from broker import layout
+    from broker.storage import layout
 
     records = client.xrange(layout.changelog(namespace), "-", "+")
     return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in records]

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from broker import layout
 from broker.amp.cells import ULID_RE
+from broker.storage import layout
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, BrokerProcess
 from tests.test_amp_support import (
     DAY_MS,

@@ -19,12 +19,12 @@ import msgspec
 import pytest
 import redis
 
-from broker import layout
 from broker.amp.cells import MemoryCell
-from broker.amp.index import COMMIT_CHUNK, TRANSITIONS, IndexUpdate
+from broker.amp.index import index_update
 from broker.amp.service import CellService, cell_key
 from broker.settings import Settings
-from broker.store import Store
+from broker.storage import Storage, layout
+from broker.storage.amp import COMMIT_CHUNK, TRANSITIONS
 from tests.conftest import BACKENDS, Broker, BrokerProcess
 from tests.test_amp_support import (
     DAY_MS,
@@ -534,15 +534,15 @@ def test_an_index_update_without_a_write_never_lands_over_a_newer_write(
             before = client.zscore(due, cell["id"])
 
             async def look(version: int) -> None:
-                store = Store.connect(redis_url, timeout=5.0, history_limit=16,
-                                      changelog_maxlen=100_000, idempotency_window_ms=60_000)
+                storage = Storage.open(redis_url, timeout=5.0, history_limit=16,
+                                       changelog_maxlen=100_000, idempotency_window_ms=60_000)
                 try:
-                    cells = CellService(store, ns, now_ms)
-                    await cells.commit([(IndexUpdate(seen, cell_key(seen), created(cell),
-                                                     version=version, created=False,
-                                                     terms=False), None)])
+                    cells = CellService(storage.cells(ns), now_ms)
+                    await cells.commit([(index_update(seen, cell_key(seen), created(cell),
+                                                      version=version, created=False,
+                                                      terms=False), None)])
                 finally:
-                    await store.close()
+                    await storage.close()
 
             asyncio.run(look(1))
             assert client.zscore(due, cell["id"]) == before

@@ -187,7 +187,7 @@ def test_malformed_ulids_are_not_ulids(text: str) -> None:
 
 # ---- the policy globs as the read script matches them ----
 
-_GLOB_IN_LUA = (resources.files("broker").joinpath("lua", "amp_common.lua").read_text()
+_GLOB_IN_LUA = (resources.files("broker.storage").joinpath("lua", "amp_common.lua").read_text()
                 + "return glob_match(ARGV[1], ARGV[2]) and 1 or 0")
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from broker import layout
+from broker.storage import layout
 from tests.conftest import BACKENDS, Broker
 from tests.test_amp_support import (
     DAY_MS,

@@ -17,9 +17,9 @@ import httpx
 import redis
 import uvicorn
 
-from broker import layout
 from broker.app import create_app
 from broker.settings import Settings
+from broker.storage import layout
 from tests.conftest import ADMIN_KEY, Broker, BrokerProcess, free_port
 
 WAIT = 15.0  # seconds any single expectation may take before the test fails
@@ -152,13 +152,13 @@ class Amp:
     def _storage(self) -> Any:
         """A synchronous client on the broker's own data (the cells as stored, deleted ones
         too, which no MEMP path shows)."""
-        store = self.app.state.store
-        if store.embedded:
+        storage = self.app.state.storage
+        if storage.embedded:
             import fakeredis
 
-            return fakeredis.FakeRedis(server=store.redis.connection_pool.connection_kwargs[
-                "server"])
-        kwargs = store.redis.connection_pool.connection_kwargs
+            return fakeredis.FakeRedis(
+                server=storage.backend.redis.connection_pool.connection_kwargs["server"])
+        kwargs = storage.backend.redis.connection_pool.connection_kwargs
         return redis.Redis(host=kwargs["host"], port=kwargs["port"], db=kwargs.get("db", 0))
 
     def stored(self, cell: dict[str, Any]) -> dict[str, Any]:
@@ -292,12 +292,12 @@ def clocked_broker(backend: str, redis_url: str, namespace: str, clock: TestCloc
 
 def sync_redis(amp: Amp, redis_url: str) -> Any:
     """A synchronous client on the broker's data: the test Redis, or the embedded server."""
-    store = amp.app.state.store
-    if not store.embedded:
+    storage = amp.app.state.storage
+    if not storage.embedded:
         return redis.Redis.from_url(redis_url)
     import fakeredis
 
-    server = store.redis.connection_pool.connection_kwargs["server"]
+    server = storage.backend.redis.connection_pool.connection_kwargs["server"]
     return fakeredis.FakeRedis(server=server)
 
 

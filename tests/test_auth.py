@@ -160,7 +160,7 @@ def _sync_redis(broker: Broker, redis_url: str) -> Any:
         return redis.Redis.from_url(redis_url)
     import fakeredis
 
-    server = broker.app.state.store.redis.connection_pool.connection_kwargs["server"]
+    server = broker.app.state.storage.backend.redis.connection_pool.connection_kwargs["server"]
     return fakeredis.FakeRedis(server=server)
 
 

@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
 
-from broker.connection import FreshConnectionPool, HiredisPackingConnection
+from broker.storage.client import FreshConnectionPool, HiredisPackingConnection
 from tests.conftest import RedisServer
 
 

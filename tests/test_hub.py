@@ -10,13 +10,13 @@ from typing import Any
 import fakeredis
 import pytest
 
-from broker import layout
 from broker.amp.visibility import CellVisibility, Viewer
-from broker.changelog import Change, ChangeLog, format_cursor, position_key
+from broker.changes import Change, ChangeLog
 from broker.errors import MempError
 from broker.hub import Hub, Subscription
 from broker.keys import compile_pattern
-from broker.subscriptions import parse_cursor
+from broker.storage import layout
+from broker.storage.changelog import ChangeLogStore, format_cursor, parse_cursor, position_key
 
 # ---- cursors ----
 
@@ -105,7 +105,7 @@ def run_with_log(scenario: Callable[[Any, ChangeLog], Awaitable[None]]) -> None:
     async def main() -> None:
         client = fakeredis.FakeAsyncRedis()
         try:
-            await scenario(client, ChangeLog(client, CellVisibility("amp")))
+            await scenario(client, ChangeLog(ChangeLogStore(client), CellVisibility("amp")))
         finally:
             await client.aclose()
 

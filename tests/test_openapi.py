@@ -32,7 +32,7 @@ from broker.amp import cells as amp
 from broker.amp.routes import RunBody
 from broker.amp.search import SearchBody, SearchHit
 from broker.app import create_app
-from broker.changelog import ChangePayload
+from broker.changes import ChangePayload
 from broker.conflicts import STRATEGIES, Conflict
 from broker.errors import STATUS_BY_CODE, MempError
 from broker.keys import compile_pattern, validate_key

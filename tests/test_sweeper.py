@@ -15,8 +15,9 @@ import httpx
 import pytest
 import redis
 
-from broker import layout
-from broker.store import Store, WriteRequest
+from broker.storage import Storage, layout
+from broker.storage.entries import EntryStore
+from broker.storage.records import WriteRequest
 from broker.sweeper import ExpirySweeper
 from tests.conftest import (
     ADMIN_KEY,
@@ -37,9 +38,9 @@ def now_ms() -> int:
 
 def sync_client(broker: Broker) -> redis.Redis:
     """A synchronous client on the broker's data: its Redis, or its embedded server."""
-    store: Store = broker.app.state.store
-    if store.embedded:
-        server = store.redis.connection_pool.connection_kwargs["server"]
+    storage: Storage = broker.app.state.storage
+    if storage.embedded:
+        server = storage.backend.redis.connection_pool.connection_kwargs["server"]
         return fakeredis.FakeRedis(server=server)
     return redis.Redis.from_url(str(broker.app.state.settings.redis_url))
 
@@ -182,12 +183,12 @@ def test_write_on_expired_unswept_key_logs_the_expiry_first(
     data.close()
 
 
-# ---- ExpirySweeper.sweep_once on a Store, with a clock the test controls ----
+# ---- ExpirySweeper.sweep_once on an EntryStore, with a clock the test controls ----
 
 
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest) -> str | None:
-    """Where a test's own Store lives: a private Redis, or None for an embedded server."""
+    """Where a test's own store lives: a private Redis, or None for an embedded server."""
     if request.param == "embedded":
         return None
     server: RedisServer = request.getfixturevalue("private_redis")
@@ -195,27 +196,27 @@ def store_url(request: pytest.FixtureRequest) -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def open_store(url: str | None) -> AsyncIterator[Store]:
-    store = Store.connect(url, timeout=2.0, history_limit=4, changelog_maxlen=100_000,
-                          idempotency_window_ms=60_000)
+async def open_store(url: str | None) -> AsyncIterator[EntryStore]:
+    storage = Storage.open(url, timeout=2.0, history_limit=4, changelog_maxlen=100_000,
+                           idempotency_window_ms=60_000)
     try:
-        yield store
+        yield storage.entries
     finally:
-        await store.close()
+        await storage.close()
 
 
-async def expired_keys(store: Store, ns: str) -> list[str]:
+async def expired_keys(store: EntryStore, ns: str) -> list[str]:
     """Keys of the namespace's `expire` records, in log order."""
     records = cast(list[tuple[bytes, dict[bytes, bytes]]],
                    await store.redis.xrange(layout.changelog(ns), "-", "+"))
     return [f[b"key"].decode() for _, f in records if f[b"type"] == b"expire"]
 
 
-def sweeper(store: Store, now: int, batch: int) -> ExpirySweeper:
+def sweeper(store: EntryStore, now: int, batch: int) -> ExpirySweeper:
     return ExpirySweeper(store, lambda: now, interval=3600, batch=batch)
 
 
-async def put_ttl(store: Store, ns: str, key: str, now: int, ttl: int | None) -> None:
+async def put_ttl(store: EntryStore, ns: str, key: str, now: int, ttl: int | None) -> None:
     outcome = await store.put(ns, key, WriteRequest(
         agent_id="tester", now=now, timestamp=now, timestamp_from_client=False,
         value=b'"v"', entry_id=f"id-{key}", ttl_seconds=ttl))
@@ -224,7 +225,7 @@ async def put_ttl(store: Store, ns: str, key: str, now: int, ttl: int | None) ->
 
 def test_concurrent_sweep_once_calls_expire_each_entry_once(store_url: str | None,
                                                             ns: str) -> None:
-    async def scenario(store: Store) -> None:
+    async def scenario(store: EntryStore) -> None:
         t0 = 1_700_000_000_000
         due = [f"due/{i:04d}" for i in range(500)]
         for key in due:
@@ -253,7 +254,7 @@ def test_concurrent_sweep_once_calls_expire_each_entry_once(store_url: str | Non
 
 
 def test_sweep_skips_entries_rewritten_before_the_sweep(store_url: str | None, ns: str) -> None:
-    async def scenario(store: Store) -> None:
+    async def scenario(store: EntryStore) -> None:
         t0 = 1_700_000_000_000
         for key in ("renewed", "persisted", "deleted"):
             await put_ttl(store, ns, key, t0, 1)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis
 
-from broker import layout
+from broker.storage import layout
 from tests.conftest import ADMIN_KEY, Broker
 from tests.test_strategies import configure, error_of
 

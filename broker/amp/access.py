@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.amp.index import CellIndex
+from broker.storage.amp import CellIndexStore
 
 MAX_BATCH = 500  # reads per call
 
@@ -14,7 +14,7 @@ MAX_BATCH = 500  # reads per call
 class AccessCounter:
     """Records reads of cells in one namespace's indexes."""
 
-    def __init__(self, index: CellIndex) -> None:
+    def __init__(self, index: CellIndexStore) -> None:
         self.index = index
         self._pending: list[tuple[str, int, asyncio.Future[int]]] = []
         self._writer: asyncio.Task[None] | None = None

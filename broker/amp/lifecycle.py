@@ -9,16 +9,16 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from redis.exceptions import RedisError
-
 from broker.amp.cells import MemoryCell, iso, parse_time
-from broker.amp.index import CellRecord, IndexUpdate, reference_ms, terms_of
+from broker.amp.index import index_update, reference_ms, terms_of
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
 from broker.amp.service import CellService, decode_cell
 from broker.clock import Clock
 from broker.errors import MempError
 from broker.identities import AMP_ENGINE
-from broker.store import WriteRequest
+from broker.storage.amp import CellRecord, IndexUpdate
+from broker.storage.client import StoreError
+from broker.storage.records import WriteRequest, live_entry
 
 log = logging.getLogger("memp.amp")
 Decide = Callable[[MemoryCell, CellRecord, int], str | None]
@@ -120,7 +120,7 @@ class LifecycleEngine:
         now = cells.clock()
         changes: list[tuple[IndexUpdate, WriteRequest | None]] = []
         for record, raw in loaded.values():
-            entry = cells.store.live_entry(cells.namespace, record.key, raw, now)
+            entry = live_entry(cells.namespace, record.key, raw, now)
             if entry is None:
                 continue
             cell = decode_cell(entry)
@@ -132,7 +132,7 @@ class LifecycleEngine:
                 request = cells.request(cell, AMP_ENGINE, entry.version, now)
             # Without a write, the update describes the version loaded: it must not land
             # over a write made since.
-            update = IndexUpdate(cell, record.key, max(reference_ms(cell), record.ref),
+            update = index_update(cell, record.key, max(reference_ms(cell), record.ref),
                                  version=None if request else entry.version, created=False,
                                  terms=False)
             changes.append((update, request))
@@ -148,7 +148,7 @@ class LifecycleEngine:
                 counts = await self.run()
                 if any(counts.values()):
                     log.info("AMP lifecycle pass: %s", counts)
-            except (RedisError, MempError) as exc:
+            except (StoreError, MempError) as exc:
                 log.warning("AMP lifecycle pass failed: %s", exc)
 
 
@@ -182,7 +182,7 @@ class Purger:
                 refused[cell_id] = "no such cell"
                 continue
             record, raw = loaded[cell_id]
-            entry = cells.store.live_entry(cells.namespace, record.key, raw, cells.clock())
+            entry = live_entry(cells.namespace, record.key, raw, cells.clock())
             cell = decode_cell(entry) if entry is not None else None
             if cell is None or cell.lifecycle.status != "deleted":
                 refused[cell_id] = f"the cell is {record.status}, not deleted"
@@ -198,10 +198,6 @@ class Purger:
                             {"refused": refused})
         if not texts:
             return []
-        indexed = await cells.index.indexed_terms(list(texts))
-        await cells.store.erase(cells.namespace, [key for key, _ in texts.values()])
-        async with cells.store.redis.pipeline(transaction=True) as pipe:
-            for cell_id, (_, text) in texts.items():
-                cells.index.forget(pipe, cell_id, terms_of(text) | indexed[cell_id])
-            await pipe.execute()
+        await cells.index.purge({cell_id: (key, terms_of(text))
+                                 for cell_id, (key, text) in texts.items()})
         return sorted(texts)

@@ -7,16 +7,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from redis.exceptions import RedisError
-
-from broker.amp.index import CellIndex
+from broker.storage.amp import CellIndexStore
+from broker.storage.client import StoreError
 
 log = logging.getLogger("memp.amp")
 _BACKOFF_SECONDS = 1.0  # between attempts while the store is failing
 
 
 class TermPoster:
-    def __init__(self, index: CellIndex, batch: int = 100) -> None:
+    def __init__(self, index: CellIndexStore, batch: int = 100) -> None:
         self.index = index
         self.batch = batch
 
@@ -25,7 +24,7 @@ class TermPoster:
         while True:
             try:
                 taken = await self.index.post(self.batch)
-            except RedisError as exc:
+            except StoreError as exc:
                 log.warning("posting AMP search terms failed: %s", exc)
                 await asyncio.sleep(max(interval, _BACKOFF_SECONDS))
                 continue

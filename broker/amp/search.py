@@ -12,12 +12,14 @@ import msgspec
 from msgspec import Meta
 
 from broker.amp.cells import MemoryCell, MemoryType, OwnerId, OwnerType, Status, iso, parse_time
-from broker.amp.index import CellRecord, terms_of, words_of
+from broker.amp.index import terms_of, words_of
 from broker.amp.lifecycle import score_at
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, decode_cell
 from broker.errors import MempError
 from broker.keys import compile_pattern
+from broker.storage.amp import CellRecord
+from broker.storage.records import live_entry
 
 MAX_CANDIDATES = 5_000
 _WALK_BATCH = 500
@@ -120,7 +122,7 @@ class CellSearch:
         for record, raw in (await cells.index.load(candidates)).values():
             if record.status not in query.statuses:
                 continue
-            entry = cells.store.live_entry(cells.namespace, record.key, raw, query.now)
+            entry = live_entry(cells.namespace, record.key, raw, query.now)
             if entry is None:
                 continue
             cell = decode_cell(entry)
@@ -147,8 +149,8 @@ class CellSearch:
             types = [body.owner_type] if body.owner_type else ["user", "agent", "organization"]
             for owner_type in types:
                 pattern = compile_pattern(f"cells/{owner_type}/{body.owner_id}/*")
-                keys, _ = await cells.store.scan_keys(cells.namespace, pattern, None,
-                                                      MAX_CANDIDATES)
+                keys, _ = await cells.index.entries.scan_keys(cells.namespace, pattern, None,
+                                                              MAX_CANDIDATES)
                 owned.update(k.rsplit("/", 1)[1] for k in keys)
         if owned is not None:
             # One owner's cells are few: their text decides relevance (`_hits` drops cells

@@ -20,12 +20,13 @@ from broker.amp.cells import (
     new_ulid,
     parse_time,
 )
-from broker.amp.index import CellIndex, CellRecord, IndexUpdate, reference_ms
+from broker.amp.index import index_update, reference_ms
 from broker.amp.rules import can_read, can_write
 from broker.clock import Clock
 from broker.errors import MempError
 from broker.models import Entry
-from broker.store import RawHash, Store, WriteRequest
+from broker.storage.amp import CellIndexStore, CellRecord, IndexUpdate
+from broker.storage.records import RawHash, WriteRequest, live_entry
 
 _CAS_ATTEMPTS = 10
 
@@ -55,12 +56,11 @@ def decode_cell(entry: Entry) -> MemoryCell:
 class CellService:
     """Creates and changes cells under AMP's rules, on top of the MEMP store."""
 
-    def __init__(self, store: Store, namespace: str, clock: Clock) -> None:
-        self.store = store
-        self.namespace = namespace
+    def __init__(self, index: CellIndexStore, clock: Clock) -> None:
+        self.index = index
+        self.namespace = index.namespace
         self.clock = clock
-        self.index = CellIndex(store, namespace)
-        self.access = AccessCounter(self.index)
+        self.access = AccessCounter(index)
 
     @staticmethod
     def request(cell: MemoryCell, agent: str, version: int | None, now: int) -> WriteRequest:
@@ -76,12 +76,7 @@ class CellService:
         """Write cells and update their indexes, in one round trip. A change without a request
         only updates the indexes. Returns, per change, whether it was applied: False where a
         write lost its compare-and-set (the cell changed meanwhile)."""
-        if not changes:
-            return []
-        await self.store.note_namespace(self.namespace)
-        calls = self.index.commit_calls(changes)
-        verdicts = iter([v for call in await self.store.run_scripts(calls) for v in call])
-        return [request is None or next(verdicts) == b"ok" for _, request in changes]
+        return await self.index.commit(changes)
 
     async def load(self, cell_id: str) -> tuple[CellRecord, MemoryCell, Entry]:
         """A cell that is not deleted, with its index record and MEMP entry."""
@@ -92,7 +87,7 @@ class CellService:
         if found is None or found[0].status == "deleted":
             raise _not_found(cell_id)
         record, raw = found
-        entry = self.store.live_entry(self.namespace, record.key, raw, self.clock())
+        entry = live_entry(self.namespace, record.key, raw, self.clock())
         if entry is None:
             raise _not_found(cell_id)
         cell = decode_cell(entry)
@@ -120,7 +115,7 @@ class CellService:
             lifecycle=Lifecycle(created_at=stamp, last_updated_at=stamp,
                                 expires_at=iso(expires) if expires else None, status="active"),
         )
-        update = IndexUpdate(cell, cell_key(cell), now, count=0)
+        update = index_update(cell, cell_key(cell), now, count=0)
         if not (await self.commit([(update, self.request(cell, agent, None, now))]))[0]:
             raise MempError("write_conflict", "a cell with this id already exists; retry")
         return cell
@@ -162,7 +157,7 @@ class CellService:
                                 "lifecycle engine and cannot be patched",
                                 {"field": "lifecycle.status", "status": status})
             _apply(cell, patch, now)
-            update = IndexUpdate(cell, record.key, max(reference_ms(cell), record.ref),
+            update = index_update(cell, record.key, max(reference_ms(cell), record.ref),
                                  recheck=status == "stale")
             if (await self.commit([(update, self.request(cell, agent, entry.version, now))]))[0]:
                 return cell
@@ -182,7 +177,7 @@ class CellService:
             now = self.clock()
             cell.lifecycle.status = "deleted"
             cell.lifecycle.deleted_at = iso(now)
-            update = IndexUpdate(cell, record.key, max(reference_ms(cell), record.ref))
+            update = index_update(cell, record.key, max(reference_ms(cell), record.ref))
             if (await self.commit([(update, self.request(cell, agent, entry.version, now))]))[0]:
                 return cell
         raise MempError("write_conflict", "the cell kept changing; retry the delete")
@@ -209,7 +204,7 @@ class CellService:
             outcome[wanted.pop(cell_id)] = _exists(cell_id)
         now = self.clock()
         changes: list[tuple[IndexUpdate, WriteRequest | None]] = [
-            (IndexUpdate(cells[at], cell_key(cells[at]), reference_ms(cells[at]),
+            (index_update(cells[at], cell_key(cells[at]), reference_ms(cells[at]),
                          count=cells[at].scoring.access_count),
              self.request(cells[at], agent, None, now)) for at in wanted.values()]
         for at, stored in zip(wanted.values(), await self.commit(changes), strict=True):

@@ -14,7 +14,7 @@ from broker.http import authenticate, decode_json, json_response, read_body
 from broker.identities import check_claimable
 from broker.keys import NAMESPACE_GLOB_RE
 from broker.models import ApiKeyRecord, CreateKeyBody, Grant
-from broker.store import Store
+from broker.storage.accounts import AccountStore
 
 
 def check_grants(grants: list[Grant]) -> list[Grant]:
@@ -33,7 +33,7 @@ def check_grants(grants: list[Grant]) -> list[Grant]:
 _AGENT_ID_RE = re.compile(r"[A-Za-z0-9._:@+-]{1,128}")
 
 
-async def check_binding(principal: Principal, store: Store, agent_id: str) -> str:
+async def check_binding(principal: Principal, store: AccountStore, agent_id: str) -> str:
     """A key may act as an agent only if its creator could: the full admin binds any id the
     broker does not reserve; a namespace admin binds only agents registered in a namespace it
     administers."""
@@ -64,9 +64,9 @@ async def create_key(request: Request) -> Response:
                             f"creating this key needs admin permission on {grant.namespace!r}")
     state = request.app.state
     if body.agent_id is not None:
-        await check_binding(principal, state.store, body.agent_id)
+        await check_binding(principal, state.storage.accounts, body.agent_id)
     api_key, record = await create_api_key(
-        state.store, state.settings.key_env, grants=grants, name=body.name,
+        state.storage.accounts, state.settings.key_env, grants=grants, name=body.name,
         agent_id=body.agent_id, created_by=principal.subject, now=state.clock(),
     )
     return json_response({"api_key": api_key, "key": record}, 201)
@@ -76,13 +76,13 @@ async def list_keys(request: Request) -> Response:
     principal = await authenticate(request)
     if not principal.superuser and not any("admin" in g.permissions for g in principal.grants):
         raise MempError("forbidden", "listing keys needs admin permission")
-    records = await request.app.state.store.list_api_keys()
+    records = await request.app.state.storage.accounts.list_api_keys()
     return json_response({"keys": [r for r in records if _visible(principal, r)]})
 
 
 async def revoke_key(request: Request) -> Response:
     principal = await authenticate(request)
-    store = request.app.state.store
+    store = request.app.state.storage.accounts
     key_id = request.path_params["key_id"]
     records = {r.id: r for r in await store.list_api_keys()}
     record = records.get(key_id)

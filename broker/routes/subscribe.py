@@ -13,7 +13,8 @@ from broker.http import authenticate
 from broker.keys import Pattern, compile_pattern, validate_namespace
 from broker.revocation import StreamGuard
 from broker.sse import EventStreamResponse
-from broker.subscriptions import EventStream, StreamRequest, parse_cursor
+from broker.storage.changelog import parse_cursor
+from broker.subscriptions import EventStream, StreamRequest
 
 
 async def _targets(request: Request, principal: Principal, limit: int, max_key_bytes: int

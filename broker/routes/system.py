@@ -7,13 +7,13 @@ from functools import lru_cache
 from importlib import resources
 
 import yaml
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from broker.errors import unavailable
 from broker.http import error_response, json_response
+from broker.storage.client import StoreError
 
 
 @lru_cache(maxsize=1)
@@ -26,12 +26,12 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    store = request.app.state.store
+    storage = request.app.state.storage
     try:
-        await store.ping()
-    except (RedisError, OSError):
+        await storage.ping()
+    except (StoreError, OSError):
         return error_response(unavailable("the store is not reachable"))
-    return json_response({"status": "ready", "store": "embedded" if store.embedded else "redis"})
+    return json_response({"status": "ready", "store": "embedded" if storage.embedded else "redis"})
 
 
 async def metrics(request: Request) -> Response:

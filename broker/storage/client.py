@@ -1,5 +1,6 @@
-"""Redis connections: a pool that never sends a command down a connection the server has
-already dropped, and a TCP connection that packs commands with hiredis (C) instead of Python.
+"""The connection to Redis, or to the embedded in-process server: clients, a pool that never
+sends a command down a connection the server has already dropped, a TCP connection that packs
+commands with hiredis (C) instead of Python, and the errors that mean the store is unreachable.
 
 Packing a write script's ~30 arguments in Python costs more than the rest of the request's
 Redis work; hiredis does it in a few microseconds. Anything hiredis cannot pack falls back to
@@ -7,11 +8,23 @@ the library's own packer, so behaviour is unchanged."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import hiredis
+import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool, Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+Redis = aioredis.Redis
+# Any failure of the store; services catch this, never a Redis library class.
+StoreError = RedisError
+# Failures that mean the store cannot be reached (or the URL names something that is not
+# Redis): answered 503 with Retry-After, never 500.
+STORE_DOWN: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError,
+                                           InvalidResponse)
 
 # Argument types the library encodes its own way (float repr, bool refused, buffers); checked by
 # exact type, which is all the broker passes.
@@ -62,3 +75,51 @@ class HiredisPackingConnection(Connection):
             return [hiredis.pack_command(args)]
         except TypeError:
             return super().pack_command(*args)
+
+
+class Backend:
+    """One Redis server (or the embedded one): the shared client, and more clients with
+    connections of their own for blocking reads and pub/sub."""
+
+    def __init__(self, connect: Callable[[], Redis], *, embedded: bool) -> None:
+        self._connect = connect
+        self.redis = connect()
+        self.embedded = embedded
+
+    @classmethod
+    def open(cls, url: str | None, timeout: float) -> Backend:
+        """Redis at `url`, or a fresh embedded in-process server when it is None."""
+        connect: Callable[[], Redis]
+        if url:
+            plain_tcp = url.startswith("redis://")
+
+            def connect() -> Redis:
+                extra: dict[str, Any] = (
+                    {"connection_class": HiredisPackingConnection} if plain_tcp else {})
+                pool = FreshConnectionPool.from_url(
+                    url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                    max_connections=1024, timeout=timeout, health_check_interval=10, **extra,
+                )
+                return aioredis.Redis.from_pool(pool)
+        else:
+            import fakeredis
+
+            server = fakeredis.FakeServer()
+
+            def connect() -> Redis:
+                return fakeredis.FakeAsyncRedis(server=server)
+        return cls(connect, embedded=not url)
+
+    def new_client(self) -> Redis:
+        return self._connect()
+
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+def text(value: Any) -> str:
+    """A reply value as text (replies are bytes; scripts' numbers may be ints)."""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,8 +1,11 @@
 -- AMP: post the search terms of cells whose terms changed (see amp_index.lua) to the term sets.
--- KEYS[1]: the set of unposted cells. ARGV: the record and term key prefixes, the most cells
--- to post. Each cell leaves the unposted set and reaches the term sets in this one call, so a
--- search always finds it in one or the other. Returns the number of cells taken.
-local ids = redis.call('SPOP', KEYS[1], ARGV[3])
+-- KEYS: read_cell_post_keys (the set of unposted cells). ARGV: read_cell_post (the record and
+-- term key prefixes, the most cells to post). Each cell leaves the unposted set and reaches
+-- the term sets in this one call, so a search always finds it in one or the other. Returns
+-- the number of cells taken.
+local k = read_cell_post_keys(KEYS, 1)
+local a = read_cell_post(ARGV, 1)
+local ids = redis.call('SPOP', k.unposted, a.limit)
 local added, removed = {}, {}  -- term -> ids
 local function note(into, term, id)
   local list = into[term]
@@ -13,7 +16,7 @@ local function note(into, term, id)
   list[#list + 1] = id
 end
 for _, id in ipairs(ids) do
-  local record = ARGV[1] .. id
+  local record = a.record_prefix .. id
   local stored = redis.call('HMGET', record, 'key', 'terms', 'posted')
   if stored[1] then
     local wanted, had = {}, {}
@@ -36,9 +39,9 @@ for _, id in ipairs(ids) do
 end
 -- One command per term for the whole batch: common words are shared by many cells.
 for term, list in pairs(added) do
-  redis.call('SADD', ARGV[2] .. term, unpack(list))
+  redis.call('SADD', a.term_prefix .. term, unpack(list))
 end
 for term, list in pairs(removed) do
-  redis.call('SREM', ARGV[2] .. term, unpack(list))
+  redis.call('SREM', a.term_prefix .. term, unpack(list))
 end
 return #ids

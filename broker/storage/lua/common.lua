@@ -1,10 +1,6 @@
--- Shared helpers, prepended to every write script. Values only ever arrive as KEYS/ARGV.
-
-local FIELDS = {'id', 'agent', 'val', 'ver', 'ca', 'ua', 'ts', 'ttl', 'exp', 'del', 'sv', 'cf', 'pr'}
-
--- An entry's fields but its value, which a write only needs in a reply that carries it
--- (`answer` fetches it then).
-local META = {'id', 'agent', 'ver', 'ca', 'ua', 'ts', 'ttl', 'exp', 'del', 'sv', 'cf', 'pr'}
+-- Shared helpers of the write scripts. Values only ever arrive as KEYS/ARGV, read through the
+-- generated readers (`read_<block>`, broker/storage/scripts.py); FIELDS and META, the entry's
+-- stored field names, are generated too (broker/storage/records.py).
 
 local function load_entry(entry_key)
   local values = redis.call('HMGET', entry_key, unpack(META))
@@ -35,20 +31,41 @@ local function flatten(entry)
   return out
 end
 
--- Drop the oldest change-log records beyond `maxlen`, in steps of about 1% so most writes skip
--- it, and remember the newest dropped id: a cursor before it has lost changes (a `reset`).
-local function trim_log(log_key, meta_key, maxlen)
-  local excess = redis.call('XLEN', log_key) - maxlen
-  if excess <= 0 or excess < math.max(1, math.floor(maxlen / 100)) then
-    return
+-- Drop up to `count` of the oldest change-log records, none logged after position `upto`
+-- ('+' for any), and remember the newest dropped id: a cursor before it has lost changes (a
+-- `reset`). The one way records leave the log; returns how many it dropped.
+local function trim_log(log_key, meta_key, upto, count)
+  local old = redis.call('XRANGE', log_key, '-', upto, 'COUNT', count)
+  if #old == 0 then
+    return 0
   end
-  local old = redis.call('XRANGE', log_key, '-', '+', 'COUNT', math.min(excess, 1000))
   local ids = {}
   for i, record in ipairs(old) do
     ids[i] = record[1]
   end
   redis.call('XDEL', log_key, unpack(ids))
   redis.call('HSET', meta_key, 'trimmed', ids[#ids])
+  return #ids
+end
+
+-- Keep the log at about `maxlen` records: trim in steps of about 1%, so most writes skip it.
+local function trim_excess(log_key, meta_key, maxlen)
+  local excess = redis.call('XLEN', log_key) - maxlen
+  if excess > 0 and excess >= math.max(1, math.floor(maxlen / 100)) then
+    trim_log(log_key, meta_key, '+', math.min(excess, 1000))
+  end
+end
+
+-- A write's context: its keys (read_write_keys: entry, history, index, ttl, log, idem ('' when
+-- the message has no id), meta), the entry's name, the limits, and the fingerprint of the
+-- request behind the message id.
+local function write_context(k, a)
+  return {
+    entry_key = k.entry, history_key = k.history, index_key = k.index, ttl_key = k.ttl,
+    log_key = k.log, idem_key = k.idem, meta_key = k.meta, key = a.key,
+    history_limit = tonumber(a.history_limit), log_maxlen = tonumber(a.log_maxlen),
+    idem_window_ms = a.idem_window_ms, fingerprint = a.fingerprint or ''
+  }
 end
 
 -- Store a new version: entry hash, history, and one change-log record, all in this call.
@@ -70,7 +87,7 @@ local function commit(ctx, entry, change_type)
   end
   local id = redis.call('XADD', ctx.log_key, '*', unpack(record))
   if not ctx.trim_later then  -- a script of many writes trims once, at the end
-    trim_log(ctx.log_key, ctx.meta_key, tonumber(ctx.log_maxlen))
+    trim_excess(ctx.log_key, ctx.meta_key, ctx.log_maxlen)
   end
   return id
 end
@@ -98,16 +115,37 @@ local function loses_to(entry, ts, agent)
   return agent < entry.agent
 end
 
--- A write's context: its keys (entry, history, index, ttl, log, idempotency or '', meta), the
--- entry's name, the history and change-log limits, and the fingerprint of the request that
--- carries the message id ('' when it has none).
-local function write_context(keys, key, history_limit, log_maxlen, fingerprint)
-  return {
-    entry_key = keys[1], history_key = keys[2], index_key = keys[3], ttl_key = keys[4],
-    log_key = keys[5], idem_key = keys[6], meta_key = keys[7], key = key,
-    history_limit = tonumber(history_limit), log_maxlen = log_maxlen,
-    fingerprint = fingerprint or ''
-  }
+-- The strategy's decision, for puts and deletes alike (read_write): may write `a` replace the
+-- stored version `current` (live or a tombstone)? Returns 'ok' and the timestamp to store, or
+-- 'write_conflict'. Agent priority first: a lower priority loses, a higher one wins outright.
+-- Then last-write-wins (merge combines writes instead): a client's timestamp is taken as given;
+-- a write the broker stamped arrived after the stored one, so it sorts after it even when
+-- another broker process's clock runs ahead.
+local function contest(current, a)
+  if not current or current.ts == '' then
+    return 'ok', a.ts
+  end
+  local outranks = false
+  if a.mode == 'priority' then
+    local stored = tonumber(current.pr) or tonumber(a.default_priority)
+    local mine = tonumber(a.priority)
+    if mine < stored then
+      return 'write_conflict'
+    end
+    outranks = mine > stored
+  end
+  if a.mode == 'merge' or outranks then
+    return 'ok', a.ts
+  end
+  local ts = tonumber(a.ts)
+  if a.ts_from_client == '1' then
+    if loses_to(current, ts, a.agent) then
+      return 'write_conflict'
+    end
+  elseif ts <= tonumber(current.ts) then
+    return 'ok', string.format('%d', tonumber(current.ts) + 1)
+  end
+  return 'ok', a.ts
 end
 
 -- The first reply to this message id, if it was seen within the window: {'replay', reply}, or
@@ -134,7 +172,7 @@ end
 
 -- Encode a verdict with the entry (its value only when asked), and remember it under the
 -- message id for the window unless `forget` is set.
-local function answer(ctx, window_ms, status, entry, with_value, forget)
+local function answer(ctx, status, entry, with_value, forget)
   local copy = {}
   for k, v in pairs(entry) do copy[k] = v end
   if not with_value then
@@ -144,7 +182,7 @@ local function answer(ctx, window_ms, status, entry, with_value, forget)
   end
   local encoded = cjson.encode({status, copy})
   if ctx.idem_key ~= '' and not forget then
-    redis.call('SET', ctx.idem_key, ctx.fingerprint .. '\n' .. encoded, 'PX', window_ms)
+    redis.call('SET', ctx.idem_key, ctx.fingerprint .. '\n' .. encoded, 'PX', ctx.idem_window_ms)
   end
   return {status, encoded}
 end

@@ -1,0 +1,85 @@
+"""Changes as subscribers get them: each change-log record decoded and encoded once for every
+subscriber of the process (its JSON payload and its SSE frame), with the audience of AMP cells
+(broker/amp/visibility.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+from broker.amp.visibility import CellVisibility, Readers
+from broker.models import Entry
+from broker.storage.changelog import ChangeLogStore, ChangeRecord, format_cursor, position_key
+
+
+class ChangePayload(Entry, kw_only=True):
+    """What a subscriber receives for one change: the entry version plus the change type."""
+
+    type: str
+
+
+def encode_frame(event: bytes, cursor: bytes | None, data: bytes) -> bytes:
+    """One SSE event."""
+    head = b"id: " + cursor + b"\n" if cursor is not None else b""
+    return head + b"event: " + event + b"\ndata: " + data + b"\n\n"
+
+
+def encode_payload(entry: Entry, kind: str) -> bytes:
+    """The JSON a subscriber gets: the entry's fields plus `type`."""
+    fields = {f: getattr(entry, f) for f in entry.__struct_fields__}
+    return msgspec.json.encode(ChangePayload(**fields, type=kind))
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change as subscribers get it. `data` is its JSON payload; `frame` is its SSE event
+    for a stream following this namespace only (whose cursor is then this position); `order`
+    is the position as numbers. All are made once here, not by each subscriber."""
+
+    namespace: str
+    position: str
+    type: str
+    key: str
+    version: int
+    data: bytes
+    readers: Readers | None = None  # AMP cells: who may receive it (None: every subscriber)
+    order: tuple[int, int] = field(init=False, repr=False, compare=False)
+    frame: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "order", position_key(self.position))
+        cursor = format_cursor({self.namespace: self.position})
+        object.__setattr__(self, "frame", encode_frame(self.type.encode(), cursor, self.data))
+
+
+class ChangeLog:
+    """One namespace's changes, read from the store and prepared for subscribers."""
+
+    def __init__(self, store: ChangeLogStore, cells: CellVisibility) -> None:
+        self.store = store
+        self.cells = cells
+
+    def change(self, namespace: str, record: ChangeRecord) -> Change:
+        entry, kind, readers = record.entry, record.type, None
+        if self.cells.guards(namespace):
+            entry, kind, readers = self.cells.audience(entry, kind)
+        return Change(namespace, record.position, kind, record.key, entry.version,
+                      encode_payload(entry, kind), readers)
+
+    async def last_position(self, namespace: str) -> str:
+        return await self.store.last_position(namespace)
+
+    async def continues(self, namespace: str, position: str) -> bool:
+        """False when changes after `position` were lost (see ChangeLogStore.continues)."""
+        return await self.store.continues(namespace, position)
+
+    async def after(self, namespace: str, position: str, count: int) -> list[Change]:
+        return [self.change(namespace, r)
+                for r in await self.store.after(namespace, position, count)]
+
+    async def wait(self, namespace: str, position: str, block_ms: int, count: int
+                   ) -> list[Change]:
+        """Changes after `position`, waiting up to `block_ms` for the first one."""
+        return [self.change(namespace, r)
+                for r in await self.store.wait(namespace, position, block_ms, count)]

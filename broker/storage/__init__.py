@@ -1,0 +1,63 @@
+"""Everything the broker keeps, and the only code that speaks Redis (or the embedded server).
+
+One `Storage` per process holds a store per concern: entries, accounts (agents, API keys,
+idempotency replies), namespace configuration, the change log, and the AMP indexes of the AMP
+namespace. Services above pass domain values (namespaces, keys, message ids, versions) and
+get records back; no module outside this package imports `redis` or names a Redis key
+(tests/test_layers.py checks it). docs/design.md shows the layers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from broker.storage import bulletins
+from broker.storage.accounts import AccountStore
+from broker.storage.amp import CellIndexStore
+from broker.storage.changelog import ChangeLogStore
+from broker.storage.client import Backend
+from broker.storage.config import ConfigStore
+from broker.storage.entries import EntryStore
+
+
+class Storage:
+    """The stores of one backend, sharing its client; a second client of their own serves
+    blocking change-log reads and pub/sub."""
+
+    def __init__(self, backend: Backend, *, history_limit: int, changelog_maxlen: int,
+                 idempotency_window_ms: int) -> None:
+        self.backend = backend
+        client = backend.redis
+        self.entries = EntryStore(client, history_limit=history_limit,
+                                  changelog_maxlen=changelog_maxlen,
+                                  idempotency_window_ms=idempotency_window_ms)
+        self.accounts = AccountStore(client, self.entries, idempotency_window_ms)
+        self.config = ConfigStore(client)
+        self._waiting = backend.new_client()
+        self.changes = ChangeLogStore(self._waiting)
+
+    @classmethod
+    def open(cls, url: str | None, *, timeout: float, history_limit: int,
+             changelog_maxlen: int, idempotency_window_ms: int) -> Storage:
+        """Storage on Redis at `url`, or on a fresh embedded in-process server when None."""
+        return cls(Backend.open(url, timeout), history_limit=history_limit,
+                   changelog_maxlen=changelog_maxlen,
+                   idempotency_window_ms=idempotency_window_ms)
+
+    @property
+    def embedded(self) -> bool:
+        return self.backend.embedded
+
+    def cells(self, namespace: str) -> CellIndexStore:
+        """The AMP records and indexes of `namespace`."""
+        return CellIndexStore(self.backend.redis, self.entries, namespace)
+
+    def bulletins(self) -> AsyncIterator[bulletins.Bulletin]:
+        """What other processes announce (see bulletins.listen)."""
+        return bulletins.listen(self._waiting)
+
+    async def ping(self) -> bool:
+        return await self.backend.ping()
+
+    async def close(self) -> None:
+        await self._waiting.aclose()
+        await self.backend.close()

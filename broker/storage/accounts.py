@@ -1,0 +1,191 @@
+"""Who may do what: registered agents, API keys (stored by their SHA-256 only), the replies
+kept for operations retried under one message id, and the announcement of revocations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import cast
+
+import msgspec
+
+from broker.models import Agent, ApiKeyRecord
+from broker.storage import bulletins, layout, scripts
+from broker.storage.client import Redis, text
+from broker.storage.entries import EntryStore
+from broker.storage.records import CorruptRecord, RawHash
+from broker.storage.scripts import Fields
+
+AGENT_KEYS = Fields("agent_keys", ("agent", "index"))
+AGENT = Fields("agent", ("id", "name", "framework", "namespace", "created_at"))
+SEEN = Fields("seen", ("when",))
+_key_record = msgspec.json.Decoder(ApiKeyRecord)
+
+
+class AccountStore:
+    """Agents, API keys and idempotency replies."""
+
+    def __init__(self, client: Redis, entries: EntryStore, idempotency_window_ms: int) -> None:
+        self.redis = client
+        self.entries = entries
+        self.idempotency_window_ms = max(idempotency_window_ms, 1)
+        self._save_agent = scripts.register(client, ["agent_save.lua"], [AGENT_KEYS, AGENT])
+        self._seen = scripts.register(client, ["agent_seen.lua"], [SEEN])
+
+    # ---- replies kept under a message id (operations that are not one script) ----
+
+    async def recall_reply(self, namespace: str, agent_id: str, message_id: str
+                           ) -> tuple[str, bytes] | None:
+        """The first reply under a message id and its request's fingerprint (stored as the
+        write scripts store theirs: fingerprint, newline, reply)."""
+        stored = cast(bytes | None, await self.redis.get(
+            layout.idempotency(namespace, agent_id, message_id)))
+        if stored is None:
+            return None
+        fingerprint, cut, reply = stored.partition(b"\n")
+        return (fingerprint.decode(), reply) if cut else ("", stored)
+
+    async def remember_reply(self, namespace: str, agent_id: str, message_id: str,
+                             fingerprint: str, reply: bytes) -> tuple[str, bytes]:
+        """Keep the first reply for the window; returns whichever reply was first."""
+        stored = await self.redis.set(layout.idempotency(namespace, agent_id, message_id),
+                                      fingerprint.encode() + b"\n" + reply,
+                                      px=self.idempotency_window_ms, nx=True)
+        if stored:
+            return fingerprint, reply
+        first = await self.recall_reply(namespace, agent_id, message_id)
+        return first or (fingerprint, reply)
+
+    # ---- agents ----
+
+    async def save_agent(self, agent: Agent) -> Agent:
+        """Store a new agent; returns it as stored (see agent_save.lua: its `created_at` may be
+        a few ms later, so that registration order is total)."""
+        await self.entries.note_namespace(agent.namespace)
+        created = await self._save_agent(
+            AGENT_KEYS.pack(agent=layout.agent(agent.namespace, agent.id),
+                            index=layout.agents(agent.namespace)),
+            AGENT.pack(id=agent.id, name=agent.name, framework=agent.framework,
+                       namespace=agent.namespace, created_at=agent.created_at))
+        await self.redis.hset(layout.agent_homes(), agent.id, agent.namespace)
+        return msgspec.structs.replace(agent, created_at=int(created), last_seen=int(created))
+
+    async def get_agent(self, namespace: str, agent_id: str) -> Agent | None:
+        raw = await self.redis.hgetall(layout.agent(namespace, agent_id))
+        return _agent(cast(RawHash, raw)) if raw else None
+
+    async def delete_agent(self, namespace: str, agent_id: str) -> list[str]:
+        """Remove a registered agent and revoke every API key bound to it; returns the ids of
+        the keys revoked."""
+        created = await self.redis.hget(layout.agent(namespace, agent_id), "created_at")
+        bound = [r.id for r in await self.list_api_keys() if r.agent_id == agent_id]
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(layout.agent(namespace, agent_id))
+            if created is not None:
+                pipe.zrem(layout.agents(namespace), f"{int(created):013d}:{agent_id}")
+            await pipe.execute()
+        await self.redis.hdel(layout.agent_homes(), agent_id)
+        for key_id in bound:
+            await self.delete_api_key(key_id)
+        return bound
+
+    async def agent_home(self, agent_id: str) -> str | None:
+        """The namespace an agent was registered in, or None for no registered agent. Agents
+        registered before homes were recorded are found by their namespace's agent hash."""
+        home = await self.redis.hget(layout.agent_homes(), agent_id)
+        if home is not None:
+            return text(home)
+        namespaces = await self.entries.namespaces()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for namespace in namespaces:
+                pipe.exists(layout.agent(namespace, agent_id))
+            found = await pipe.execute()
+        for namespace, exists in zip(namespaces, found, strict=True):
+            if exists:
+                await self.redis.hset(layout.agent_homes(), agent_id, namespace)
+                return namespace
+        return None
+
+    async def list_agents(self, namespace: str, after: str | None, limit: int
+                          ) -> tuple[list[Agent], str | None]:
+        """Agents in registration order; the cursor is the last member of the agents index."""
+        start = b"(" + after.encode() if after else b"-"
+        found = await self.redis.zrangebylex(layout.agents(namespace), start, b"+", 0, limit)
+        members = [text(m) for m in found]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for member in members:
+                pipe.hgetall(layout.agent(namespace, member.split(":", 1)[1]))
+            rows = await pipe.execute()
+        agents = [_agent(row) for row in rows if row]
+        return agents, members[-1] if len(members) == limit else None
+
+    async def touch_agents(self, seen: Mapping[tuple[str, str], int]) -> None:
+        """Raise `last_seen` of the given agents (never lowers it): one script call per
+        namespace (its keys share a hash slot), all in one round trip."""
+        if not seen:
+            return
+        by_namespace: dict[str, tuple[list[str], list[object]]] = {}
+        for (namespace, agent_id), when in seen.items():
+            keys, args = by_namespace.setdefault(namespace, ([], []))
+            keys.append(layout.agent(namespace, agent_id))
+            args += SEEN.pack(when=when)
+        await scripts.run(self.redis, [(self._seen, list(keys), list(args))
+                                       for keys, args in by_namespace.values()])
+
+    # ---- API keys ----
+
+    async def save_api_key(self, digest: str, record: ApiKeyRecord) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(layout.api_key(digest), msgspec.json.encode(record))
+            pipe.hset(layout.api_key_ids(), record.id, digest)
+            await pipe.execute()
+
+    async def load_api_key(self, digest: str) -> ApiKeyRecord | None:
+        raw = await self.redis.get(layout.api_key(digest))
+        return _key(cast(bytes, raw), digest) if raw else None
+
+    async def list_api_keys(self) -> list[ApiKeyRecord]:
+        digests = await self.redis.hvals(layout.api_key_ids())
+        if not digests:
+            return []
+        rows = await self.redis.mget([layout.api_key(text(d)) for d in digests])
+        records = [_key(cast(bytes, r), text(d)) for d, r in zip(digests, rows, strict=True) if r]
+        return sorted(records, key=lambda r: (r.created_at, r.id))
+
+    async def live_api_keys(self, key_ids: set[str]) -> set[str]:
+        """Those of these key ids that still exist."""
+        ids = sorted(key_ids)
+        digests = await self.redis.hmget(layout.api_key_ids(), ids)
+        return {key_id for key_id, digest in zip(ids, digests, strict=True) if digest}
+
+    async def delete_api_key(self, key_id: str) -> bool:
+        digest = await self.redis.hget(layout.api_key_ids(), key_id)
+        if digest is None:
+            return False
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(layout.api_key(text(digest)))
+            pipe.hdel(layout.api_key_ids(), key_id)
+            await pipe.execute()
+        return True
+
+    async def announce_revocation(self, what: str) -> None:
+        """Tell every broker process that credentials were revoked (`what` names them)."""
+        await bulletins.announce_revocation(self.redis, what)
+
+
+def _key(raw: bytes, digest: str) -> ApiKeyRecord:
+    try:
+        return _key_record.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise CorruptRecord(f"stored API key record {digest[:12]}...: {exc}") from None
+
+
+def _agent(raw: RawHash) -> Agent:
+    fields = {text(k): text(v) for k, v in raw.items()}
+    try:
+        return Agent(
+            id=fields["id"], name=fields["name"], framework=fields["framework"],
+            namespace=fields["namespace"], created_at=int(fields["created_at"]),
+            last_seen=int(fields["last_seen"]),
+        )
+    except (KeyError, ValueError) as exc:
+        raise CorruptRecord(f"stored agent {fields.get('id', '?')}: bad field {exc}") from None

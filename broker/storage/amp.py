@@ -1,0 +1,270 @@
+"""The AMP bridge's records beside the cells' MEMP entries: per-cell index records, due-time
+sets for the lifecycle engine, creation order and the term index for search, and the writes
+that change a cell and its indexes in one script call. The AMP rules that decide what goes
+into an update (decay, due times, readers) are the bridge's; this module only stores them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.storage import layout, scripts
+from broker.storage.client import Redis, text
+from broker.storage.entries import ENTRY_KEYS, NAMESPACE_KEYS, WRITE, WRITE_FILES, EntryStore
+from broker.storage.records import CorruptRecord, RawHash, WriteRequest, live_entry
+from broker.storage.scripts import Fields
+
+TRANSITIONS = ("stale", "archive", "expire", "purge")
+RECORD_FIELDS = ("key", "status", "ref", "count", "accessed")
+COMMIT_CHUNK = 50  # changes per amp_commit.lua call: a few milliseconds of Redis at most
+
+CELL_INDEX_KEYS = Fields("cell_index_keys", ("created", *(f"due_{t}" for t in TRANSITIONS),
+                                             "recheck", "unposted"))
+CELL_PREFIXES = Fields("cell_prefixes", ("entry_prefix", "record_prefix", "term_prefix"))
+CHANGE = Fields("change", ("writes",))
+CELL_UPDATE = Fields("cell_update", (
+    "id", "key", "version", "status", "ref", "count", "accessed", "created",
+    *(f"due_{t}" for t in TRANSITIONS), "recheck", "readers", "expires"), rest="terms")
+CELL_LOAD = Fields("cell_load", ("entry_prefix",), rest="fields")
+CELL_READ_KEYS = Fields("cell_read_keys", ("record", "recheck"))
+CELL_READ = Fields("cell_read", ("entry_prefix", "id", "agent", "now"), rest="fields")
+CELL_TOUCH_KEYS = Fields("cell_touch_keys", ("recheck",), rest="records", counted=False)
+CELL_TOUCH = Fields("cell_touch", ("id", "now"))
+CELL_POST_KEYS = Fields("cell_post_keys", ("unposted",))
+CELL_POST = Fields("cell_post", ("record_prefix", "term_prefix", "limit"))
+CELL_TERMS_KEYS = Fields("cell_terms_keys", ("unposted", "created"), rest="term_sets",
+                         counted=False)
+CELL_TERMS = Fields("cell_terms", ("record_prefix",), rest="terms")
+
+
+@dataclass(slots=True)
+class CellRecord:
+    """What the indexes know about a cell without reading its entry."""
+
+    id: str
+    key: str
+    status: str
+    ref: int
+    count: int
+    accessed: int | None
+
+    @classmethod
+    def from_values(cls, cell_id: str, values: Sequence[bytes | None]) -> CellRecord:
+        """From the values of RECORD_FIELDS, in that order (an HMGET reply)."""
+        key, status, ref, count, accessed = values
+        try:
+            if key is None or status is None or ref is None:
+                raise ValueError("key, status or ref missing")
+            return cls(cell_id, key.decode(), status.decode(), int(ref), int(count or 0),
+                       int(accessed) if accessed else None)
+        except ValueError as exc:
+            raise CorruptRecord(f"stored index record of AMP cell {cell_id}: {exc}") from None
+
+
+@dataclass(slots=True)
+class IndexUpdate:
+    """What one cell's write (or the engine's look at it) changes in its indexes."""
+
+    id: str
+    key: str  # the cell's MEMP key
+    status: str
+    ref: int  # the decay reference time the writer saw
+    # The entry version the update describes; it applies only while the entry still holds
+    # it. A write committed with the update fills it in.
+    version: int | None = None
+    count: int | None = None  # the access count to set (create, import)
+    accessed: int | None = None
+    created: int | None = None  # creation time, when not yet in the creation order
+    dues: dict[str, int] = field(default_factory=dict)  # transition -> when it is due
+    recheck: bool | None = None  # True: mark for the engine; False: clear; None: keep
+    readers: Sequence[str] = ()  # globs of the agents that may read the cell
+    expires: int | None = None
+    terms: Sequence[str] | None = None  # None: the searchable text did not change
+
+    def args(self) -> list[Any]:
+        def opt(value: int | None) -> int | str:
+            return "" if value is None else value
+
+        return CELL_UPDATE.pack(
+            id=self.id, key=self.key, version=opt(self.version), status=self.status,
+            ref=self.ref, count=opt(self.count), accessed=opt(self.accessed),
+            created=opt(self.created),
+            **{f"due_{t}": self.dues.get(t, "") for t in TRANSITIONS},
+            recheck="" if self.recheck is None else ("1" if self.recheck else "0"),
+            readers=" ".join(self.readers), expires=opt(self.expires),
+            terms=None if self.terms is None else list(self.terms))
+
+
+def _loaded(cell_id: str, row: list[Any]) -> tuple[CellRecord, RawHash]:
+    """A record and its entry's fields from a row of amp_load.lua or amp_read.lua."""
+    raw = row[len(RECORD_FIELDS)]
+    return (CellRecord.from_values(cell_id, row[:len(RECORD_FIELDS)]),
+            dict(zip(raw[::2], raw[1::2], strict=True)))
+
+
+class CellIndexStore:
+    """The AMP records and indexes of one namespace, and the cells' writes."""
+
+    def __init__(self, client: Redis, entries: EntryStore, namespace: str) -> None:
+        self.redis = client
+        self.entries = entries
+        self.namespace = namespace
+        ns = namespace
+        self._load = scripts.register(client, ["amp_load.lua"], [CELL_LOAD])
+        self._read = scripts.register(client, ["amp_common.lua", "amp_read.lua"],
+                                      [CELL_READ_KEYS, CELL_READ])
+        self._touch = scripts.register(client, ["amp_common.lua", "amp_touch.lua"],
+                                       [CELL_TOUCH_KEYS, CELL_TOUCH])
+        self._commit = scripts.register(
+            client, [*WRITE_FILES, "amp_index.lua", "amp_commit.lua"],
+            [CELL_INDEX_KEYS, NAMESPACE_KEYS, ENTRY_KEYS, CELL_PREFIXES, CHANGE, WRITE,
+             CELL_UPDATE])
+        self._post = scripts.register(client, ["amp_post.lua"], [CELL_POST_KEYS, CELL_POST])
+        self._match = scripts.register(client, ["amp_match.lua"],
+                                       [CELL_TERMS_KEYS, CELL_TERMS])
+        self._frequency = scripts.register(client, ["amp_frequency.lua"],
+                                           [CELL_TERMS_KEYS, CELL_TERMS])
+        self._index_keys = CELL_INDEX_KEYS.pack(
+            created=layout.amp_created(ns), recheck=layout.amp_recover(ns),
+            unposted=layout.amp_unposted(ns),
+            **{f"due_{t}": layout.amp_due(ns, t) for t in TRANSITIONS})
+        self._namespace_keys = NAMESPACE_KEYS.pack(
+            index=layout.index(ns), ttl=layout.expiries(ns), log=layout.changelog(ns),
+            meta=layout.meta(ns))
+        self._prefixes = CELL_PREFIXES.pack(
+            entry_prefix=layout.entry_prefix(ns), record_prefix=layout.amp_cell(ns, ""),
+            term_prefix=layout.amp_term(ns, ""))
+
+    def live_entry(self, key: str, raw: RawHash, now: int) -> Any:
+        """The cell's MEMP entry from its raw fields, or None when deleted or expired."""
+        return live_entry(self.namespace, key, raw, now)
+
+    async def load(self, cell_ids: Iterable[str]) -> dict[str, tuple[CellRecord, RawHash]]:
+        """The cells' index records with their MEMP entries' raw fields, read together in one
+        call; cells without a record are left out."""
+        ids = list(cell_ids)
+        if not ids:
+            return {}
+        rows = await self._load(
+            keys=[layout.amp_cell(self.namespace, i) for i in ids],
+            args=CELL_LOAD.pack(entry_prefix=layout.entry_prefix(self.namespace),
+                                fields=list(RECORD_FIELDS)))
+        return {i: _loaded(i, row) for i, row in zip(ids, rows, strict=True) if row}
+
+    async def read(self, cell_id: str, agent: str, now: int
+                   ) -> tuple[CellRecord, RawHash, int] | None:
+        """`load` of one cell that also counts the read when the cell's record lets `agent`
+        read it; the count is the new access count, or -1 when the read was not counted."""
+        row = await self._read(
+            keys=CELL_READ_KEYS.pack(record=layout.amp_cell(self.namespace, cell_id),
+                                     recheck=layout.amp_recover(self.namespace)),
+            args=CELL_READ.pack(entry_prefix=layout.entry_prefix(self.namespace), id=cell_id,
+                                agent=agent, now=now, fields=list(RECORD_FIELDS)))
+        if not row:
+            return None
+        return (*_loaded(cell_id, row), int(row[-1]))
+
+    async def touch(self, reads: list[tuple[str, int]]) -> list[int]:
+        """Count reads (cell id, time): each cell's new access count, -1 where it is gone."""
+        keys = CELL_TOUCH_KEYS.pack(recheck=layout.amp_recover(self.namespace),
+                                    records=[layout.amp_cell(self.namespace, cell_id)
+                                             for cell_id, _ in reads])
+        args = [value for cell_id, now in reads for value in CELL_TOUCH.pack(id=cell_id, now=now)]
+        return [int(c) for c in await self._touch(keys=keys, args=args)]
+
+    async def commit(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]]
+                     ) -> list[bool]:
+        """Write cells and update their indexes: each change's write, if it has one, then, if
+        the write succeeded, its index update, in one round trip (COMMIT_CHUNK changes per
+        script call, so that no call holds Redis long). Returns, per change, whether it was
+        applied: False where a write lost its compare-and-set (the cell changed meanwhile)."""
+        if not changes:
+            return []
+        await self.entries.note_namespace(self.namespace)
+        ns = self.namespace
+        calls: list[scripts.ScriptCall] = []
+        for at in range(0, len(changes), COMMIT_CHUNK):
+            keys: list[Any] = [*self._index_keys, *self._namespace_keys]
+            args: list[Any] = list(self._prefixes)
+            for update, request in changes[at:at + COMMIT_CHUNK]:
+                args += CHANGE.pack(writes="0" if request is None else "1")
+                if request is not None:
+                    keys += ENTRY_KEYS.pack(entry=layout.entry(ns, update.key),
+                                            history=layout.history(ns, update.key))
+                    args += self.entries.write_args(ns, update.key, request)
+                args += update.args()
+            calls.append((self._commit, keys, args))
+        verdicts = iter([v for call in await scripts.run(self.redis, calls) for v in call])
+        return [request is None or next(verdicts) == b"ok" for _, request in changes]
+
+    async def due(self, transition: str, as_of: int, limit: int) -> list[str]:
+        found = await self.redis.zrangebyscore(layout.amp_due(self.namespace, transition),
+                                               "-inf", as_of, 0, limit)
+        return [text(i) for i in found]
+
+    async def take_recovering(self, limit: int) -> list[str]:
+        """Remove and return up to `limit` recheck marks."""
+        found = await self.redis.spop(layout.amp_recover(self.namespace), limit)
+        return [text(i) for i in found or []]
+
+    def _terms_keys(self, terms: Sequence[str]) -> list[str]:
+        ns = self.namespace
+        return CELL_TERMS_KEYS.pack(unposted=layout.amp_unposted(ns),
+                                    created=layout.amp_created(ns),
+                                    term_sets=[layout.amp_term(ns, t) for t in terms])
+
+    async def by_term(self, terms: Iterable[str]) -> set[str]:
+        """The cells whose text has any of the terms, posted to the term sets or not yet."""
+        words = list(terms)
+        if not words:
+            return set()
+        found = await self._match(keys=self._terms_keys(words), args=CELL_TERMS.pack(
+            record_prefix=layout.amp_cell(self.namespace, ""), terms=words))
+        return {text(i) for i in found}
+
+    async def frequencies(self, terms: list[str]) -> tuple[int, list[int]]:
+        """How many cells there are, and how many have each term (posted or not yet)."""
+        counts = await self._frequency(keys=self._terms_keys(terms), args=CELL_TERMS.pack(
+            record_prefix=layout.amp_cell(self.namespace, ""), terms=terms))
+        return int(counts[0]), [int(c) for c in counts[1:]]
+
+    async def post(self, limit: int) -> int:
+        """Post the changed search terms of up to `limit` cells to the term sets (amp_post.lua);
+        returns how many cells it took."""
+        return int(await self._post(
+            keys=CELL_POST_KEYS.pack(unposted=layout.amp_unposted(self.namespace)),
+            args=CELL_POST.pack(record_prefix=layout.amp_cell(self.namespace, ""),
+                                term_prefix=layout.amp_term(self.namespace, ""), limit=limit)))
+
+    async def created_between(self, start: int | None, end: int | None, offset: int,
+                              limit: int) -> list[str]:
+        """Ids by creation time, newest first, optionally bounded by time."""
+        found = await self.redis.zrevrangebyscore(
+            layout.amp_created(self.namespace), "+inf" if end is None else end,
+            "-inf" if start is None else start, start=offset, num=limit)
+        return [text(i) for i in found]
+
+    async def purge(self, cells: dict[str, tuple[str, set[str]]]) -> None:
+        """Erase cells for good (cell id -> its MEMP key and the terms of its current text):
+        their entries, history and change-log records, then every index entry, including each
+        term the record names as posted or to be posted."""
+        ids = list(cells)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for cell_id in ids:
+                pipe.hmget(layout.amp_cell(self.namespace, cell_id), "terms", "posted")
+            rows = await pipe.execute()
+        await self.entries.erase(self.namespace, [key for key, _ in cells.values()])
+        ns = self.namespace
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for cell_id, row in zip(ids, rows, strict=True):
+                indexed = {w for value in row if value for w in text(value).split()}
+                pipe.delete(layout.amp_cell(ns, cell_id))
+                pipe.zrem(layout.amp_created(ns), cell_id)
+                for transition in TRANSITIONS:
+                    pipe.zrem(layout.amp_due(ns, transition), cell_id)
+                pipe.srem(layout.amp_recover(ns), cell_id)
+                pipe.srem(layout.amp_unposted(ns), cell_id)
+                for term in cells[cell_id][1] | indexed:
+                    pipe.srem(layout.amp_term(ns, term), cell_id)
+            await pipe.execute()

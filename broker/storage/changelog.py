@@ -1,0 +1,101 @@
+"""Reads of the per-namespace change log, a Redis Stream the write scripts append to, and the
+stream cursor: the format of a resume cursor (`ns:ms-seq[,ns:ms-seq...]`) and its parser."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, cast
+
+from broker.errors import MempError
+from broker.models import Entry
+from broker.storage import layout
+from broker.storage.client import Redis
+from broker.storage.records import entry_from_fields
+
+_CURSOR_PART_RE = re.compile(r"([a-z0-9][a-z0-9._-]{0,62}):([0-9]{1,20})-([0-9]{1,20})")
+_STREAM_ID_MAX = 2**64 - 1  # each half of a Redis stream id is an unsigned 64-bit number
+StreamRecord = tuple[bytes, dict[bytes, bytes]]
+
+
+def format_cursor(positions: dict[str, str]) -> bytes:
+    """A stream's cursor, sent as every event's id: `ns:ms-seq[,ns:ms-seq...]`, sorted."""
+    return ",".join(f"{ns}:{pos}" for ns, pos in sorted(positions.items())).encode()
+
+
+def parse_cursor(text: str | None) -> dict[str, str] | None:
+    """The positions of a cursor `format_cursor` made (None for none given); anything else is
+    `invalid_request`."""
+    if text is None or text.strip() == "":
+        return None
+    positions = {}
+    for part in text.strip().split(","):
+        match = _CURSOR_PART_RE.fullmatch(part)
+        if match is None or max(int(match[2]), int(match[3])) > _STREAM_ID_MAX:
+            raise MempError("invalid_request", "Last-Event-ID is not a cursor this broker issued",
+                            {"last_event_id": text[:200]})
+        positions[match[1]] = f"{int(match[2])}-{int(match[3])}"
+    return positions
+
+
+def position_key(position: str) -> tuple[int, int]:
+    """Stream ids as comparable numbers (`ms-seq`)."""
+    ms, _, seq = position.partition("-")
+    return int(ms), int(seq or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRecord:
+    """One change-log record: where it sits, the change type, and the entry version."""
+
+    position: str
+    type: str
+    key: str
+    entry: Entry
+
+
+def _record(namespace: str, record: StreamRecord) -> ChangeRecord:
+    raw_id, raw_fields = record
+    fields = {k.decode(): v for k, v in raw_fields.items()}
+    kind = fields.pop("type", b"put").decode()
+    key = fields.pop("key", b"").decode()
+    if kind != "put":
+        fields["del"] = b"1"
+    return ChangeRecord(raw_id.decode(), kind, key, entry_from_fields(namespace, key, fields))
+
+
+class ChangeLogStore:
+    """Reads one namespace's change log: its end, ranges after a position, blocking reads."""
+
+    def __init__(self, client: Redis) -> None:
+        self.redis = client
+
+    async def last_position(self, namespace: str) -> str:
+        records = await self.redis.xrevrange(layout.changelog(namespace), "+", "-", count=1)
+        return cast(bytes, records[0][0]).decode() if records else "0-0"
+
+    async def continues(self, namespace: str, position: str) -> bool:
+        """False when changes after `position` were lost: trimmed by retention, or the log was
+        recreated (Redis lost its data) so the record at `position` is gone untrimmed."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xrange(layout.changelog(namespace), position, position, count=1)
+            pipe.hget(layout.meta(namespace), "trimmed")
+            found, raw = await pipe.execute()
+        trimmed = cast(bytes, raw).decode() if raw else "0-0"
+        if position_key(position) < position_key(trimmed):
+            return False
+        return bool(found) or position in (trimmed, "0-0")
+
+    async def after(self, namespace: str, position: str, count: int) -> list[ChangeRecord]:
+        records: Any = await self.redis.xrange(layout.changelog(namespace), f"({position}", "+",
+                                               count=count)
+        return [_record(namespace, cast(StreamRecord, r)) for r in records or []]
+
+    async def wait(self, namespace: str, position: str, block_ms: int, count: int
+                   ) -> list[ChangeRecord]:
+        """Changes after `position`, waiting up to `block_ms` for the first one."""
+        found: Any = await self.redis.xread({layout.changelog(namespace): position},
+                                            count=count, block=block_ms)
+        if not found:
+            return []
+        return [_record(namespace, cast(StreamRecord, r)) for r in found[0][1]]

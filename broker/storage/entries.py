@@ -1,0 +1,213 @@
+"""Memory entries: writes (put, delete, expiry, change-log trimming, erasure), each one atomic
+script, and reads (get, key scans, history). See docs/design.md, "One write, one script"."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import msgspec
+
+from broker.keys import Pattern
+from broker.models import Entry
+from broker.storage import layout, scripts
+from broker.storage.client import Redis, text
+from broker.storage.records import (
+    RawHash,
+    WriteOutcome,
+    WriteRequest,
+    entry_from_fields,
+    live_entry,
+)
+from broker.storage.scripts import Fields
+
+# One write's keys and arguments, shared by put.lua, delete.lua and amp_commit.lua.
+WRITE_KEYS = Fields("write_keys", ("entry", "history", "index", "ttl", "log", "idem", "meta"))
+WRITE = Fields("write", (
+    "key", "now", "agent", "ts", "ts_from_client",  # who, when, and whose clock
+    "mode", "priority", "default_priority",  # the strategy: lww, priority or merge
+    "if_version", "if_absent", "internal_cas",  # conditions ('' / '0' when none)
+    "entry_id", "value", "ttl", "exp", "schema_errors", "conflicts",  # what a put stores
+    "history_limit", "log_maxlen", "idem_window_ms", "fingerprint",
+))
+NAMESPACE_KEYS = Fields("namespace_keys", ("index", "ttl", "log", "meta"))
+ENTRY_KEYS = Fields("entry_keys", ("entry", "history"))
+EXPIRE = Fields("expire", ("now", "history_limit", "log_maxlen"), rest="names")
+LOG_KEYS = Fields("log_keys", ("log", "meta"))
+TRIM = Fields("trim", ("upto", "count"))
+WRITE_FILES = ("common.lua", "put_entry.lua")
+
+_history_decoder = msgspec.json.Decoder(dict[str, str])
+
+
+def _opt(value: int | None) -> int | str:
+    return "" if value is None else value
+
+
+class EntryStore:
+    """Entries of every namespace, on one backend."""
+
+    def __init__(self, client: Redis, *, history_limit: int, changelog_maxlen: int,
+                 idempotency_window_ms: int) -> None:
+        self.redis = client
+        self.history_limit = history_limit
+        self.changelog_maxlen = changelog_maxlen
+        self.idempotency_window_ms = max(idempotency_window_ms, 1)
+        self._put = scripts.register(client, [*WRITE_FILES, "put.lua"], [WRITE_KEYS, WRITE])
+        self._delete = scripts.register(client, ["common.lua", "delete.lua"],
+                                        [WRITE_KEYS, WRITE])
+        self._expire = scripts.register(client, ["common.lua", "expire.lua"],
+                                        [NAMESPACE_KEYS, ENTRY_KEYS, EXPIRE])
+        self._trim = scripts.register(client, ["common.lua", "trim.lua"], [LOG_KEYS, TRIM])
+        self._known_namespaces: set[str] = set()
+        self._expiry_hints: dict[str, int] = {}
+
+    # ---- namespaces in use ----
+
+    async def note_namespace(self, namespace: str) -> None:
+        """Record that a namespace holds data (once per process), so the sweeper visits it."""
+        if namespace not in self._known_namespaces:
+            await self.redis.sadd(layout.namespaces(), namespace)
+            self._known_namespaces.add(namespace)
+
+    async def namespaces(self) -> list[str]:
+        """Namespaces that hold data. Any this process noted that Redis has forgotten (it
+        restarted empty or failed over) are noted again, or the sweeper would skip them."""
+        found = {text(n) for n in await self.redis.smembers(layout.namespaces())}
+        lost = self._known_namespaces - found
+        if lost:
+            await self.redis.sadd(layout.namespaces(), *lost)
+        return sorted(found | lost)
+
+    def take_expiry_hints(self) -> dict[str, int]:
+        """Earliest expiry this process wrote per namespace since the last call."""
+        hints, self._expiry_hints = self._expiry_hints, {}
+        return hints
+
+    async def next_expiry(self, namespace: str) -> int | None:
+        """When the namespace's next entry is due to expire (ms), if any."""
+        first = await self.redis.zrange(layout.expiries(namespace), 0, 0, withscores=True)
+        return int(first[0][1]) if first else None
+
+    # ---- writes ----
+
+    def write_keys(self, namespace: str, key: str, message_id: str | None, agent_id: str
+                   ) -> list[str]:
+        return WRITE_KEYS.pack(
+            entry=layout.entry(namespace, key), history=layout.history(namespace, key),
+            index=layout.index(namespace), ttl=layout.expiries(namespace),
+            log=layout.changelog(namespace),
+            idem=layout.idempotency(namespace, agent_id, message_id) if message_id else "",
+            meta=layout.meta(namespace))
+
+    def write_args(self, namespace: str, key: str, req: WriteRequest) -> list[Any]:
+        """The arguments of one write (WRITE), for put.lua, delete.lua and amp_commit.lua."""
+        expires_at = req.now + req.ttl_seconds * 1000 if req.ttl_seconds is not None else None
+        if expires_at is not None:
+            hinted = self._expiry_hints.get(namespace, expires_at)
+            self._expiry_hints[namespace] = min(hinted, expires_at)
+        return WRITE.pack(
+            key=key, now=req.now, agent=req.agent_id, ts=req.timestamp,
+            ts_from_client="1" if req.timestamp_from_client else "0",
+            mode=req.mode, priority=req.priority, default_priority=req.default_priority,
+            if_version=_opt(req.if_version), if_absent="1" if req.if_absent else "0",
+            internal_cas="1" if req.internal_cas else "0",
+            entry_id=req.entry_id, value=req.value, ttl=_opt(req.ttl_seconds),
+            exp=_opt(expires_at), schema_errors=req.schema_errors, conflicts=req.conflicts,
+            history_limit=self.history_limit if req.history_limit is None else req.history_limit,
+            log_maxlen=self.changelog_maxlen, idem_window_ms=self.idempotency_window_ms,
+            fingerprint=req.fingerprint)
+
+    async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
+        await self.note_namespace(namespace)
+        raw = await self._put(self.write_keys(namespace, key, req.message_id, req.agent_id),
+                              self.write_args(namespace, key, req))
+        return WriteOutcome.decode(raw)
+
+    async def delete(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
+        raw = await self._delete(self.write_keys(namespace, key, req.message_id, req.agent_id),
+                                 self.write_args(namespace, key, req))
+        return WriteOutcome.decode(raw)
+
+    async def expire_due(self, namespace: str, now: int, batch: int) -> int:
+        """Expire up to `batch` due entries of a namespace; returns how many it expired."""
+        due = await self.redis.zrangebyscore(layout.expiries(namespace), "-inf", now, 0, batch)
+        if not due:
+            return 0
+        names = [text(k) for k in due]
+        keys = NAMESPACE_KEYS.pack(index=layout.index(namespace), ttl=layout.expiries(namespace),
+                                   log=layout.changelog(namespace), meta=layout.meta(namespace))
+        for name in names:
+            keys += ENTRY_KEYS.pack(entry=layout.entry(namespace, name),
+                                    history=layout.history(namespace, name))
+        args = EXPIRE.pack(now=now, history_limit=self.history_limit,
+                           log_maxlen=self.changelog_maxlen, names=names)
+        return int(await self._expire(keys, args))
+
+    async def trim_changelog(self, namespace: str, before_ms: int, batch: int) -> int:
+        """Drop up to `batch` change-log records logged before `before_ms`."""
+        keys = LOG_KEYS.pack(log=layout.changelog(namespace), meta=layout.meta(namespace))
+        return int(await self._trim(keys, TRIM.pack(upto=max(before_ms - 1, 0), count=batch)))
+
+    async def erase(self, namespace: str, keys: Sequence[str]) -> int:
+        """Remove every trace of these keys: entries, history, indexes and change-log records
+        (for erasure requests). Returns how many change-log records were dropped."""
+        wanted = {k.encode() for k in keys}
+        log_key = layout.changelog(namespace)
+        doomed: list[bytes] = []
+        position = b"-"
+        while True:
+            records: Any = await self.redis.xrange(log_key, position, "+", count=1000)
+            if not records:
+                break
+            doomed += [rid for rid, fields in records if fields.get(b"key") in wanted]
+            if len(records) < 1000:
+                break
+            position = b"(" + records[-1][0]
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for key in keys:
+                pipe.delete(layout.entry(namespace, key), layout.history(namespace, key))
+                pipe.zrem(layout.index(namespace), key)
+                pipe.zrem(layout.expiries(namespace), key)
+            for start in range(0, len(doomed), 500):
+                pipe.xdel(log_key, *doomed[start:start + 500])
+            await pipe.execute()
+        return len(doomed)
+
+    # ---- reads ----
+
+    async def get(self, namespace: str, key: str, now: int) -> Entry | None:
+        fields = await self.redis.hgetall(layout.entry(namespace, key))
+        return live_entry(namespace, key, cast(RawHash, fields), now)
+
+    async def scan_keys(self, namespace: str, pattern: Pattern, after: str | None,
+                        count: int) -> tuple[list[str], bool]:
+        """Up to `count` live keys after `after` that share the pattern's literal prefix, in
+        key order; the flag says whether the index may hold more."""
+        prefix = pattern.literal_prefix.encode()
+        if pattern.is_exact:
+            if after is not None:
+                return [], False
+            start = stop = b"[" + prefix
+        else:
+            begins_after = after is not None and after.encode() >= prefix
+            start = b"(" + after.encode() if after is not None and begins_after else b"[" + prefix
+            # UTF-8 never contains 0xff, so prefix + 0xff bounds every key with that prefix.
+            stop = b"[" + prefix + b"\xff" if prefix else b"+"
+        found = await self.redis.zrangebylex(layout.index(namespace), start, stop, 0, count)
+        names = [text(k) for k in found]
+        return names, len(names) == count
+
+    async def get_many(self, namespace: str, keys: list[str], now: int) -> list[Entry]:
+        if not keys:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hgetall(layout.entry(namespace, key))
+            rows = await pipe.execute()
+        entries = (live_entry(namespace, k, row, now) for k, row in zip(keys, rows, strict=True))
+        return [e for e in entries if e is not None]
+
+    async def history(self, namespace: str, key: str, limit: int) -> list[Entry]:
+        rows = await self.redis.lrange(layout.history(namespace, key), 0, limit - 1)
+        return [entry_from_fields(namespace, key, _history_decoder.decode(row)) for row in rows]

@@ -1,0 +1,39 @@
+-- AMP: write cells and update their indexes, in one call (see put_entry.lua, amp_index.lua).
+-- KEYS: read_cell_index_keys, read_namespace_keys, then read_entry_keys per write, in order.
+-- ARGV: read_cell_prefixes, then per cell: read_change (whether it writes), its write
+--   (read_write) when it does, and its index update (read_cell_update).
+-- A cell's index update applies only when its write succeeded. Returns each write's verdict
+-- ('ok', 'precondition_failed', ...).
+local x, key_at = read_cell_index_keys(KEYS, 1)
+local ns
+ns, key_at = read_namespace_keys(KEYS, key_at)
+local p, at = read_cell_prefixes(ARGV, 1)
+local verdicts = {}
+local log_maxlen = nil
+while at <= #ARGV do
+  local change, a, u, written
+  change, at = read_change(ARGV, at)
+  local ok = true
+  if change.writes == '1' then
+    local e
+    e, key_at = read_entry_keys(KEYS, key_at)
+    a, at = read_write(ARGV, at)
+    local ctx = write_context(
+      {entry = e.entry, history = e.history, index = ns.index, ttl = ns.ttl, log = ns.log,
+       idem = '', meta = ns.meta}, a)
+    ctx.trim_later = true
+    local status, entry = put(ctx, a)
+    verdicts[#verdicts + 1] = status
+    log_maxlen = ctx.log_maxlen
+    ok = status == 'ok'
+    written = ok and entry.ver
+  end
+  u, at = read_cell_update(ARGV, at)
+  if ok then
+    index_cell(x, p, u, written)
+  end
+end
+if log_maxlen then
+  trim_excess(ns.log, ns.meta, log_maxlen)
+end
+return verdicts

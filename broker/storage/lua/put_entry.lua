@@ -1,0 +1,66 @@
+-- put(ctx, a): one write, its arguments `a` read with read_write (broker/storage/entries.py,
+-- WRITE). Returns the verdict, the entry to report (the one stored, for 'ok') and whether the
+-- reply carries its value; for a message seen before, 'replay' and the first reply.
+local function put(ctx, a)
+  local first = replayed(ctx)
+  if first then
+    return 'replay', first
+  end
+  local now = tonumber(a.now)
+  local current = load_entry(ctx.entry_key)
+  if current and is_expired(current, now) then
+    current = expire_entry(ctx, current, now)
+  end
+  local live = is_live(current, now)
+
+  if a.if_absent == '1' and live then
+    return 'precondition_failed', current, true
+  end
+  if a.if_version ~= '' and (not live or current.ver ~= a.if_version) then
+    if live then
+      return 'precondition_failed', current, true
+    end
+    return 'precondition_failed', {ver = current and current.ver or '0', del = '1'}, false
+  end
+  local verdict, ts = contest(current, a)
+  if verdict ~= 'ok' then
+    return verdict, current, true
+  end
+
+  local entry = {
+    id = live and current.id or a.entry_id,
+    agent = a.agent,
+    val = a.value,
+    ver = tostring(current and tonumber(current.ver) + 1 or 1),
+    ca = live and current.ca or a.now,
+    ua = a.now,
+    ts = ts,
+    ttl = a.ttl,
+    exp = a.exp,
+    del = '',
+    sv = a.schema_errors,
+    cf = a.conflicts,
+    pr = a.priority,
+  }
+  if not live then
+    redis.call('ZADD', ctx.index_key, 0, ctx.key)  -- a live entry's key is there already
+  end
+  if entry.exp ~= '' then
+    redis.call('ZADD', ctx.ttl_key, entry.exp, ctx.key)
+  elseif live and current.exp ~= '' then
+    redis.call('ZREM', ctx.ttl_key, ctx.key)
+  end
+  entry.log_id = commit(ctx, entry, 'put')
+  entry.created = live and '' or '1'
+  return 'ok', entry, false
+end
+
+-- The reply to a put (see answer). A failed compare-and-set of the broker's own is not
+-- remembered under the message id: the broker retries it.
+local function put_reply(ctx, a, status, entry, with_value)
+  if status == 'replay' then
+    return entry
+  end
+  local forget = a.internal_cas == '1' and status == 'precondition_failed'
+  return answer(ctx, status, entry, with_value, forget)
+end

@@ -1,0 +1,139 @@
+"""The records the store keeps for memory entries: the stored field names (the one place they
+are written down; the Lua scripts get them generated), decoding a stored entry, and a write's
+request and verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from broker.models import Entry
+from broker.values import recanonical
+
+# An entry hash's fields, in the order scripts flatten them: id, author, the canonical JSON
+# value, version, created and updated (ms), last-write-wins timestamp, TTL (s), expiry (ms),
+# tombstone flag, schema errors (JSON), merge conflicts (JSON) and the writer's priority.
+ENTRY_FIELDS = ("id", "agent", "val", "ver", "ca", "ua", "ts", "ttl", "exp", "del", "sv", "cf",
+                "pr")
+# The same but the value, which a write reads only for a reply that carries it.
+ENTRY_META = tuple(name for name in ENTRY_FIELDS if name != "val")
+
+RawHash = Mapping[bytes, bytes]
+
+
+class CorruptRecord(ValueError):
+    """A stored record that cannot be decoded; the message names the record and the field."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _int(fields: Mapping[str, Any], name: str, default: int | None, where: str) -> int | None:
+    raw = _text(fields.get(name, ""))
+    if raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise CorruptRecord(f"{where}: field {name!r} holds {raw[:40]!r}, not a number") \
+            from None
+
+
+def entry_from_fields(namespace: str, key: str, fields: Mapping[str, Any]) -> Entry:
+    """An Entry from an entry hash, a history record or a script's reply (text values)."""
+    where = f"stored entry {namespace}/{key}"
+    value = fields.get("val") or b""
+    if isinstance(value, str):
+        value = value.encode()
+    deleted = _text(fields.get("del", "")) == "1"
+    schema_errors = fields.get("sv") or b""
+    conflicts = fields.get("cf") or b""
+    return Entry(
+        id=_text(fields.get("id", "")),
+        agent_id=_text(fields.get("agent", "")),
+        namespace=namespace,
+        key=key,
+        value=None if deleted or not value else msgspec.Raw(recanonical(value)),
+        ttl_seconds=_int(fields, "ttl", None, where),
+        version=_int(fields, "ver", 0, where) or 0,
+        created_at=_int(fields, "ca", 0, where) or 0,
+        updated_at=_int(fields, "ua", 0, where) or 0,
+        timestamp=_int(fields, "ts", None, where),
+        expires_at=_int(fields, "exp", None, where),
+        schema_violation=bool(schema_errors),
+        deleted=deleted,
+        schema_errors=msgspec.Raw(schema_errors) if schema_errors else msgspec.UNSET,
+        conflicts=msgspec.Raw(conflicts) if conflicts else msgspec.UNSET,
+    )
+
+
+def live_entry(namespace: str, key: str, raw: RawHash, now: int) -> Entry | None:
+    """The entry an entry hash holds, or None when it is a tombstone or has expired."""
+    if not raw or raw.get(b"del") == b"1":
+        return None
+    expires = raw.get(b"exp")
+    if expires and expires.isdigit() and int(expires) <= now:
+        return None
+    return entry_from_fields(namespace, key, {_text(k): v for k, v in raw.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRequest:
+    """Everything a put or delete needs besides the namespace and key, in domain terms: the
+    store turns the message id into its idempotency record."""
+
+    agent_id: str
+    now: int
+    timestamp: int
+    timestamp_from_client: bool
+    message_id: str | None = None
+    fingerprint: str = ""  # of the request behind the message id: a reused id is refused
+    value: bytes = b""
+    entry_id: str = ""
+    ttl_seconds: int | None = None
+    if_version: int | None = None
+    if_absent: bool = False
+    mode: str = "lww"  # lww, priority or merge
+    priority: int = 0
+    default_priority: int = 0
+    internal_cas: bool = False  # if_version is the broker's own merge check: not remembered
+    history_limit: int | None = None
+    schema_errors: str = ""
+    conflicts: str = ""
+
+
+_outcome_decoder = msgspec.json.Decoder(tuple[str, dict[str, str]])
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    """A script's verdict: `ok`, `precondition_failed`, `write_conflict`, `not_found`, or
+    `reused` (the message id came with another request), with the entry it reports."""
+
+    status: str
+    record: dict[str, str]
+    replayed: bool
+
+    @classmethod
+    def decode(cls, raw: list[Any]) -> WriteOutcome:
+        """From a write script's reply: {'ok'|'replay'|'reused', the encoded verdict}."""
+        status, payload = _text(raw[0]), raw[1]
+        if status == "reused":
+            return cls("reused", {}, replayed=True)
+        stored_status, record = _outcome_decoder.decode(payload)
+        return cls(stored_status, record, replayed=status == "replay")
+
+    @property
+    def created(self) -> bool:
+        """True when the write created the entry (no live entry was there before)."""
+        return self.record.get("created") == "1"
+
+    def entry(self, namespace: str, key: str, value: bytes | None = None) -> Entry:
+        fields: dict[str, Any] = dict(self.record)
+        if value is not None and self.status == "ok" and not fields.get("del"):
+            fields["val"] = value
+        return entry_from_fields(namespace, key, fields)
