@@ -31,7 +31,7 @@ end
 local function touch(record_key, recheck_key, id, now, status)
   local count = redis.call('HINCRBY', record_key, 'count', 1)
   redis.call('HSET', record_key, 'accessed', now)
-  if tonumber(redis.call('HGET', record_key, 'ref') or '0') < tonumber(now) then
+  if (tonumber(redis.call('HGET', record_key, 'ref') or '0') or 0) < tonumber(now) then
     redis.call('HSET', record_key, 'ref', now)
   end
   if status == 'stale' then

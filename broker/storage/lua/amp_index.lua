@@ -30,7 +30,7 @@ local function index_cell(x, p, u, written)
   if version ~= '' then
     fields[#fields + 1], fields[#fields + 2] = 'ver', version  -- the version indexed
   end
-  local stored_ref = tonumber(stored[2] or '0')
+  local stored_ref = tonumber(stored[2] or '0') or 0
   if stored_ref < tonumber(u.ref) then
     fields[#fields + 1], fields[#fields + 2] = 'ref', u.ref
   elseif stored_ref > tonumber(u.ref) and u.status == 'stale' then
