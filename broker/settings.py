@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import re
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -115,12 +119,14 @@ class Settings:
         """Build settings from `MEMP_*` variables; keyword overrides (flags) win."""
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for field in fields(cls):
-            raw = environ.get(f"MEMP_{field.name.upper()}")
-            if raw is None or raw == "":
-                continue
-            values[field.name] = _convert(field.name, field.type, raw)
-        values["amp_purge_retention"] = environ.get("AMP_PURGE_RETENTION") == "1"
+        for name, kind in _field_types().items():
+            variable = f"MEMP_{name.upper()}"
+            raw = environ.get(variable)
+            if raw is not None and raw != "":
+                values[name] = _parse(variable, kind, raw)
+        retention = _purge_retention(environ)
+        if retention is not None:
+            values["amp_purge_retention"] = retention
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
         if settings.jwt_public_key and not settings.jwt_public_key.lstrip().startswith("-----"):
@@ -145,16 +151,57 @@ def _check_public_key(pem: str) -> None:
         raise SettingsError("MEMP_JWT_PUBLIC_KEY must be an RSA or EC public key")
 
 
-def _convert(name: str, kind: object, raw: str) -> Any:
-    kind_text = str(kind)
-    try:
-        if kind_text.startswith("int"):
-            return int(raw)
-        number = float(raw) if kind_text.startswith("float") else None
-    except ValueError:
-        raise SettingsError(f"MEMP_{name.upper()} must be a number, not {raw!r}") from None
-    if number is None:
+_INT_RE = re.compile(r"[+-]?[0-9]{1,30}")  # no setting needs more digits
+_BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+@functools.cache
+def _field_types() -> dict[str, object]:
+    """Each field's declared type, `X | None` unwrapped to `X` (an empty variable is unset)."""
+    hints = typing.get_type_hints(Settings)
+    declared: dict[str, object] = {}
+    for field in fields(Settings):
+        kind = hints[field.name]
+        if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+            kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+        declared[field.name] = kind
+    return declared
+
+
+def _parse(variable: str, kind: object, raw: str) -> Any:
+    """One environment value, parsed by its field's declared type."""
+    text = raw.strip()
+    if kind is bool:
+        if text.lower() not in _BOOLS:
+            raise SettingsError(f"{variable} must be one of 1, 0, true, false, yes, no, "
+                                f"not {raw!r}")
+        return _BOOLS[text.lower()]
+    if kind is int:
+        if not _INT_RE.fullmatch(text):
+            raise SettingsError(f"{variable} must be a whole number, not {raw!r}")
+        return int(text)
+    if kind is float:
+        try:
+            number = float(text)
+        except ValueError:
+            raise SettingsError(f"{variable} must be a number, not {raw!r}") from None
+        if not math.isfinite(number):
+            raise SettingsError(f"{variable} must be a finite number, not {raw!r}")
+        return number
+    if kind is str:
         return raw
-    if not math.isfinite(number):
-        raise SettingsError(f"MEMP_{name.upper()} must be a finite number, not {raw!r}")
-    return number
+    raise TypeError(f"{variable}: settings of type {kind!r} cannot be read from the environment")
+
+
+def _purge_retention(environ: Mapping[str, str]) -> bool | None:
+    """AMP's own `AMP_PURGE_RETENTION` and `MEMP_AMP_PURGE_RETENTION` mean the same; when both
+    are set they must agree, since one silently winning could erase cells nobody meant to."""
+    given = {name: _parse(name, bool, environ[name])
+             for name in ("AMP_PURGE_RETENTION", "MEMP_AMP_PURGE_RETENTION")
+             if environ.get(name)}
+    if len(set(given.values())) > 1:
+        raise SettingsError(
+            f"AMP_PURGE_RETENTION={environ['AMP_PURGE_RETENTION']!r} and "
+            f"MEMP_AMP_PURGE_RETENTION={environ['MEMP_AMP_PURGE_RETENTION']!r} disagree; "
+            "set one of them")
+    return next(iter(given.values()), None)

@@ -22,7 +22,7 @@ import redis
 from broker.amp.cells import MemoryCell
 from broker.amp.index import index_update
 from broker.amp.service import CellService, cell_key
-from broker.settings import Settings
+from broker.settings import Settings, SettingsError
 from broker.storage import Storage, layout
 from broker.storage.amp import COMMIT_CHUNK, TRANSITIONS
 from tests.conftest import BACKENDS, Broker, BrokerProcess
@@ -558,11 +558,16 @@ def test_an_index_update_without_a_write_never_lands_over_a_newer_write(
 # ---- purge ----
 
 
-def test_purge_is_opt_in_with_exactly_amp_purge_retention_1() -> None:
-    assert Settings.from_env(environ={"AMP_PURGE_RETENTION": "1"}).amp_purge_retention
-    for value in ("0", "true", "yes", ""):
+def test_purge_is_opt_in_with_amp_purge_retention() -> None:
+    """Off unless asked for; a value that is not a yes or a no stops the start rather than
+    leaving purges silently off (or on). tests/test_settings.py has the MEMP_ name too."""
+    for value in ("1", "true", "yes"):
+        assert Settings.from_env(environ={"AMP_PURGE_RETENTION": value}).amp_purge_retention
+    for value in ("0", "false", "no", ""):
         assert not Settings.from_env(environ={"AMP_PURGE_RETENTION": value}).amp_purge_retention
     assert not Settings.from_env(environ={}).amp_purge_retention
+    with pytest.raises(SettingsError, match="AMP_PURGE_RETENTION must be one of"):
+        Settings.from_env(environ={"AMP_PURGE_RETENTION": "enabled"})
 
 
 def test_purge_is_refused_without_amp_purge_retention(amp: Amp) -> None:

@@ -23,8 +23,9 @@ GARBAGE_PEM = "-----BEGIN PUBLIC KEY-----\nabc\n-----END PUBLIC KEY-----\n"
 
 
 def clean_env(**env: str) -> dict[str, str]:
-    """The caller's environment without any MEMP_* setting, plus `env`."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMP_")}
+    """The caller's environment without any MEMP_* setting (or AMP's), plus `env`."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("MEMP_") and k != "AMP_PURGE_RETENTION"}
     return {**base, **env}
 
 
@@ -59,8 +60,14 @@ def test_serve_help_names_its_options() -> None:
 @pytest.mark.parametrize(
     ("args", "env", "reason"),
     [
-        pytest.param([], {"MEMP_PORT": "abc"}, "MEMP_PORT must be a number",
+        pytest.param([], {"MEMP_PORT": "abc"}, "MEMP_PORT must be a whole number",
                      id="port-not-a-number"),
+        pytest.param([], {"MEMP_AMP_PURGE_RETENTION": "maybe"},
+                     "MEMP_AMP_PURGE_RETENTION must be one of 1, 0, true, false, yes, no",
+                     id="bool-not-a-bool"),
+        pytest.param([], {"AMP_PURGE_RETENTION": "1", "MEMP_AMP_PURGE_RETENTION": "0"},
+                     "AMP_PURGE_RETENTION='1' and MEMP_AMP_PURGE_RETENTION='0' disagree",
+                     id="purge-retention-names-disagree"),
         pytest.param(["--port", "70000"], {}, "port must be between 1 and 65535",
                      id="port-out-of-range"),
         pytest.param([], {"MEMP_REDIS_URL": "http://x"}, "MEMP_REDIS_URL must start with",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -69,8 +72,9 @@ def test_overrides_are_validated_too() -> None:
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
-        pytest.param({"MEMP_PORT": "abc"}, "MEMP_PORT must be a number, not 'abc'", id="port-text"),
-        pytest.param({"MEMP_PORT": "80.5"}, "MEMP_PORT must be a number", id="port-float"),
+        pytest.param({"MEMP_PORT": "abc"}, "MEMP_PORT must be a whole number, not 'abc'",
+                     id="port-text"),
+        pytest.param({"MEMP_PORT": "80.5"}, "MEMP_PORT must be a whole number", id="port-float"),
         pytest.param({"MEMP_PORT": "0"}, "port must be between 1 and 65535", id="port-zero"),
         pytest.param({"MEMP_PORT": "65536"}, "port must be between 1 and 65535", id="port-high"),
         pytest.param({"MEMP_SWEEP_INTERVAL_SECONDS": "soon"},
@@ -135,3 +139,138 @@ def test_validate_returns_the_settings() -> None:
 )
 def test_redis_url_schemes_accepted(url: str) -> None:
     assert Settings.from_env({"MEMP_REDIS_URL": url}).redis_url == url
+
+
+# ---- parsing by declared type ----
+
+PEM = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
+    serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+# A valid value other than the default, for each field that is text.
+TEXT_SAMPLES = {
+    "host": "0.0.0.0", "redis_url": "redis://127.0.0.1:6390/3", "admin_key": "k" * 20,
+    "jwt_secret": "s" * 40, "jwt_public_key": PEM, "jwt_audience": "memp", "jwt_issuer": "idp",
+    "key_env": "test", "amp_namespace": "cells", "cors_origins": "https://example.com",
+}
+
+
+def sample(field: dataclasses.Field[Any], kind: object) -> tuple[str, Any]:
+    """A variable's text and the value it must give: not the default, and valid."""
+    default = field.default
+    if kind is bool:
+        return ("yes", True) if default is False else ("no", False)
+    if kind is int:
+        assert isinstance(default, int)
+        return str(default - 1), default - 1
+    if kind is float:
+        assert isinstance(default, float)
+        return str(default / 2), default / 2
+    return TEXT_SAMPLES[field.name], TEXT_SAMPLES[field.name]
+
+
+def field_kinds() -> list[tuple[dataclasses.Field[Any], object]]:
+    hints = typing.get_type_hints(Settings)
+    return [(f, next(a for a in (*typing.get_args(hints[f.name]), hints[f.name])
+                     if a is not type(None))) for f in dataclasses.fields(Settings)]
+
+
+def test_every_field_is_settable_from_its_variable() -> None:
+    environ: dict[str, str] = {}
+    expected: dict[str, Any] = {}
+    for field, kind in field_kinds():
+        assert kind in (bool, int, float, str), f"{field.name}: no parser for {kind!r}"
+        environ[f"MEMP_{field.name.upper()}"], expected[field.name] = sample(field, kind)
+    settings = Settings.from_env(environ)
+    for name, value in expected.items():
+        assert getattr(settings, name) == value, name
+        assert getattr(settings, name) != getattr(Settings(), name), name
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [pytest.param(raw, value, id=raw) for raw, value in [
+        ("1", True), ("0", False), ("true", True), ("false", False), ("yes", True), ("no", False),
+        ("TRUE", True), ("False", False), ("Yes", True), ("NO", False), (" 1 ", True)]],
+)
+def test_bools_accept_the_usual_words(raw: str, value: bool) -> None:
+    assert Settings.from_env({"MEMP_AMP_PURGE_RETENTION": raw}).amp_purge_retention is value
+
+
+@pytest.mark.parametrize("raw", ["2", "on", "off", "y", "n", "truthy", "-1", "1.0"])
+def test_bools_refuse_anything_else(raw: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({"MEMP_AMP_PURGE_RETENTION": raw})
+    message = str(raised.value)
+    assert message == (f"MEMP_AMP_PURGE_RETENTION must be one of 1, 0, true, false, yes, no, "
+                       f"not {raw!r}")
+
+
+@pytest.mark.parametrize("raw", ["1.5", "1e3", "0x10", "1_000", "abc", "nan", "inf", "١٢",
+                                 "9" * 40, "+", "1 2"])
+def test_ints_refuse_floats_and_junk(raw: str) -> None:
+    with pytest.raises(SettingsError, match="MEMP_MAX_BATCH must be a whole number") as raised:
+        Settings.from_env({"MEMP_MAX_BATCH": raw})
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [pytest.param("7", 7, id="plain"), pytest.param("+7", 7, id="plus"),
+     pytest.param(" 7\n", 7, id="spaces")],
+)
+def test_ints_accept_whole_numbers(raw: str, value: int) -> None:
+    assert Settings.from_env({"MEMP_MAX_BATCH": raw}).max_batch == value
+
+
+@pytest.mark.parametrize("raw", ["nan", "NaN", "inf", "-inf", "Infinity", "1e400"])
+def test_floats_refuse_what_is_not_finite(raw: str) -> None:
+    with pytest.raises(SettingsError, match="MEMP_HEARTBEAT_SECONDS must be a finite number"):
+        Settings.from_env({"MEMP_HEARTBEAT_SECONDS": raw})
+
+
+@pytest.mark.parametrize(("raw", "value"), [("2", 2.0), ("0.5", 0.5), ("1e1", 10.0)])
+def test_floats_accept_numbers(raw: str, value: float) -> None:
+    assert Settings.from_env({"MEMP_HEARTBEAT_SECONDS": raw}).heartbeat_seconds == value
+
+
+def test_text_is_kept_as_given() -> None:
+    settings = Settings.from_env({"MEMP_CORS_ORIGINS": " https://a.example, https://b "})
+    assert settings.cors_origins == " https://a.example, https://b "
+
+
+# ---- AMP_PURGE_RETENTION (the AMP spec's name) and MEMP_AMP_PURGE_RETENTION ----
+
+
+@pytest.mark.parametrize(
+    ("environ", "value"),
+    [
+        pytest.param({}, False, id="neither"),
+        pytest.param({"AMP_PURGE_RETENTION": "1"}, True, id="amp-name"),
+        pytest.param({"MEMP_AMP_PURGE_RETENTION": "1"}, True, id="memp-name"),
+        pytest.param({"AMP_PURGE_RETENTION": "0"}, False, id="amp-name-off"),
+        pytest.param({"MEMP_AMP_PURGE_RETENTION": "0"}, False, id="memp-name-off"),
+        pytest.param({"AMP_PURGE_RETENTION": "1", "MEMP_AMP_PURGE_RETENTION": "true"}, True,
+                     id="both-on"),
+        pytest.param({"AMP_PURGE_RETENTION": "no", "MEMP_AMP_PURGE_RETENTION": "0"}, False,
+                     id="both-off"),
+        pytest.param({"AMP_PURGE_RETENTION": "", "MEMP_AMP_PURGE_RETENTION": "1"}, True,
+                     id="empty-is-unset"),
+    ],
+)
+def test_purge_retention_is_read_under_both_names(environ: dict[str, str], value: bool) -> None:
+    assert Settings.from_env(environ).amp_purge_retention is value
+
+
+@pytest.mark.parametrize(
+    ("amp", "memp"),
+    [pytest.param("1", "0", id="amp-on"), pytest.param("false", "yes", id="memp-on")],
+)
+def test_purge_retention_names_that_disagree_stop_the_start(amp: str, memp: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({"AMP_PURGE_RETENTION": amp, "MEMP_AMP_PURGE_RETENTION": memp})
+    assert str(raised.value) == (f"AMP_PURGE_RETENTION={amp!r} and "
+                                 f"MEMP_AMP_PURGE_RETENTION={memp!r} disagree; set one of them")
+
+
+def test_purge_retention_under_the_amp_name_is_parsed_as_a_bool() -> None:
+    with pytest.raises(SettingsError, match="AMP_PURGE_RETENTION must be one of 1, 0, true"):
+        Settings.from_env({"AMP_PURGE_RETENTION": "please"})
