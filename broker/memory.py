@@ -38,8 +38,6 @@ from broker.validation import (
 )
 from broker.values import canonical, encode_value
 
-_SCAN_BUDGET = 10_000
-
 
 @dataclass(frozen=True, slots=True)
 class PutOptions:
@@ -202,7 +200,8 @@ class MemoryService:
             if options.base_version == current.version:
                 base = stored
             else:
-                for version in await self.store.history(namespace, key, 1_000):
+                kept = await self.store.history(namespace, key, self.settings.max_history_limit)
+                for version in kept:
                     if version.version == options.base_version and version.value is not None:
                         base = msgspec.json.decode(version.value)
         return merge(stored, incoming, base=base, base_known=options.base_version is not None,
@@ -245,7 +244,7 @@ class MemoryService:
         matched: list[str] = []
         scanned = 0
         more = True
-        while more and len(matched) < limit and scanned < _SCAN_BUDGET:
+        while more and len(matched) < limit and scanned < self.settings.max_query_scan:
             batch = limit - len(matched) if pattern.is_prefix or pattern.is_exact \
                 else max(256, limit)
             keys, more = await self.store.scan_keys(namespace, pattern, after, batch)

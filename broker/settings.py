@@ -35,12 +35,18 @@ class Settings:
     key_env: str = "live"
     max_value_bytes: int = 1024 * 1024
     max_request_bytes: int = 8 * 1024 * 1024
+    max_registration_bytes: int = 64 * 1024
+    max_key_creation_bytes: int = 64 * 1024
+    max_config_bytes: int = 256 * 1024
+    max_amp_body_bytes: int = 256 * 1024
     max_key_bytes: int = 1024
     max_query_limit: int = 1000
     default_query_limit: int = 100
+    max_query_scan: int = 10_000
     max_batch: int = 100
     max_ttl_seconds: int = 10 * 365 * 24 * 3600
     history_limit: int = 16
+    max_history_limit: int = 1000
     changelog_maxlen: int = 100_000
     idempotency_window_seconds: int = 300
     sweep_interval_seconds: float = 0.1
@@ -59,6 +65,7 @@ class Settings:
     namespace_cache_seconds: float = 5.0
     max_schema_bytes: int = 64 * 1024
     schema_timeout_ms: int = 2000
+    schema_check_timeout_ms: int = 15_000  # a 64 KiB schema of tiny subschemas takes ~4 s
     amp_namespace: str = "amp"
     amp_lifecycle_interval_seconds: float = 60.0
     amp_post_interval_seconds: float = 0.05
@@ -78,13 +85,15 @@ class Settings:
                 f"MEMP_REDIS_URL must start with redis://, rediss:// or unix://: {self.redis_url!r}"
             )
         positive = (
-            "max_value_bytes", "max_request_bytes", "max_key_bytes", "max_query_limit",
-            "default_query_limit", "max_batch", "max_ttl_seconds", "changelog_maxlen",
+            "max_value_bytes", "max_request_bytes", "max_registration_bytes",
+            "max_key_creation_bytes", "max_config_bytes", "max_amp_body_bytes", "max_key_bytes",
+            "max_query_limit", "default_query_limit", "max_query_scan", "max_batch",
+            "max_ttl_seconds", "max_history_limit", "changelog_maxlen",
             "sweep_batch", "redis_timeout_seconds", "sweep_interval_seconds",
             "subscriber_queue_size", "heartbeat_seconds", "sse_retry_ms",
             "sse_send_timeout_seconds", "max_stream_patterns", "reader_block_ms",
             "namespace_cache_seconds", "max_schema_bytes", "schema_timeout_ms",
-            "amp_lifecycle_interval_seconds",
+            "schema_check_timeout_ms", "amp_lifecycle_interval_seconds",
             "amp_post_interval_seconds",
         )
         for name in positive:
@@ -92,6 +101,8 @@ class Settings:
                 raise SettingsError(f"{name} must be positive, not {getattr(self, name)}")
         if self.history_limit < 0 or self.idempotency_window_seconds < 0:
             raise SettingsError("history_limit and idempotency_window_seconds must be >= 0")
+        if self.history_limit > self.max_history_limit:
+            raise SettingsError("history_limit cannot exceed max_history_limit")
         if self.changelog_max_age_seconds < 0:
             raise SettingsError("changelog_max_age_seconds must be >= 0 (0 = no age limit)")
         if self.reader_block_ms >= self.redis_timeout_seconds * 1000:

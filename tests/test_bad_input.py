@@ -22,7 +22,9 @@ from tests.conftest import Broker, start_broker
 JSON = "application/json"
 SEED_KEY = "seed/item"
 SEED_VALUE = {"keep": [1, 2, 3], "text": "ünïcødé ✓", "big": 12345678901234567890}
-LIMITS = {"max_value_bytes": 1000, "max_request_bytes": 4000, "max_batch": 3}
+LIMITS = {"max_value_bytes": 1000, "max_request_bytes": 4000, "max_batch": 3,
+          "max_registration_bytes": 1500, "max_key_creation_bytes": 1600,
+          "max_config_bytes": 1700, "max_amp_body_bytes": 1800}
 DEEP = 100_000
 _UNSET: Any = object()
 
@@ -967,6 +969,34 @@ def test_bad_request_is_refused_and_stored_data_is_intact(
     after = snapshot(ctx, with_keys)
     assert after == before
     assert after["entry"]["value"] == SEED_VALUE and after["entry"]["version"] == 2
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "setting"),
+    [
+        P("POST", "/v1/agents", "max_registration_bytes", id="register"),
+        P("POST", "/v1/keys", "max_key_creation_bytes", id="keys"),
+        P("PUT", CONFIG, "max_config_bytes", id="config"),
+        P("POST", "/amp/memories", "max_amp_body_bytes", id="amp-create"),
+        P("POST", "/amp/memories/search", "max_amp_body_bytes", id="amp-search"),
+        P("POST", "/amp/lifecycle/run", "max_amp_body_bytes", id="amp-lifecycle"),
+    ],
+)
+def test_each_body_limit_is_its_setting(
+    limited: Broker, seeded: Callable[[Broker], Context], method: str, path: str, setting: str
+) -> None:
+    """Bodies one byte over the configured limit are 413 naming that limit, not a built-in one."""
+    ctx = seeded(limited)
+    limit = LIMITS[setting]
+    over = b'{"padding": "' + b"x" * (limit - len(b'{"padding": ""}') + 1) + b'"}'
+    assert len(over) == limit + 1
+    status, payload, _ = send(Bad(method, path, 413, "payload_too_large", content=over,
+                                  headers={"X-AMP-Agent-ID": "gateway"}), ctx)
+    assert status == 413, payload
+    assert payload["error"]["details"] == {"limit": limit}
+    status, payload, _ = send(Bad(method, path, 400, "invalid_request", content=over[1:],
+                                  headers={"X-AMP-Agent-ID": "gateway"}), ctx)
+    assert status != 413, payload
 
 
 def test_catalogue_ids_are_unique() -> None:

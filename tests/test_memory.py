@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -120,6 +121,29 @@ def test_query_pages_through_everything_in_order(admin: httpx.Client, ns: str) -
         if cursor is None:
             break
     assert seen == [k for k in keys if k != "item/007"]
+
+
+def test_query_scan_budget_is_a_setting(broker_factory: Callable[..., Broker], ns: str) -> None:
+    """A page stops looking once it has examined MEMP_MAX_QUERY_SCAN keys (checked between
+    batches of 256), matching or not, and says where it got to."""
+    handle = broker_factory("embedded", max_query_scan=10)
+    with handle.client() as admin:
+        for start in range(0, 600, 100):
+            batch = [{"memp": "1.0", "type": "memory.put", "namespace": ns,
+                      "key": f"item/{i:03d}/draft", "value": i} for i in range(start, start + 100)]
+            assert admin.post("/v1/messages", json=batch).status_code == 200
+        put(admin, ns, "item/999/final", "last")
+        pages = []
+        cursor = None
+        while True:
+            params = {"pattern": "item/*/final", **({"cursor": cursor} if cursor else {})}
+            page = admin.get(f"/v1/namespaces/{ns}/memory", params=params).json()
+            pages.append([e["key"] for e in page["entries"]])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+    assert len(pages) > 1 and pages[-1] == ["item/999/final"]
+    assert all(page == [] for page in pages[:-1])
 
 
 def test_history_keeps_recent_versions_newest_first(admin: httpx.Client, ns: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -222,6 +222,16 @@ def test_bad_configuration_is_refused_and_changes_nothing(
     entry = get(admin, ns, "doc")
     assert (entry["value"], entry["version"]) == ({"a": 1}, 1)
     assert put_ok(admin, ns, "doc", {"b": 2})["value"] == {"a": 1, "b": 2}  # still merging
+
+
+def test_history_limit_ceiling_is_a_setting(broker_factory: Callable[..., Broker],
+                                            ns: str) -> None:
+    handle = broker_factory("embedded", max_history_limit=5, history_limit=3)
+    with handle.client() as admin:
+        error = error_of(admin.put(config_path(ns), json={"history_limit": 6}), 400,
+                         "invalid_request")
+        assert "between 0 and 5" in error["message"]
+        assert admin.put(config_path(ns), json={"history_limit": 5}).status_code == 200
 
 
 def test_configuration_body_must_be_json(admin: httpx.Client, ns: str) -> None:

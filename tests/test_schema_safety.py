@@ -210,6 +210,34 @@ def test_broker_stays_live_while_a_hostile_value_is_validated(
         assert get(client, other, "k")["version"] == len(writes)
 
 
+def test_registration_waits_for_its_namespace_at_most_the_check_budget(
+    broker_factory: Callable[..., Broker], ns: str
+) -> None:
+    """A registration queues behind its namespace's validations, and gives up after
+    MEMP_SCHEMA_CHECK_TIMEOUT_MS rather than wait out a hostile value's whole budget."""
+    handle = broker_factory("embedded", schema_timeout_ms=3000, schema_check_timeout_ms=100)
+    with handle.client() as client, handle.client() as writer:
+        register(client, ns, "hostile", "k", _ref_fan_out(30), enforce=True)
+        hostile: list[httpx.Response] = []
+        busy = threading.Thread(target=lambda: hostile.append(put(writer, ns, "k",
+                                                                  _nested(30, 0))))
+        busy.start()
+        try:
+            time.sleep(0.5)  # the hostile validation holds the namespace's turn for 3 s
+            started = time.monotonic()
+            response = client.put(schema_path(ns, "plain"),
+                                  json={"pattern": "*", "schema": {"type": "object"}})
+            waited = time.monotonic() - started
+        finally:
+            busy.join(timeout=15)
+        error = error_of(response, 400, "invalid_schema")
+        assert error["message"] == ("checking the schema against its meta-schema takes longer "
+                                    "than the time budget")
+        assert error["details"] == {"timeout_ms": 100}
+        assert waited < 1.5
+        error_of(hostile[0], 422, "schema_timeout")
+
+
 def test_registration_that_cannot_apply_the_schema_in_time_is_refused(
     tight: BrokerProcess, ns: str
 ) -> None:

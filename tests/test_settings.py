@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,39 @@ def test_defaults_from_an_empty_environment() -> None:
     assert settings.host == "127.0.0.1" and settings.port == 8080
     assert settings.embedded is True
     assert settings.max_value_bytes == 1024 * 1024
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def configuration_table() -> dict[str, str]:
+    """README's configuration table: each variable and the default it states."""
+    section = README.read_text().split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    stated: dict[str, str] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        names = re.findall(r"`((?:MEMP_|AMP_)[A-Z_]+)`", cells[0])
+        defaults = [d.strip().strip("`") for d in cells[1].split(",")]
+        if len(defaults) != len(names):
+            defaults = defaults[:1] * len(names)
+        stated.update(zip(names, defaults, strict=True))
+    return stated
+
+
+def test_every_setting_is_in_the_readme_with_its_default() -> None:
+    stated = configuration_table()
+    variables = {f"MEMP_{f.name.upper()}": f for f in dataclasses.fields(Settings)}
+    assert set(stated) - {"AMP_PURGE_RETENTION"} == set(variables)
+    for variable, field in variables.items():
+        text, default = stated[variable], field.default
+        if text == "unset":
+            assert default in (None, "", False), variable
+        elif isinstance(default, bool | str):
+            assert text == str(default), variable
+        elif re.fullmatch(r"[0-9.]+", text):
+            assert float(text) == default, variable
 
 
 def test_environment_values_are_converted_to_their_types() -> None:
@@ -89,6 +123,22 @@ def test_overrides_are_validated_too() -> None:
                      id="negative-value-limit"),
         pytest.param({"MEMP_MAX_BATCH": "0"}, "max_batch must be positive", id="zero-batch"),
         pytest.param({"MEMP_HISTORY_LIMIT": "-1"}, "history_limit", id="negative-history"),
+        pytest.param({"MEMP_HISTORY_LIMIT": "20", "MEMP_MAX_HISTORY_LIMIT": "10"},
+                     "history_limit cannot exceed max_history_limit", id="history-over-ceiling"),
+        pytest.param({"MEMP_MAX_REGISTRATION_BYTES": "0"}, "max_registration_bytes must be "
+                     "positive", id="zero-registration-limit"),
+        pytest.param({"MEMP_MAX_KEY_CREATION_BYTES": "-5"}, "max_key_creation_bytes must be "
+                     "positive", id="negative-key-creation-limit"),
+        pytest.param({"MEMP_MAX_CONFIG_BYTES": "0"}, "max_config_bytes must be positive",
+                     id="zero-config-limit"),
+        pytest.param({"MEMP_MAX_AMP_BODY_BYTES": "0"}, "max_amp_body_bytes must be positive",
+                     id="zero-amp-body-limit"),
+        pytest.param({"MEMP_MAX_QUERY_SCAN": "0"}, "max_query_scan must be positive",
+                     id="zero-query-scan"),
+        pytest.param({"MEMP_SCHEMA_CHECK_TIMEOUT_MS": "0"},
+                     "schema_check_timeout_ms must be positive", id="zero-schema-check-budget"),
+        pytest.param({"MEMP_MAX_HISTORY_LIMIT": "0", "MEMP_HISTORY_LIMIT": "0"},
+                     "max_history_limit must be positive", id="zero-history-ceiling"),
         pytest.param({"MEMP_MAX_KEY_BYTES": "2048"}, "protocol limit of 1024",
                      id="key-limit-over-protocol"),
         pytest.param({"MEMP_DEFAULT_QUERY_LIMIT": "2000"},

@@ -21,7 +21,6 @@ from broker.http import authenticate, json_response, read_body
 from broker.identities import check_claimable
 
 _AGENT_HEADER = "x-amp-agent-id"
-_BODY_LIMIT = 256 * 1024
 
 
 class RunBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -64,8 +63,9 @@ def _agent_id(agent: str) -> str:
     return check_claimable(agent, "X-AMP-Agent-ID")
 
 
-async def _body(request: Request, kind: type[Any], limit: int = _BODY_LIMIT) -> Any:
-    raw = await read_body(request, limit)
+async def _body(request: Request, kind: type[Any], limit: int | None = None) -> Any:
+    """The body as `kind`, up to `limit` bytes (`MEMP_MAX_AMP_BODY_BYTES` unless given)."""
+    raw = await read_body(request, limit or request.app.state.settings.max_amp_body_bytes)
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:

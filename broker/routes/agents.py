@@ -20,7 +20,8 @@ def _service(request: Request) -> AgentService:
 async def register_agent(request: Request) -> Response:
     principal = await authenticate(request)
     service = _service(request)
-    body = decode_json(await read_body(request, 64 * 1024), RegisterBody)
+    body = decode_json(
+        await read_body(request, service.settings.max_registration_bytes), RegisterBody)
     registration = await service.register(
         principal, body.namespace, body.name, body.framework,
         check_message_id(request.headers.get("idempotency-key")),

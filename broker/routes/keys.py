@@ -56,13 +56,14 @@ def _visible(principal: Principal, record: ApiKeyRecord) -> bool:
 
 async def create_key(request: Request) -> Response:
     principal = await authenticate(request)
-    body = decode_json(await read_body(request, 64 * 1024), CreateKeyBody)
+    state = request.app.state
+    body = decode_json(await read_body(request, state.settings.max_key_creation_bytes),
+                       CreateKeyBody)
     grants = check_grants(body.grants)
     for grant in grants:
         if not principal.covers(grant):
             raise MempError("forbidden",
                             f"creating this key needs admin permission on {grant.namespace!r}")
-    state = request.app.state
     if body.agent_id is not None:
         await check_binding(principal, state.storage.accounts, body.agent_id)
     api_key, record = await create_api_key(
