@@ -1,9 +1,11 @@
-"""Who the caller is and what it may do: API keys, JWTs, the admin key, and grants."""
+"""Who the caller is and what it may do: API keys, JWTs, the admin key, and grants; and what
+a new key may carry (its grants, the agent it is bound to), for the API and the CLI alike."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -15,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from broker.errors import MempError
-from broker.identities import ADMIN, is_reserved
-from broker.keys import glob_covers, glob_match
+from broker.identities import ADMIN, check_claimable, is_reserved
+from broker.keys import NAMESPACE_GLOB_RE, glob_covers, glob_match
 from broker.models import ApiKeyRecord, Grant, Permission
 from broker.settings import Settings
 from broker.storage.accounts import AccountStore
@@ -222,3 +224,36 @@ async def create_api_key(store: AccountStore, env: str, *, grants: list[Grant], 
                           created_at=now, created_by=created_by)
     await store.save_api_key(hash_api_key(api_key), record)
     return api_key, record
+
+
+def check_grants(grants: list[Grant]) -> list[Grant]:
+    """Grants name namespace globs and at least one permission each."""
+    if not grants:
+        raise MempError("invalid_request", "a key needs at least one grant")
+    for grant in grants:
+        if not NAMESPACE_GLOB_RE.fullmatch(grant.namespace):
+            raise MempError("invalid_namespace",
+                            f"grant namespace {grant.namespace!r} is not a namespace glob")
+        if not grant.permissions:
+            raise MempError("invalid_request", "every grant needs at least one permission")
+    return grants
+
+
+_AGENT_ID_RE = re.compile(r"[A-Za-z0-9._:@+-]{1,128}")
+
+
+async def check_binding(principal: Principal, store: AccountStore, agent_id: str) -> str:
+    """A key may act as an agent only if its creator could: the full admin binds any id the
+    broker does not reserve; a namespace admin binds only agents registered in a namespace it
+    administers."""
+    if not _AGENT_ID_RE.fullmatch(agent_id):
+        raise MempError("invalid_request", "agent_id must be 1-128 characters of A-Z a-z 0-9 "
+                        ". _ : @ + -", {"field": "agent_id"})
+    check_claimable(agent_id)
+    if principal.superuser:
+        return agent_id
+    home = await store.agent_home(agent_id)
+    if home is None or not principal.can("admin", home):
+        raise MempError("forbidden", "a key can be bound only to an agent registered in a "
+                        "namespace this token administers", {"agent_id": agent_id})
+    return agent_id

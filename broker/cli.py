@@ -11,15 +11,16 @@ from dataclasses import replace
 
 import msgspec
 
-from broker.auth import create_api_key
+from broker.auth import Principal, check_binding, check_grants, create_api_key
 from broker.clock import system_clock
 from broker.errors import MempError
-from broker.identities import check_claimable
 from broker.models import PERMISSIONS, Grant
-from broker.routes.keys import check_grants
 from broker.settings import Settings, SettingsError
 from broker.storage import Storage
 from broker.storage.client import StoreError
+
+# Whoever runs the CLI holds Redis itself: it acts with the admin key's rights, as `cli`.
+_OPERATOR = Principal(subject="cli", grants=(), superuser=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -121,10 +122,10 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
             except msgspec.ValidationError as exc:
                 raise SettingsError(f"invalid grant: {exc}") from None
             if args.agent_id is not None:
-                check_claimable(args.agent_id)
+                await check_binding(_OPERATOR, store, args.agent_id)
             api_key, record = await create_api_key(
                 store, settings.key_env, grants=check_grants(grants), name=args.name,
-                agent_id=args.agent_id, created_by="cli", now=system_clock())
+                agent_id=args.agent_id, created_by=_OPERATOR.subject, now=system_clock())
             print(json.dumps({"api_key": api_key, "key": msgspec.to_builtins(record)}))
         elif args.keys_command == "list":
             for record in await store.list_api_keys():

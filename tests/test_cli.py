@@ -177,6 +177,24 @@ def test_serve_on_redis_names_redis_without_the_password(
     process.wait(timeout=15)
 
 
+# ---- what the CLI loads ----
+
+
+def test_cli_does_not_import_the_http_layer() -> None:
+    """`memp-broker keys` needs Redis and the auth rules, not the HTTP routes: the CLI imports
+    neither Starlette nor `broker.routes` (serve imports the app when it runs)."""
+    script = "import json, sys, broker.cli; print(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", script], env=clean_env(), cwd=ROOT,
+                            capture_output=True, text=True, timeout=60, check=True)
+    loaded = json.loads(result.stdout)
+    assert "broker.auth" in loaded
+    http = [name for name in loaded
+            if name.partition(".")[0] in ("starlette", "sse_starlette", "uvicorn")
+            or name in ("broker.routes", "broker.http", "broker.app", "broker.sse")
+            or name.startswith(("broker.routes.", "broker.amp.routes"))]
+    assert http == []
+
+
 # ---- keys ----
 
 
@@ -269,6 +287,12 @@ def test_keys_create_can_bind_a_key_to_an_agent(redis_url: str, redis_broker: Br
         pytest.param(["create", "--namespace", "acme-*", "--permissions", ","],
                      {"MEMP_REDIS_URL": "redis"}, 2, "at least one permission",
                      id="no-permissions"),
+        pytest.param(["create", "--namespace", "acme-*", "--agent-id", "two words"],
+                     {"MEMP_REDIS_URL": "redis"}, 2, "agent_id must be 1-128 characters",
+                     id="agent-id-grammar"),
+        pytest.param(["create", "--namespace", "acme-*", "--agent-id", "key_0123"],
+                     {"MEMP_REDIS_URL": "redis"}, 2, "reserved for the broker's own identities",
+                     id="agent-id-reserved"),
         pytest.param(["list"], {"MEMP_REDIS_URL": "redis://127.0.0.1:1/0"}, 1, "Redis",
                      id="redis-unreachable"),
     ],

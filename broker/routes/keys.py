@@ -2,52 +2,14 @@
 
 from __future__ import annotations
 
-import re
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from broker.auth import Principal, create_api_key
+from broker.auth import Principal, check_binding, check_grants, create_api_key
 from broker.errors import MempError
 from broker.http import authenticate, decode_json, json_response, read_body
-from broker.identities import check_claimable
-from broker.keys import NAMESPACE_GLOB_RE
-from broker.models import ApiKeyRecord, CreateKeyBody, Grant
-from broker.storage.accounts import AccountStore
-
-
-def check_grants(grants: list[Grant]) -> list[Grant]:
-    """Grants name namespace globs and at least one permission each."""
-    if not grants:
-        raise MempError("invalid_request", "a key needs at least one grant")
-    for grant in grants:
-        if not NAMESPACE_GLOB_RE.fullmatch(grant.namespace):
-            raise MempError("invalid_namespace",
-                            f"grant namespace {grant.namespace!r} is not a namespace glob")
-        if not grant.permissions:
-            raise MempError("invalid_request", "every grant needs at least one permission")
-    return grants
-
-
-_AGENT_ID_RE = re.compile(r"[A-Za-z0-9._:@+-]{1,128}")
-
-
-async def check_binding(principal: Principal, store: AccountStore, agent_id: str) -> str:
-    """A key may act as an agent only if its creator could: the full admin binds any id the
-    broker does not reserve; a namespace admin binds only agents registered in a namespace it
-    administers."""
-    if not _AGENT_ID_RE.fullmatch(agent_id):
-        raise MempError("invalid_request", "agent_id must be 1-128 characters of A-Z a-z 0-9 "
-                        ". _ : @ + -", {"field": "agent_id"})
-    check_claimable(agent_id)
-    if principal.superuser:
-        return agent_id
-    home = await store.agent_home(agent_id)
-    if home is None or not principal.can("admin", home):
-        raise MempError("forbidden", "a key can be bound only to an agent registered in a "
-                        "namespace this token administers", {"agent_id": agent_id})
-    return agent_id
+from broker.models import ApiKeyRecord, CreateKeyBody
 
 
 def _visible(principal: Principal, record: ApiKeyRecord) -> bool:
