@@ -4,6 +4,7 @@ import { InvalidRequestError } from './errors.js'
 import {
   toAgent,
   toApiKey,
+  toCredentials,
   toEntry,
   parseWarnings,
   type Agent,
@@ -15,6 +16,7 @@ import {
   type Page,
   type WireAgent,
   type WireApiKey,
+  type WireCredentials,
   type WireEntry,
 } from './models.js'
 import { QueryResult } from './query.js'
@@ -295,16 +297,9 @@ export class MEMP {
       idempotent: true,
       signal: options.signal,
     })
-    const body = reply.body as {
-      agent: WireAgent
-      credentials: { api_key: string; key_id: string; agent_id?: string | null }
-    }
+    const body = reply.body as { agent: WireAgent; credentials: WireCredentials }
     this.agent = toAgent(body.agent)
-    this.credentials = {
-      apiKey: body.credentials.api_key,
-      keyId: body.credentials.key_id,
-      agentId: body.credentials.agent_id ?? null,
-    }
+    this.credentials = toCredentials(body.credentials)
     this.config.apiKey = this.credentials.apiKey
     return this.agent
   }

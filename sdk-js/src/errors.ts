@@ -87,7 +87,36 @@ export class ConnectionFailedError extends MempError {}
 type MempErrorOptions = ConstructorParameters<typeof MempError>[1]
 type ErrorClass = new (message: string, options: MempErrorOptions) => MempError
 
-const BY_CODE: Record<string, ErrorClass> = {
+/** The broker's error codes (`ErrorCode` in its `openapi.yaml`). */
+export const ERROR_CODES = [
+  'invalid_request',
+  'invalid_json',
+  'invalid_key',
+  'invalid_namespace',
+  'invalid_pattern',
+  'invalid_ttl',
+  'invalid_schema',
+  'invalid_timestamp',
+  'unauthorized',
+  'forbidden',
+  'not_found',
+  'method_not_allowed',
+  'write_conflict',
+  'precondition_failed',
+  'payload_too_large',
+  'unsupported_media_type',
+  'schema_violation',
+  'schema_timeout',
+  'idempotency_key_reused',
+  'rate_limited',
+  'internal',
+  'unavailable',
+] as const
+
+export type ErrorCode = (typeof ERROR_CODES)[number]
+
+/** The class for each code; a code from a newer broker falls back to its status's class. */
+const BY_CODE: Record<ErrorCode, ErrorClass> = {
   invalid_request: InvalidRequestError,
   invalid_json: InvalidRequestError,
   invalid_key: InvalidRequestError,
@@ -106,6 +135,10 @@ const BY_CODE: Record<string, ErrorClass> = {
   schema_violation: SchemaViolationError,
   rate_limited: RateLimitedError,
   unavailable: UnavailableError,
+  method_not_allowed: MempError,
+  schema_timeout: MempError,
+  idempotency_key_reused: MempError,
+  internal: MempError,
 }
 
 const BY_STATUS: Record<number, [ErrorClass, string]> = {
@@ -132,7 +165,7 @@ export function errorFromReply(status: number, statusText: string, body: unknown
     if (typeof error['code'] === 'string') code = error['code']
     if (typeof error['message'] === 'string') message = error['message']
     if (isObject(error['details'])) details = error['details']
-    kind = BY_CODE[code] ?? kind
+    if (Object.hasOwn(BY_CODE, code)) kind = BY_CODE[code as ErrorCode]
   }
   return new kind(message, { code, status, details })
 }

@@ -10,6 +10,7 @@ export type {
   RegisterOptions,
 } from './client.js'
 export {
+  ERROR_CODES,
   ConflictError,
   ConnectionFailedError,
   ForbiddenError,
@@ -23,6 +24,8 @@ export {
   UnauthorizedError,
   UnavailableError,
 } from './errors.js'
+export type { ErrorCode } from './errors.js'
+export { END_EVENT_TYPES, EVENT_TYPES, PERMISSIONS, WARNINGS } from './models.js'
 export type {
   Agent,
   ApiKey,

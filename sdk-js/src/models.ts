@@ -21,8 +21,11 @@ export interface Conflict {
   baseMissing: boolean
 }
 
+/** The warnings a write or an event may carry (`MEMP-Warning`). */
+export const WARNINGS = ['schema_violation', 'conflicts'] as const
+
 /** What a write or an event asks its reader to look at: `schema_violation`, `conflicts`. */
-export type Warning = 'schema_violation' | 'conflicts' | (string & {})
+export type Warning = (typeof WARNINGS)[number] | (string & {})
 
 /** One version of a memory entry; times are Unix milliseconds. */
 export interface Entry<T = any> {
@@ -68,7 +71,10 @@ export interface Credentials {
   agentId: string | null
 }
 
-export type Permission = 'read' | 'write' | 'subscribe' | 'admin' | 'impersonate' | 'amp'
+/** Every permission a grant may carry. */
+export const PERMISSIONS = ['read', 'write', 'subscribe', 'admin', 'impersonate', 'amp'] as const
+
+export type Permission = (typeof PERMISSIONS)[number]
 
 /** Permissions on the namespaces a glob names (`acme-*`, `acme-crm`, `*`). */
 export interface Grant {
@@ -98,13 +104,16 @@ export interface Page<T = any> {
   nextCursor: string | null
 }
 
-export type EventType =
-  | 'put'
-  | 'delete'
-  | 'expire'
-  | 'snapshot'
-  | 'snapshot-end'
-  | 'reset'
+/** The events a subscription hands out. */
+export const EVENT_TYPES = ['put', 'delete', 'expire', 'snapshot', 'snapshot-end', 'reset'] as const
+
+export type EventType = (typeof EVENT_TYPES)[number]
+
+/**
+ * The events that end a stream. A subscription resumes from their cursor instead of handing
+ * them out; after `revoked` the reconnect is refused, and that error ends the subscription.
+ */
+export const END_EVENT_TYPES = ['overflow', 'shutdown', 'revoked'] as const
 
 /**
  * One subscription event. `put`, `delete`, `expire` and `snapshot` carry the entry version;
@@ -172,6 +181,12 @@ export interface WireApiKey {
   created_by: string
 }
 
+export interface WireCredentials {
+  api_key: string
+  key_id: string
+  agent_id?: string | null
+}
+
 /** The camelCase entry for a wire entry; `headerWarnings` are from `MEMP-Warning`. */
 export function toEntry<T = any>(wire: WireEntry, headerWarnings: string[] = []): Entry<T> {
   const schemaErrors = wire.schema_errors
@@ -232,6 +247,10 @@ export function toApiKey(wire: WireApiKey): ApiKey {
     createdAt: wire.created_at,
     createdBy: wire.created_by,
   }
+}
+
+export function toCredentials(wire: WireCredentials): Credentials {
+  return { apiKey: wire.api_key, keyId: wire.key_id, agentId: wire.agent_id ?? null }
 }
 
 /** The words of a `MEMP-Warning` header (`schema_violation, conflicts`). */

@@ -4,13 +4,20 @@
  *
  * The broker's event ids are resume cursors: reconnecting with `Last-Event-ID` replays every
  * change after it exactly once, so a stream that breaks (broker restart, network, `overflow`,
- * `shutdown`) resumes without a gap or a duplicate. `reset` is passed on to the caller.
+ * `shutdown`) resumes without a gap or a duplicate. `reset` is passed on to the caller. After
+ * `revoked` the reconnect is refused (401 or 403), and that error ends the subscription.
  */
 
 import { createParser, type EventSourceMessage } from 'eventsource-parser'
 
 import { ConnectionFailedError, errorFromReply, MempError } from './errors.js'
-import { toEntry, type EventType, type MempEvent, type WireEntry } from './models.js'
+import {
+  END_EVENT_TYPES,
+  toEntry,
+  type EventType,
+  type MempEvent,
+  type WireEntry,
+} from './models.js'
 import { link, parseJson, sleep, type Transport } from './transport.js'
 
 export interface SubscribeOptions {
@@ -25,7 +32,7 @@ export interface SubscribeOptions {
 }
 
 const ENTRY_EVENTS = new Set(['put', 'delete', 'expire', 'snapshot'])
-const RESUME_EVENTS = new Set(['overflow', 'shutdown'])
+const RESUME_EVENTS = new Set<string>(END_EVENT_TYPES)
 const OPENED = Symbol('opened')
 
 interface Marker {

@@ -110,10 +110,18 @@ _BY_STATUS: dict[int, tuple[type[MempError], str]] = {
     422: (SchemaViolation, "schema_violation"), 429: (RateLimited, "rate_limited"),
     503: (Unavailable, "unavailable"),
 }
-_BY_CODE: dict[str, type[MempError]] = {
-    "write_conflict": ConflictError, "precondition_failed": PreconditionFailed,
-    "schema_violation": SchemaViolation, "unavailable": Unavailable, "not_found": NotFound,
-    "forbidden": Forbidden, "unauthorized": Unauthorized,
+# The exception for each of the broker's error codes (openapi.yaml's ErrorCode, checked by
+# sdk-python/tests/test_models.py); a code from a newer broker falls back to its status.
+ERROR_CLASSES: dict[str, type[MempError]] = {
+    **dict.fromkeys(("invalid_request", "invalid_json", "invalid_key", "invalid_namespace",
+                     "invalid_pattern", "invalid_ttl", "invalid_schema", "invalid_timestamp",
+                     "unsupported_media_type"), InvalidRequest),
+    "unauthorized": Unauthorized, "forbidden": Forbidden, "not_found": NotFound,
+    "method_not_allowed": MempError, "write_conflict": ConflictError,
+    "precondition_failed": PreconditionFailed, "payload_too_large": PayloadTooLarge,
+    "schema_violation": SchemaViolation, "schema_timeout": MempError,
+    "idempotency_key_reused": MempError, "rate_limited": RateLimited, "internal": MempError,
+    "unavailable": Unavailable,
 }
 
 
@@ -140,5 +148,5 @@ def error_from_response(response: httpx.Response) -> MempError:
         code = str(error.get("code", code))
         message = str(error.get("message", message))
         details = error.get("details") if isinstance(error.get("details"), dict) else {}
-        kind = _BY_CODE.get(code, kind)
+        kind = ERROR_CLASSES.get(code, kind)
     return kind(message, code=code, status=response.status_code, details=details)

@@ -12,6 +12,9 @@ from msgspec import Struct
 
 Permission = Literal["read", "write", "subscribe", "admin", "impersonate", "amp"]
 EventType = Literal["put", "delete", "expire", "snapshot", "snapshot-end", "reset"]
+# Events that end a stream; the subscription resumes from their cursor instead of handing them
+# out (after `revoked`, the reconnect is refused with the error that says why).
+EndEventType = Literal["overflow", "shutdown", "revoked"]
 Strategy = Literal["last-write-wins", "agent-priority", "merge"]
 ArrayMode = Literal["replace", "append"]
 SharePermission = Literal["read", "subscribe"]

@@ -2,7 +2,8 @@
 
 The broker's event ids are resume cursors: reconnecting with `Last-Event-ID` replays every
 change after it exactly once, so a stream that breaks (broker restart, network, `overflow`,
-`shutdown`) resumes without a gap or a duplicate. `reset` is passed on to the caller."""
+`shutdown`) resumes without a gap or a duplicate. `reset` is passed on to the caller. After
+`revoked` the reconnect is refused (401 or 403), and that error ends the subscription."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import socket
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Sequence
 from types import TracebackType
-from typing import cast
+from typing import cast, get_args
 
 import httpx
 import msgspec
@@ -21,10 +22,10 @@ from httpx_sse import ServerSentEvent, SSEError, aconnect_sse, connect_sse
 
 from memp._transport import RETRY_STATUSES, AsyncTransport, Config, SyncTransport
 from memp.errors import ConnectionFailed, error_from_response
-from memp.models import Entry, Event, EventType
+from memp.models import EndEventType, Entry, Event, EventType
 
 _ENTRY_EVENTS = frozenset({"put", "delete", "expire", "snapshot"})
-_RESUME_EVENTS = frozenset({"overflow", "shutdown"})
+_RESUME_EVENTS = frozenset(get_args(EndEventType))
 
 
 class _Marker(msgspec.Struct):

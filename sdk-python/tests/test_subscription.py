@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from memp import MEMP, AsyncMEMP, Event, Forbidden, Grant, InvalidRequest
+from memp import MEMP, AsyncMEMP, Event, Forbidden, Grant, InvalidRequest, Unauthorized
 from tests.conftest import ADMIN_KEY, Broker
 
 WAIT = 15.0
@@ -109,6 +109,23 @@ def test_refusals_end_the_subscription_with_their_error(
     with pytest.raises(InvalidRequest) as caught:
         next(client.subscribe("*", last_event_id="not a cursor"))
     assert caught.value.code == "invalid_request"
+
+
+def test_revoked_ends_the_subscription_with_the_refusal(
+    client: MEMP, server: Broker, ns: str, collect: Callable[..., Any]
+) -> None:
+    """After `revoked` the SDK keeps the cursor and reconnects; the broker refuses the revoked
+    key, and that refusal ends the subscription."""
+    created = client.keys.create([Grant(ns, ["read", "write", "subscribe"])])
+    with MEMP(api_key=created.api_key, namespace=ns, base_url=server.url) as holder:
+        events = collect(holder.subscribe("*"))
+        holder.memory.put("k", 1)
+        assert summary(events.take(1)) == [("put", "k", 1)]
+        client.keys.revoke(created.key.id)
+        with pytest.raises(Unauthorized):
+            events.take(1)
+        assert events.source.last_event_id is not None
+        assert events.source.last_event_id.startswith(f"{ns}:")
 
 
 def test_a_subscription_survives_a_broker_restart(
