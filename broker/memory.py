@@ -265,8 +265,9 @@ class MemoryService:
     async def history(self, principal: Principal, namespace: str, key: str,
                       limit: int | None = None) -> list[Entry]:
         await self._readable(principal, namespace, key)
-        limit = check_limit(limit, max(self.settings.history_limit, 1),
-                            max(self.settings.history_limit, 1))
+        kept = (await self.namespaces.state(namespace)).config.history_limit
+        most = max(self.settings.history_limit if kept is None else kept, 1)
+        limit = check_limit(limit, most, most)
         versions = await self.store.history(namespace, key, limit)
         if not self.cells.guards(namespace):
             return versions

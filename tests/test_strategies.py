@@ -498,6 +498,16 @@ def test_history_limit_overrides_the_broker_setting(
     assert [v["version"] for v in found] == versions
 
 
+def test_history_reads_every_version_a_namespace_keeps_beyond_the_broker_default(
+    admin: httpx.Client, ns: str
+) -> None:
+    configure(admin, ns, history_limit=40)
+    for n in range(30):  # the broker's default keeps 16
+        put_ok(admin, ns, "long", n)
+    found = admin.get(f"/v1/namespaces/{ns}/history/long", params={"limit": 100}).json()
+    assert [v["version"] for v in found["versions"]] == list(range(30, 0, -1))
+
+
 # ---- two broker processes, many concurrent writers ----
 
 WRITERS = 8
