@@ -5,18 +5,12 @@ announcements made while the listener was away are lost."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from broker import layout
 from broker.auth import Authenticator
 from broker.namespaces import NamespaceRegistry
 from broker.revocation import StreamGuard
-
-log = logging.getLogger("memp.invalidations")
 
 
 class InvalidationListener:
@@ -44,20 +38,16 @@ class InvalidationListener:
         self.guard.recheck_soon()
 
     async def listen(self, client: aioredis.Redis) -> None:
-        """Follow both channels until cancelled; reconnect after failures."""
-        while True:
-            try:
-                async with client.pubsub() as pubsub:
-                    await pubsub.subscribe(*self._channels)
-                    self._caught_up()
-                    async for message in pubsub.listen():
-                        if message.get("type") != "message":
-                            continue
-                        channel, data = message["channel"], message["data"]
-                        handler = self._channels.get(
-                            channel if isinstance(channel, bytes) else channel.encode())
-                        if handler is not None:
-                            handler(data.decode() if isinstance(data, bytes) else str(data))
-            except (RedisError, OSError) as exc:
-                log.warning("invalidation listener: %s; retrying", exc)
-                await asyncio.sleep(1.0)
+        """Follow both channels until cancelled. A failure ends the run; the supervisor
+        subscribes again, which checks everything."""
+        async with client.pubsub() as pubsub:
+            await pubsub.subscribe(*self._channels)
+            self._caught_up()
+            async for message in pubsub.listen():
+                if message.get("type") != "message":
+                    continue
+                channel, data = message["channel"], message["data"]
+                handler = self._channels.get(
+                    channel if isinstance(channel, bytes) else channel.encode())
+                if handler is not None:
+                    handler(data.decode() if isinstance(data, bytes) else str(data))

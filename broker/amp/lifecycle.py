@@ -9,8 +9,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from redis.exceptions import RedisError
-
 from broker.amp.cells import MemoryCell, iso, parse_time
 from broker.amp.index import CellRecord, IndexUpdate, reference_ms, terms_of
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
@@ -142,14 +140,13 @@ class LifecycleEngine:
                    for (_, request), ok in zip(changes, applied, strict=True))
 
     async def run_forever(self, interval: float) -> None:
+        """A pass every `interval` seconds; a failure ends the run (the supervisor restarts
+        it)."""
         while True:
             await asyncio.sleep(interval)
-            try:
-                counts = await self.run()
-                if any(counts.values()):
-                    log.info("AMP lifecycle pass: %s", counts)
-            except (RedisError, MempError) as exc:
-                log.warning("AMP lifecycle pass failed: %s", exc)
+            counts = await self.run()
+            if any(counts.values()):
+                log.info("AMP lifecycle pass: %s", counts)
 
 
 class Purger:
