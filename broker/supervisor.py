@@ -88,6 +88,7 @@ class Supervisor:
         stuck = await stop_tasks(tasks, grace)
         self._stopping.difference_update(task for task in tasks if task.done())
         if stuck:
+            self.tasks.difference_update(stuck)  # not waited for again by `close`
             names = ", ".join(sorted(task.get_name() for task in stuck))
             log.error("still running %.1fs after being told to stop, left behind: %s",
                       grace, names)
