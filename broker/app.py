@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -41,8 +39,8 @@ from broker.sse import AbortableApp, SendWatchdog
 from broker.storage import Storage
 from broker.storage.client import STORE_DOWN, StoreError
 from broker.storage.records import CorruptRecord
+from broker.supervisor import Backoff, Supervisor
 from broker.sweeper import ExpirySweeper
-from broker.tasks import stop_tasks
 
 log = logging.getLogger("memp")
 
@@ -92,15 +90,6 @@ async def _internal(request: Request, exc: Exception) -> Response:
     return error_response(MempError("internal", "internal error"))
 
 
-async def _periodic(interval: float, job: Callable[[], Awaitable[Any]], name: str) -> None:
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            await job()
-        except StoreError as exc:
-            log.warning("%s failed: %s", name, exc)
-
-
 def create_app(settings: Settings, *, clock: Clock = system_clock,
                storage: Storage | None = None) -> Starlette:
     """Build the broker. `storage` may be passed in (tests); otherwise it is opened from
@@ -110,6 +99,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         history_limit=settings.history_limit, changelog_maxlen=settings.changelog_maxlen,
         idempotency_window_ms=settings.idempotency_window_seconds * 1000,
     )
+    # Store errors that mean it is out of reach are expected: a warning, not a traceback.
+    supervisor = Supervisor(transient=(*STORE_DOWN, OSError))
     activity = AgentActivity(storage.accounts)
     metrics = Metrics()
     schema_runner = SchemaRunner(settings.schema_timeout_ms / 1000)
@@ -125,10 +116,11 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     amp_engine = LifecycleEngine(amp_cells, clock)
     amp_poster = TermPoster(amp_cells.index)
     changelog = ChangeLog(storage.changes, cell_visibility)
-    hub = Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2)
+    hub = Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2,
+              supervisor)
     send_watchdog = SendWatchdog(settings.sse_send_timeout_seconds)
     auth = Authenticator(settings, storage.accounts)
-    stream_guard = StreamGuard(auth, registry)
+    stream_guard = StreamGuard(auth, registry, supervisor)
     listener = InvalidationListener(registry, auth, stream_guard)
 
     @contextlib.asynccontextmanager
@@ -137,23 +129,22 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             await storage.ping()
         except StoreError as exc:
             log.warning("store not reachable at start (%s); serving 503 until it is", exc)
-        tasks = [
-            asyncio.create_task(sweeper.run(), name="memp-expiry-sweeper"),
-            asyncio.create_task(_periodic(settings.last_seen_flush_seconds, activity.flush,
-                                          "last_seen flush"), name="memp-last-seen"),
-            asyncio.create_task(listener.listen(storage), name="memp-invalidations"),
-            asyncio.create_task(stream_guard.run(), name="memp-stream-guard"),
-            asyncio.create_task(amp_engine.run_forever(settings.amp_lifecycle_interval_seconds),
-                                name="memp-amp-lifecycle"),
-            asyncio.create_task(amp_poster.run_forever(settings.amp_post_interval_seconds),
-                                name="memp-amp-term-poster"),
-            asyncio.create_task(send_watchdog.run(), name="memp-sse-send-watchdog"),
-        ]
+        supervisor.start("expiry sweeper", sweeper.run)
+        supervisor.every("last-seen flusher", settings.last_seen_flush_seconds, activity.flush)
+        # Revocations must reach every process within 2 s: it tries again at least every 1 s.
+        supervisor.start("invalidation listener", lambda: listener.listen(storage),
+                         Backoff(cap=1.0))
+        supervisor.start("stream guard", stream_guard.run)
+        supervisor.start("AMP lifecycle engine",
+                         lambda: amp_engine.run_forever(settings.amp_lifecycle_interval_seconds))
+        supervisor.start("AMP term poster",
+                         lambda: amp_poster.run_forever(settings.amp_post_interval_seconds))
+        supervisor.start("SSE send watchdog", send_watchdog.run)
         try:
             yield
         finally:
             await hub.close()
-            await stop_tasks(tasks)
+            await supervisor.close()
             with contextlib.suppress(StoreError, OSError):
                 await activity.flush()
             await storage.close()
@@ -176,6 +167,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.clock = clock
     app.state.storage = storage
     app.state.metrics = metrics
+    app.state.supervisor = supervisor
     app.state.sweeper = sweeper
     app.state.changelog = changelog
     app.state.hub = hub

@@ -15,10 +15,11 @@ from broker.amp.visibility import Viewer
 from broker.changes import Change, ChangeLog
 from broker.errors import unavailable
 from broker.keys import Pattern
-from broker.storage.client import StoreError
-from broker.tasks import stop_tasks
+from broker.supervisor import Backoff, Supervisor
 
 log = logging.getLogger("memp.hub")
+# A reader's subscribers wait for it: it retries soon, and never more than 2 s apart.
+READER_BACKOFF = Backoff(first=0.05, cap=2.0)
 
 
 class ChangeQueue:
@@ -110,7 +111,8 @@ class Subscription:
 class NamespaceReader:
     """Follows one namespace's change log and hands each change to the subscribers."""
 
-    def __init__(self, changelog: ChangeLog, namespace: str, block_ms: int) -> None:
+    def __init__(self, changelog: ChangeLog, namespace: str, block_ms: int,
+                 supervisor: Supervisor) -> None:
         self.changelog = changelog
         self.namespace = namespace
         self.block_ms = block_ms
@@ -118,29 +120,23 @@ class NamespaceReader:
         self.ready = asyncio.Event()
         self.position = "0-0"
         self.stopped = False
-        self.task = asyncio.create_task(self.run(), name=f"memp-reader-{namespace}")
+        self.task = supervisor.start(f"change-log reader for {namespace}", self.run,
+                                     READER_BACKOFF)
 
     async def run(self) -> None:
-        backoff = 0.05
+        """Follow the log until stopped. A failure ends the run; the supervisor starts it
+        again, from the last position."""
         while not self.stopped:
-            try:
-                if not self.ready.is_set():
-                    self.position = await self.changelog.last_position(self.namespace)
-                    self.ready.set()
-                changes = await self.changelog.wait(self.namespace, self.position,
-                                                    self.block_ms, 1000)
-                # Checked on every read, not only after errors: the client library may
-                # reconnect to a restarted Redis without the reader ever seeing an error.
-                if self.position != "0-0" and not await self.changelog.continues(
-                        self.namespace, self.position):
-                    self._reset_subscribers()
-                    continue
-                backoff = 0.05
-            except StoreError as exc:
-                log.warning("change-log reader for %s: %s; retrying in %.2fs",
-                            self.namespace, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+            if not self.ready.is_set():
+                self.position = await self.changelog.last_position(self.namespace)
+                self.ready.set()
+            changes = await self.changelog.wait(self.namespace, self.position,
+                                                self.block_ms, 1000)
+            # Checked on every read, not only after errors: the client library may
+            # reconnect to a restarted Redis without the reader ever seeing an error.
+            if self.position != "0-0" and not await self.changelog.continues(
+                    self.namespace, self.position):
+                self._reset_subscribers()
                 continue
             for change in changes:
                 for subscriber in self.subscribers:
@@ -162,10 +158,12 @@ class NamespaceReader:
 class Hub:
     """Starts a reader when a namespace gets its first subscriber and stops it after its last."""
 
-    def __init__(self, changelog: ChangeLog, block_ms: int, ready_timeout: float) -> None:
+    def __init__(self, changelog: ChangeLog, block_ms: int, ready_timeout: float,
+                 supervisor: Supervisor) -> None:
         self.changelog = changelog
         self.block_ms = block_ms
         self.ready_timeout = ready_timeout
+        self.supervisor = supervisor
         self.readers: dict[str, NamespaceReader] = {}
         self.finishing = False
         self._shutdown: anyio.Event | None = None
@@ -198,7 +196,8 @@ class Hub:
         for namespace in subscription.patterns:
             reader = self.readers.get(namespace)
             if reader is None:
-                reader = NamespaceReader(self.changelog, namespace, self.block_ms)
+                reader = NamespaceReader(self.changelog, namespace, self.block_ms,
+                                         self.supervisor)
                 self.readers[namespace] = reader
             reader.subscribers.add(subscription)
             readers.append(reader)
@@ -222,7 +221,7 @@ class Hub:
             if not reader.subscribers:
                 # Also flagged: on Python 3.11 a cancel can be swallowed inside redis-py.
                 reader.stopped = True
-                reader.task.cancel()
+                self.supervisor.stop_soon(reader.task)
                 del self.readers[namespace]
 
     @property
@@ -235,5 +234,5 @@ class Hub:
         tasks = [r.task for r in self.readers.values()]
         if self._shutdown_watch is not None:
             tasks.append(self._shutdown_watch)
-        await stop_tasks(tasks)
+        await self.supervisor.stop(tasks)
         self.readers.clear()

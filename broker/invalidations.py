@@ -5,16 +5,10 @@ announcements made while the listener was away are lost."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-
 from broker.auth import Authenticator
 from broker.namespaces import NamespaceRegistry
 from broker.revocation import StreamGuard
 from broker.storage import Storage
-from broker.storage.client import StoreError
-
-log = logging.getLogger("memp.invalidations")
 
 
 class InvalidationListener:
@@ -37,11 +31,7 @@ class InvalidationListener:
         self.guard.recheck_soon()
 
     async def listen(self, storage: Storage) -> None:
-        """Follow the announcements until cancelled; reconnect after failures."""
-        while True:
-            try:
-                async for kind, subject in storage.bulletins():
-                    self.apply(kind, subject)
-            except (StoreError, OSError) as exc:
-                log.warning("invalidation listener: %s; retrying", exc)
-                await asyncio.sleep(1.0)
+        """Follow the announcements until cancelled. A failure ends the run; the supervisor
+        starts it again, and the new subscription checks everything."""
+        async for kind, subject in storage.bulletins():
+            self.apply(kind, subject)

@@ -16,6 +16,7 @@ from broker.auth import Authenticator, Principal
 from broker.errors import MempError
 from broker.hub import Subscription
 from broker.namespaces import NamespaceRegistry
+from broker.supervisor import Supervisor
 
 log = logging.getLogger("memp.revocation")
 
@@ -23,11 +24,12 @@ log = logging.getLogger("memp.revocation")
 class StreamGuard:
     """Knows every open stream of this process and ends those that lost their grant."""
 
-    def __init__(self, auth: Authenticator, namespaces: NamespaceRegistry) -> None:
+    def __init__(self, auth: Authenticator, namespaces: NamespaceRegistry,
+                 supervisor: Supervisor) -> None:
         self.auth = auth
         self.namespaces = namespaces
+        self.supervisor = supervisor
         self.streams: dict[Subscription, Principal] = {}
-        self._pending: set[asyncio.Task[None]] = set()
 
     def watch(self, subscription: Subscription, principal: Principal) -> None:
         self.streams[subscription] = principal
@@ -37,9 +39,7 @@ class StreamGuard:
 
     def recheck_soon(self, namespace: str | None = None) -> None:
         """Check again in the background (called from the pub/sub listener)."""
-        task = asyncio.create_task(self.recheck(namespace), name="memp-stream-recheck")
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self.supervisor.spawn("stream recheck", self.recheck(namespace))
 
     async def recheck(self, namespace: str | None = None) -> None:
         """Check every stream (or those following `namespace`) against the store."""

@@ -9,14 +9,11 @@ RECHECK_MS at the least (for TTLs other processes wrote), so idle namespaces cos
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 
 from broker.clock import Clock
-from broker.storage.client import StoreError
 from broker.storage.entries import EntryStore
 
-log = logging.getLogger("memp.sweeper")
 RECHECK_MS = 5_000
 
 
@@ -73,15 +70,10 @@ class ExpirySweeper:
         return dropped
 
     async def run(self) -> None:
-        delay = self.interval
+        """Sweep every `interval` seconds; a failure ends the run (the supervisor restarts it)."""
         while True:
-            try:
-                await self.sweep_once()
-                if time.monotonic() >= self._next_trim:
-                    await self.trim_once()
-                    self._next_trim = time.monotonic() + self.trim_every
-                delay = self.interval
-            except StoreError as exc:
-                delay = min(max(delay * 2, self.interval), 5.0)
-                log.warning("expiry sweep failed, retrying in %.1fs: %s", delay, exc)
-            await asyncio.sleep(delay)
+            await self.sweep_once()
+            if time.monotonic() >= self._next_trim:
+                await self.trim_once()
+                self._next_trim = time.monotonic() + self.trim_every
+            await asyncio.sleep(self.interval)

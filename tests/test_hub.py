@@ -17,6 +17,7 @@ from broker.hub import Hub, Subscription
 from broker.keys import compile_pattern
 from broker.storage import layout
 from broker.storage.changelog import ChangeLogStore, format_cursor, parse_cursor, position_key
+from broker.supervisor import Supervisor
 
 # ---- cursors ----
 
@@ -157,7 +158,7 @@ async def next_change(sub: Subscription) -> Change | None:
 
 def test_one_reader_per_namespace_stopped_after_its_last_subscriber() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
-        hub = Hub(changelog, block_ms=50, ready_timeout=5)
+        hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
         one = Subscription({"a": [compile_pattern("*")]}, 10, Viewer(""))
         two = Subscription({"a": [compile_pattern("k")], "b": [compile_pattern("*")]}, 10,
                            Viewer(""))
@@ -185,7 +186,7 @@ def test_one_reader_per_namespace_stopped_after_its_last_subscriber() -> None:
 
 def test_reader_resets_subscribers_when_the_log_is_recreated() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
-        hub = Hub(changelog, block_ms=50, ready_timeout=5)
+        hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
         sub = Subscription({"a": [compile_pattern("*")]}, 10, Viewer(""))
         await hub.join(sub)
         await log_change(client, "a", "k", 1)
@@ -210,7 +211,7 @@ def test_reader_resets_subscribers_when_the_log_is_recreated() -> None:
 
 def test_reader_does_not_reset_for_retention_behind_it() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
-        hub = Hub(changelog, block_ms=50, ready_timeout=5)
+        hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
         sub = Subscription({"a": [compile_pattern("*")]}, 100, Viewer(""))
         await hub.join(sub)
         ids = [await log_change(client, "a", "k", v) for v in range(1, 4)]
@@ -229,7 +230,7 @@ def test_reader_does_not_reset_for_retention_behind_it() -> None:
 
 def test_hub_close_tells_subscribers_to_finish() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
-        hub = Hub(changelog, block_ms=50, ready_timeout=5)
+        hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
         sub = Subscription({"a": [compile_pattern("*")]}, 10, Viewer(""))
         await hub.join(sub)
         task = hub.readers["a"].task

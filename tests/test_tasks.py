@@ -42,3 +42,29 @@ def test_stop_tasks_waits_until_every_task_has_ended(swallowed: int) -> None:
 
 def test_stop_tasks_with_nothing_to_stop() -> None:
     asyncio.run(stop_tasks([]))
+
+
+def test_stop_tasks_gives_up_after_its_grace_and_returns_what_still_runs() -> None:
+    async def scenario() -> None:
+        deaf = True
+
+        async def ignores_cancels() -> None:
+            while True:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    if not deaf:
+                        raise
+
+        stubborn = asyncio.create_task(ignores_cancels())
+        obedient = asyncio.create_task(asyncio.sleep(3600))
+        await asyncio.sleep(0)
+        clock = asyncio.get_running_loop().time
+        started = clock()
+        still = await stop_tasks([stubborn, obedient], grace=0.3)
+        assert 0.3 <= clock() - started < 1.5
+        assert still == {stubborn} and obedient.cancelled()
+        deaf = False  # so that the test can end
+        assert await stop_tasks([stubborn], grace=5) == set()
+
+    asyncio.run(scenario())

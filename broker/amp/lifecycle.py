@@ -17,7 +17,6 @@ from broker.clock import Clock
 from broker.errors import MempError
 from broker.identities import AMP_ENGINE
 from broker.storage.amp import CellRecord, IndexUpdate
-from broker.storage.client import StoreError
 from broker.storage.records import WriteRequest, live_entry
 
 log = logging.getLogger("memp.amp")
@@ -142,14 +141,13 @@ class LifecycleEngine:
                    for (_, request), ok in zip(changes, applied, strict=True))
 
     async def run_forever(self, interval: float) -> None:
+        """A pass every `interval` seconds; a failure ends the run (the supervisor restarts
+        it)."""
         while True:
             await asyncio.sleep(interval)
-            try:
-                counts = await self.run()
-                if any(counts.values()):
-                    log.info("AMP lifecycle pass: %s", counts)
-            except (StoreError, MempError) as exc:
-                log.warning("AMP lifecycle pass failed: %s", exc)
+            counts = await self.run()
+            if any(counts.values()):
+                log.info("AMP lifecycle pass: %s", counts)
 
 
 class Purger:

@@ -5,13 +5,8 @@ unposted, which keeps creates and patches short; search finds unposted cells by 
 from __future__ import annotations
 
 import asyncio
-import logging
 
 from broker.storage.amp import CellIndexStore
-from broker.storage.client import StoreError
-
-log = logging.getLogger("memp.amp")
-_BACKOFF_SECONDS = 1.0  # between attempts while the store is failing
 
 
 class TermPoster:
@@ -20,13 +15,9 @@ class TermPoster:
         self.batch = batch
 
     async def run_forever(self, interval: float) -> None:
-        """Post a batch; wait `interval` when there was less than a batch to post."""
+        """Post a batch; wait `interval` when there was less than a batch to post. A failure
+        ends the run (the supervisor restarts it)."""
         while True:
-            try:
-                taken = await self.index.post(self.batch)
-            except StoreError as exc:
-                log.warning("posting AMP search terms failed: %s", exc)
-                await asyncio.sleep(max(interval, _BACKOFF_SECONDS))
-                continue
+            taken = await self.index.post(self.batch)
             if taken < self.batch:
                 await asyncio.sleep(interval)
