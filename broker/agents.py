@@ -11,8 +11,8 @@ from broker.activity import AgentActivity
 from broker.auth import Principal, create_api_key
 from broker.clock import Clock
 from broker.errors import MempError
+from broker.grammar import validate_namespace
 from broker.idempotency import fingerprint, reused
-from broker.keys import validate_namespace
 from broker.models import Agent, Credentials
 from broker.settings import Settings
 from broker.storage.accounts import AccountStore

@@ -32,7 +32,7 @@ from broker.messages import MessageHandler
 from broker.metrics import Metrics, MetricsMiddleware
 from broker.namespaces import NamespaceRegistry
 from broker.revocation import StreamGuard
-from broker.routes import agents, keys, memory, messages, namespaces, subscribe, system
+from broker.routes import agents, api_keys, memory, messages, namespaces, subscribe, system
 from broker.schema_runner import SchemaRunner
 from broker.settings import Settings
 from broker.sse import AbortableApp, SendWatchdog
@@ -151,7 +151,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             schema_runner.close()
 
     app = AbortableApp(
-        routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *keys.routes,
+        routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *api_keys.routes,
                 *subscribe.routes, *namespaces.routes, *amp_routes.routes],
         exception_handlers={
             MempError: _mempe_error,

@@ -3,7 +3,7 @@
 from starlette.applications import Starlette
 
 from broker.app import create_app
-from broker.collector import tune_for_server
+from broker.gc_tuning import tune_for_server
 from broker.settings import Settings
 
 

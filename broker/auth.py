@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from broker.errors import MempError
+from broker.grammar import NAMESPACE_GLOB_RE, glob_covers, glob_match
 from broker.identities import ADMIN, check_claimable, is_reserved
-from broker.keys import NAMESPACE_GLOB_RE, glob_covers, glob_match
 from broker.models import ApiKeyRecord, Grant, Permission
 from broker.settings import Settings
 from broker.storage.accounts import AccountStore

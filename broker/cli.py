@@ -70,7 +70,7 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
     import uvicorn
 
     from broker.app import create_app
-    from broker.collector import tune_for_server
+    from broker.gc_tuning import tune_for_server
 
     if workers > 1 and settings.embedded:
         raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per process")

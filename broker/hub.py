@@ -14,7 +14,7 @@ import anyio
 from broker.amp.visibility import Viewer
 from broker.changes import Change, ChangeLog
 from broker.errors import unavailable
-from broker.keys import Pattern
+from broker.grammar import Pattern
 from broker.supervisor import Backoff, Supervisor
 
 log = logging.getLogger("memp.hub")
@@ -25,7 +25,7 @@ READER_BACKOFF = Backoff(first=0.05, cap=2.0)
 class ChangeQueue:
     """A bounded FIFO with one consumer: asyncio.Queue's get/put_nowait without its three
     deques and an event per queue (about 3 KiB, held by each of thousands of subscribers).
-    None is a nudge: look at the subscription's flags."""
+    None is a nudge: look at the subscriber's flags."""
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
@@ -63,7 +63,7 @@ class ChangeQueue:
         self._items.clear()
 
 
-class Subscription:
+class Subscriber:
     """One subscriber: what it wants, its bounded queue, and flags the hub sets."""
 
     def __init__(self, patterns: dict[str, list[Pattern]], queue_size: int,
@@ -116,7 +116,7 @@ class NamespaceReader:
         self.changelog = changelog
         self.namespace = namespace
         self.block_ms = block_ms
-        self.subscribers: set[Subscription] = set()
+        self.subscribers: set[Subscriber] = set()
         self.ready = asyncio.Event()
         self.position = "0-0"
         self.stopped = False
@@ -190,34 +190,34 @@ class Hub:
                 subscriber.closing = True
                 subscriber.nudge()
 
-    async def join(self, subscription: Subscription) -> None:
-        """Register the subscription; returns once every reader it needs is following its log."""
+    async def join(self, subscriber: Subscriber) -> None:
+        """Register the subscriber; returns once every reader it needs is following its log."""
         readers = []
-        for namespace in subscription.patterns:
+        for namespace in subscriber.patterns:
             reader = self.readers.get(namespace)
             if reader is None:
                 reader = NamespaceReader(self.changelog, namespace, self.block_ms,
                                          self.supervisor)
                 self.readers[namespace] = reader
-            reader.subscribers.add(subscription)
+            reader.subscribers.add(subscriber)
             readers.append(reader)
         if self.finishing:
-            subscription.closing = True
-            subscription.nudge()
+            subscriber.closing = True
+            subscriber.nudge()
         try:
             async with asyncio.timeout(self.ready_timeout):
                 for reader in readers:
                     await reader.ready.wait()
         except TimeoutError:
-            self.leave(subscription)
+            self.leave(subscriber)
             raise unavailable("the change log is not reachable") from None
 
-    def leave(self, subscription: Subscription) -> None:
-        for namespace in subscription.patterns:
+    def leave(self, subscriber: Subscriber) -> None:
+        for namespace in subscriber.patterns:
             reader = self.readers.get(namespace)
             if reader is None:
                 continue
-            reader.subscribers.discard(subscription)
+            reader.subscribers.discard(subscriber)
             if not reader.subscribers:
                 # Also flagged: on Python 3.11 a cancel can be swallowed inside redis-py.
                 reader.stopped = True

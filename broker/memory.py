@@ -18,8 +18,8 @@ from broker.auth import Principal
 from broker.clock import Clock
 from broker.conflicts import MISSING, Conflict, merge
 from broker.errors import MempError
+from broker.grammar import compile_pattern, validate_key, validate_namespace
 from broker.idempotency import fingerprint, reused
-from broker.keys import compile_pattern, validate_key, validate_namespace
 from broker.locks import KeyLocks
 from broker.models import Entry, Page
 from broker.namespaces import NamespaceRegistry, NamespaceState

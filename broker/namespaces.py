@@ -14,7 +14,7 @@ import msgspec
 from broker.auth import Principal
 from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_pattern
 from broker.errors import MempError
-from broker.keys import NAMESPACE_GLOB_RE, compile_pattern, glob_covers
+from broker.grammar import NAMESPACE_GLOB_RE, compile_pattern, glob_covers
 from broker.models import WireInt
 from broker.schema_runner import SchemaRunner
 from broker.schemas import (

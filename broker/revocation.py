@@ -14,7 +14,7 @@ import time
 
 from broker.auth import Authenticator, Principal
 from broker.errors import MempError
-from broker.hub import Subscription
+from broker.hub import Subscriber
 from broker.namespaces import NamespaceRegistry
 from broker.supervisor import Supervisor
 
@@ -29,13 +29,13 @@ class StreamGuard:
         self.auth = auth
         self.namespaces = namespaces
         self.supervisor = supervisor
-        self.streams: dict[Subscription, Principal] = {}
+        self.streams: dict[Subscriber, Principal] = {}
 
-    def watch(self, subscription: Subscription, principal: Principal) -> None:
-        self.streams[subscription] = principal
+    def watch(self, subscriber: Subscriber, principal: Principal) -> None:
+        self.streams[subscriber] = principal
 
-    def forget(self, subscription: Subscription) -> None:
-        self.streams.pop(subscription, None)
+    def forget(self, subscriber: Subscriber) -> None:
+        self.streams.pop(subscriber, None)
 
     def recheck_soon(self, namespace: str | None = None) -> None:
         """Check again in the background (called from the pub/sub listener)."""
@@ -48,18 +48,18 @@ class StreamGuard:
         if not watched:
             return
         live = await self.auth.live_keys({p.key_id for _, p in watched if p.key_id})
-        for subscription, principal in watched:
+        for subscriber, principal in watched:
             reason = None
             if principal.key_id and principal.key_id not in live:
                 reason = "the API key was revoked"
             else:
-                reason = await self._lost_namespace(subscription, principal)
+                reason = await self._lost_namespace(subscriber, principal)
             if reason is not None:
-                self._end(subscription, reason)
+                self._end(subscriber, reason)
 
-    async def _lost_namespace(self, subscription: Subscription, principal: Principal
+    async def _lost_namespace(self, subscriber: Subscriber, principal: Principal
                               ) -> str | None:
-        for namespace in subscription.patterns:
+        for namespace in subscriber.patterns:
             try:
                 await self.namespaces.require(principal, "subscribe", namespace)
             except MempError:
@@ -68,15 +68,15 @@ class StreamGuard:
 
     def check_expiry(self, now: float) -> None:
         """End streams opened with a JWT that has expired since."""
-        for subscription, principal in list(self.streams.items()):
+        for subscriber, principal in list(self.streams.items()):
             if principal.expires_at is not None and principal.expires_at <= now:
-                self._end(subscription, "the token expired")
+                self._end(subscriber, "the token expired")
 
-    def _end(self, subscription: Subscription, reason: str) -> None:
-        self.forget(subscription)
-        if subscription.revoked is None:
+    def _end(self, subscriber: Subscriber, reason: str) -> None:
+        self.forget(subscriber)
+        if subscriber.revoked is None:
             log.info("ending a stream: %s", reason)
-            subscription.revoke(reason)
+            subscriber.revoke(reason)
 
     async def run(self) -> None:
         while True:

@@ -16,7 +16,7 @@ from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import specification_with
 
 from broker.errors import MempError
-from broker.keys import Pattern, compile_pattern
+from broker.grammar import Pattern, compile_pattern
 from broker.schema_keywords import SAFE_VALIDATORS
 from broker.schema_regex import program_size, refused_pattern, schema_for_rust
 

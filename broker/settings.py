@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from broker.keys import NAMESPACE_RE
+from broker.grammar import NAMESPACE_RE
 
 
 class SettingsError(ValueError):

@@ -13,8 +13,8 @@ import pytest
 from broker.amp.visibility import CellVisibility, Viewer
 from broker.changes import Change, ChangeLog
 from broker.errors import MempError
-from broker.hub import Hub, Subscription
-from broker.keys import compile_pattern
+from broker.grammar import compile_pattern
+from broker.hub import Hub, Subscriber
 from broker.storage import layout
 from broker.storage.changelog import ChangeLogStore, format_cursor, parse_cursor, position_key
 from broker.supervisor import Supervisor
@@ -71,7 +71,7 @@ def change(namespace: str, key: str, version: int = 1, position: str = "1-0") ->
 
 def test_subscription_takes_only_its_namespaces_and_patterns() -> None:
     async def scenario() -> None:
-        sub = Subscription({"a": [compile_pattern("x/*"), compile_pattern("y")],
+        sub = Subscriber({"a": [compile_pattern("x/*"), compile_pattern("y")],
                             "b": [compile_pattern("*")]}, 10, Viewer(""))
         for c in [change("a", "x/1"), change("a", "y"), change("a", "y/1"), change("a", "z"),
                   change("b", "anything"), change("c", "x/1")]:
@@ -85,7 +85,7 @@ def test_subscription_takes_only_its_namespaces_and_patterns() -> None:
 
 def test_a_full_queue_marks_overflow_instead_of_blocking() -> None:
     async def scenario() -> None:
-        sub = Subscription({"a": [compile_pattern("*")]}, 3, Viewer(""))
+        sub = Subscriber({"a": [compile_pattern("*")]}, 3, Viewer(""))
         for n in range(10):
             sub.offer(change("a", "k", n + 1))
         assert sub.overflowed and sub.queue.qsize() == 3
@@ -152,15 +152,15 @@ async def wait_for(predicate: Callable[[], bool], what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-async def next_change(sub: Subscription) -> Change | None:
+async def next_change(sub: Subscriber) -> Change | None:
     return await asyncio.wait_for(sub.queue.get(), timeout=10)
 
 
 def test_one_reader_per_namespace_stopped_after_its_last_subscriber() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
         hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
-        one = Subscription({"a": [compile_pattern("*")]}, 10, Viewer(""))
-        two = Subscription({"a": [compile_pattern("k")], "b": [compile_pattern("*")]}, 10,
+        one = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""))
+        two = Subscriber({"a": [compile_pattern("k")], "b": [compile_pattern("*")]}, 10,
                            Viewer(""))
         await hub.join(one)
         await hub.join(two)
@@ -187,7 +187,7 @@ def test_one_reader_per_namespace_stopped_after_its_last_subscriber() -> None:
 def test_reader_resets_subscribers_when_the_log_is_recreated() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
         hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
-        sub = Subscription({"a": [compile_pattern("*")]}, 10, Viewer(""))
+        sub = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""))
         await hub.join(sub)
         await log_change(client, "a", "k", 1)
         got = await next_change(sub)
@@ -212,7 +212,7 @@ def test_reader_resets_subscribers_when_the_log_is_recreated() -> None:
 def test_reader_does_not_reset_for_retention_behind_it() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
         hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
-        sub = Subscription({"a": [compile_pattern("*")]}, 100, Viewer(""))
+        sub = Subscriber({"a": [compile_pattern("*")]}, 100, Viewer(""))
         await hub.join(sub)
         ids = [await log_change(client, "a", "k", v) for v in range(1, 4)]
         await wait_for(lambda: hub.readers["a"].position == ids[-1], "the reader to catch up")
@@ -231,7 +231,7 @@ def test_reader_does_not_reset_for_retention_behind_it() -> None:
 def test_hub_close_tells_subscribers_to_finish() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
         hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
-        sub = Subscription({"a": [compile_pattern("*")]}, 10, Viewer(""))
+        sub = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""))
         await hub.join(sub)
         task = hub.readers["a"].task
         await hub.close()

@@ -35,7 +35,7 @@ from broker.app import create_app
 from broker.changes import ChangePayload
 from broker.conflicts import STRATEGIES, Conflict
 from broker.errors import STATUS_BY_CODE, MempError
-from broker.keys import compile_pattern, validate_key
+from broker.grammar import compile_pattern, validate_key
 from broker.namespaces import NamespaceConfig, PriorityRule, Share, StoredConfig, StrategyRule
 from broker.schemas import SchemaBody, SchemaErrorDetail, SchemaRecord
 from broker.settings import Settings

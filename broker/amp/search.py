@@ -17,7 +17,7 @@ from broker.amp.lifecycle import score_at
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, decode_cell
 from broker.errors import MempError
-from broker.keys import compile_pattern
+from broker.grammar import compile_pattern
 from broker.storage.amp import CellRecord
 from broker.storage.records import live_entry
 

@@ -16,7 +16,7 @@ from broker.amp.cells import MemoryCell, parse_time
 from broker.amp.rules import readers
 from broker.auth import Principal
 from broker.errors import MempError
-from broker.keys import glob_match
+from broker.grammar import glob_match
 from broker.models import Entry
 
 Readers = tuple[str, ...]

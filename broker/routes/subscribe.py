@@ -9,12 +9,12 @@ from starlette.routing import Route
 
 from broker.auth import Principal
 from broker.errors import MempError
+from broker.grammar import Pattern, compile_pattern, validate_namespace
 from broker.http import authenticate
-from broker.keys import Pattern, compile_pattern, validate_namespace
 from broker.revocation import StreamGuard
 from broker.sse import EventStreamResponse
 from broker.storage.changelog import parse_cursor
-from broker.subscriptions import EventStream, StreamRequest
+from broker.streams import EventStream, StreamRequest
 
 
 async def _targets(request: Request, principal: Principal, limit: int, max_key_bytes: int
@@ -58,10 +58,10 @@ async def subscribe(request: Request) -> Response:
     )
     lost = await stream.open()
     guard: StreamGuard = state.stream_guard
-    guard.watch(stream.subscription, principal)
+    guard.watch(stream.subscriber, principal)
 
     def close() -> None:
-        guard.forget(stream.subscription)
+        guard.forget(stream.subscriber)
         stream.close()
 
     return EventStreamResponse(

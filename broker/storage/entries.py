@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import msgspec
 
-from broker.keys import Pattern
+from broker.grammar import Pattern
 from broker.models import Entry
 from broker.storage import layout, scripts
 from broker.storage.client import Redis, text

@@ -1,6 +1,6 @@
 """One subscriber's event stream: replay or snapshot, then live changes, as SSE frames.
 
-Gap-free seam: the subscription joins the hub (its queue starts filling) before the log is
+Gap-free seam: the subscriber joins the hub (its queue starts filling) before the log is
 read from the cursor, and live changes at or before the last position replayed are dropped.
 Live changes already queued are sent together, in one write."""
 
@@ -13,8 +13,8 @@ import msgspec
 
 from broker.auth import Principal
 from broker.changes import Change, ChangeLog, encode_frame, encode_payload
-from broker.hub import Hub, Subscription
-from broker.keys import Pattern
+from broker.grammar import Pattern
+from broker.hub import Hub, Subscriber
 from broker.memory import MemoryService
 from broker.storage.changelog import format_cursor, position_key
 
@@ -32,7 +32,7 @@ class StreamRequest:
 
 
 class EventStream:
-    """Produces the SSE frames of one subscription."""
+    """Produces the SSE frames of one subscriber."""
 
     def __init__(self, hub: Hub, changelog: ChangeLog, memory: MemoryService,
                  principal: Principal, request: StreamRequest, queue_size: int,
@@ -42,7 +42,7 @@ class EventStream:
         self.memory = memory
         self.principal = principal
         self.request = request
-        self.subscription = Subscription(request.patterns, queue_size,
+        self.subscriber = Subscriber(request.patterns, queue_size,
                                          memory.cells.viewer(principal))
         self.retry_ms = retry_ms
         self.positions: dict[str, str] = {}
@@ -63,16 +63,16 @@ class EventStream:
         that is down is a 503 and a client that has seen the first frame knows the stream
         follows every change made from then on. Returns the namespaces whose cursor lost
         changes."""
-        await self.hub.join(self.subscription)
+        await self.hub.join(self.subscriber)
         try:
             return await self._locate()
         except BaseException:
-            self.hub.leave(self.subscription)
+            self.hub.leave(self.subscriber)
             raise
 
     def close(self) -> None:
         """Leave the hub (idempotent)."""
-        self.hub.leave(self.subscription)
+        self.hub.leave(self.subscriber)
 
     async def frames(self, lost: list[str]) -> AsyncIterator[bytes]:
         try:
@@ -84,7 +84,7 @@ class EventStream:
                     yield chunk
             async for chunk in self._catch_up():
                 yield chunk
-            if self.subscription.revoked is not None:  # no need to wait for a change first
+            if self.subscriber.revoked is not None:  # no need to wait for a change first
                 yield self._farewell() or b""
                 return
             async for chunk in self._live():
@@ -122,7 +122,7 @@ class EventStream:
                         self.snapshot_versions[seen] = entry.version
                         yield encode_frame(b"snapshot", None, encode_payload(entry, "snapshot"))
                     page_cursor = page.next_cursor
-                    if page_cursor is None or self.subscription.revoked is not None:
+                    if page_cursor is None or self.subscriber.revoked is not None:
                         break
         marker = msgspec.json.encode({"cursor": self.cursor.decode()})
         yield encode_frame(b"snapshot-end", self.cursor, marker)
@@ -143,7 +143,7 @@ class EventStream:
             snapshot_version = self.snapshot_versions.get((change.namespace, change.key), 0)
             if change.version <= snapshot_version:
                 return False
-        return matched or self.subscription.wants(change)
+        return matched or self.subscriber.wants(change)
 
     def _frame(self, change: Change) -> bytes:
         """The change's event, after `_fresh` moved the position: with one namespace the cursor
@@ -156,7 +156,7 @@ class EventStream:
         """Read the log from each position until it is exhausted with no overflow meanwhile;
         changes an overflow dropped were logged before the rearm, so the next pass reads them."""
         while True:
-            self.subscription.rearm()
+            self.subscriber.rearm()
             for namespace in self.request.patterns:
                 while True:
                     changes = await self.changelog.after(namespace, self.positions[namespace],
@@ -164,16 +164,16 @@ class EventStream:
                     for change in changes:
                         if self._fresh(change):
                             yield self._frame(change)
-                    if len(changes) < _REPLAY_BATCH or self.subscription.revoked is not None:
+                    if len(changes) < _REPLAY_BATCH or self.subscriber.revoked is not None:
                         break
-            if not self.subscription.overflowed:
+            if not self.subscriber.overflowed:
                 break
         self.snapshot_versions.clear()
 
     async def _live(self) -> AsyncIterator[bytes]:
         """Queued changes, up to _LIVE_BATCH at a time in one chunk; a farewell ends it."""
-        subscription = self.subscription
-        queue = subscription.queue
+        subscriber = self.subscriber
+        queue = subscriber.queue
         while True:
             change = await queue.get()
             frames: list[bytes] = []
@@ -183,8 +183,8 @@ class EventStream:
                     frames.append(farewell)
                     yield b"".join(frames)
                     return
-                while subscription.resets:
-                    namespace = subscription.resets.pop()
+                while subscriber.resets:
+                    namespace = subscriber.resets.pop()
                     self._move(namespace, "0-0")
                     frames.append(self._reset(namespace,
                                               "the change log was lost and started over"))
@@ -198,11 +198,11 @@ class EventStream:
 
     def _farewell(self) -> bytes | None:
         """The last frame, once the subscriber overflowed or the broker is shutting down."""
-        if self.subscription.revoked is not None:
-            event, reason = b"revoked", self.subscription.revoked
-        elif self.subscription.overflowed:
+        if self.subscriber.revoked is not None:
+            event, reason = b"revoked", self.subscriber.revoked
+        elif self.subscriber.overflowed:
             event, reason = b"overflow", "the subscriber fell too far behind"
-        elif self.subscription.closing:
+        elif self.subscriber.closing:
             event, reason = b"shutdown", "the broker is shutting down"
         else:
             return None

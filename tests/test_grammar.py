@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.errors import MempError
-from broker.keys import (
+from broker.grammar import (
     MAX_KEY_BYTES,
     compile_pattern,
     glob_covers,
