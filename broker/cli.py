@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import sys
 from dataclasses import replace
@@ -30,6 +31,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (MEMP_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (MEMP_PORT, default 8080)")
     serve.add_argument("--redis-url", help="Redis URL (MEMP_REDIS_URL); embedded store if unset")
+    serve.add_argument("--tls-cert", metavar="PEM",
+                       help="serve HTTPS with this certificate chain (MEMP_TLS_CERT); a renewed "
+                            "file is served to new connections while open ones keep theirs")
+    serve.add_argument("--tls-key", metavar="PEM",
+                       help="the certificate's private key (MEMP_TLS_KEY); default: the key in "
+                            "the --tls-cert file")
     serve.add_argument("--workers", type=int, default=1,
                        help="uvicorn worker processes (needs Redis when more than 1)")
     serve.add_argument("--log-level", default="info")
@@ -54,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             settings = Settings.from_env(host=args.host, port=args.port,
-                                         redis_url=args.redis_url)
+                                         redis_url=args.redis_url, tls_cert=args.tls_cert,
+                                         tls_key=args.tls_key)
             return serve(settings, args.workers, args.log_level)
         return asyncio.run(manage_keys(Settings.from_env(), args))
     except (SettingsError, MempError) as exc:
@@ -71,7 +79,11 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
 
     from broker.app import create_app
     from broker.gc_tuning import tune_for_server
+    from broker.tls import CertificateFiles
 
+    certificates = CertificateFiles.of(settings)
+    if certificates is not None:
+        certificates.load()  # a missing file or a mismatched pair stops here, with its reason
     if workers > 1 and settings.embedded:
         raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per process")
     if settings.embedded and not settings.admin_key:
@@ -79,22 +91,34 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
         print(f"memp-broker: admin key for this run: {settings.admin_key}", flush=True)
     where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
         else f"in Redis at {_redacted(settings.redis_url or '')}"
-    print(f"memp-broker: listening on http://{settings.host}:{settings.port}; data lives {where}",
-          flush=True)
+    scheme = "https" if certificates else "http"
+    print(f"memp-broker: listening on {scheme}://{settings.host}:{settings.port}; "
+          f"data lives {where}", flush=True)
     # Access lines are logged at info; above it uvicorn would still format each one's fields.
     access_log = log_level.lower() in ("trace", "debug", "info")
+    # Every worker process builds its own listening context from the files (`broker.tls`).
     if workers > 1:
+        _hand_down(settings)
         uvicorn.run("broker.asgi:build", factory=True, host=settings.host, port=settings.port,
                     workers=workers, access_log=access_log,
                     log_level=log_level, proxy_headers=False,
-                    timeout_graceful_shutdown=10)
+                    timeout_graceful_shutdown=10, ssl_context_factory=certificates)
     else:
         app = create_app(settings)
         tune_for_server()
         uvicorn.run(app, host=settings.host, port=settings.port,
                     access_log=access_log, log_level=log_level, proxy_headers=False,
-                    timeout_graceful_shutdown=10)
+                    timeout_graceful_shutdown=10, ssl_context_factory=certificates)
     return 0
+
+
+def _hand_down(settings: Settings) -> None:
+    """Worker processes read their settings from the environment (`broker.asgi`), so what the
+    flags said must reach them there."""
+    for name in ("host", "port", "redis_url", "tls_cert", "tls_key"):
+        value = getattr(settings, name)
+        if value is not None:
+            os.environ[f"MEMP_{name.upper()}"] = str(value)
 
 
 def _redacted(url: str) -> str:

@@ -27,6 +27,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     redis_url: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
     admin_key: str | None = None
     jwt_secret: str | None = None
     jwt_public_key: str | None = None
@@ -113,6 +115,9 @@ class Settings:
             raise SettingsError("default_query_limit cannot exceed max_query_limit")
         if self.max_request_bytes < self.max_value_bytes:
             raise SettingsError("max_request_bytes must be at least max_value_bytes")
+        if self.tls_key and not self.tls_cert:
+            raise SettingsError("MEMP_TLS_KEY is set without MEMP_TLS_CERT, the certificate "
+                                "it belongs to")
         if self.admin_key is not None and len(self.admin_key) < 16:
             raise SettingsError("MEMP_ADMIN_KEY must be at least 16 characters")
         if self.jwt_secret is not None and len(self.jwt_secret) < 32:
