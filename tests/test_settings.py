@@ -191,6 +191,13 @@ def test_redis_url_schemes_accepted(url: str) -> None:
     assert Settings.from_env({"MEMP_REDIS_URL": url}).redis_url == url
 
 
+def test_tls_key_needs_its_certificate() -> None:
+    with pytest.raises(SettingsError, match="MEMP_TLS_KEY is set without MEMP_TLS_CERT"):
+        Settings.from_env({"MEMP_TLS_KEY": "/etc/memp/key.pem"})
+    # Files are read by `serve` (broker/tls.py), not here.
+    assert Settings.from_env({"MEMP_TLS_CERT": "/nonexistent.pem"}).tls_cert == "/nonexistent.pem"
+
+
 # ---- parsing by declared type ----
 
 PEM = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
@@ -200,6 +207,7 @@ TEXT_SAMPLES = {
     "host": "0.0.0.0", "redis_url": "redis://127.0.0.1:6390/3", "admin_key": "k" * 20,
     "jwt_secret": "s" * 40, "jwt_public_key": PEM, "jwt_audience": "memp", "jwt_issuer": "idp",
     "key_env": "test", "amp_namespace": "cells", "cors_origins": "https://example.com",
+    "tls_cert": "/etc/memp/cert.pem", "tls_key": "/etc/memp/key.pem",
 }
 
 
