@@ -53,7 +53,8 @@ class CertificateFiles:
         """A server context serving these files, and their leaf certificate; SettingsError
         with a one-line reason when they cannot be served."""
         leaf = self._check()
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # no client certificates asked for
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.options |= ssl.OP_NO_RENEGOTIATION  # client-started renegotiation is a DoS
         try:
             # A password callback, so an encrypted key fails instead of prompting on a tty.
@@ -101,8 +102,13 @@ class RenewingContext:
 
     def _hello(self, connection: ssl.SSLObject, server_name: str | None,
                context: ssl.SSLContext) -> None:
-        # An exception here would fail the handshake: `refresh` logs its problems instead.
-        current = self.refresh()
+        # An exception here would fail the handshake of every new client: log it and serve
+        # what is loaded (`refresh` reports the problems it expects itself).
+        try:
+            current = self.refresh()
+        except Exception:
+            log.exception("looking for a renewed TLS certificate failed")
+            current = self.current
         if current is not context:
             connection.context = current
 
