@@ -18,6 +18,7 @@ from broker.models import PERMISSIONS, Grant
 from broker.settings import Settings, SettingsError
 from broker.storage import Storage
 from broker.storage.client import StoreError
+from broker.storage.urls import redacted
 
 # Whoever runs the CLI holds Redis itself: it acts with the admin key's rights, as `cli`.
 _OPERATOR = Principal(subject="cli", grants=(), superuser=True)
@@ -29,7 +30,13 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the broker")
     serve.add_argument("--host", help="address to listen on (MEMP_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (MEMP_PORT, default 8080)")
-    serve.add_argument("--redis-url", help="Redis URL (MEMP_REDIS_URL); embedded store if unset")
+    serve.add_argument(
+        "--redis-url",
+        help="Redis URL (MEMP_REDIS_URL); embedded store if unset. One server: "
+             "redis://[user:password@]host:port[/db] or rediss://... (TLS); Sentinel: "
+             "redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]; Cluster: "
+             "redis+cluster://[user:password@]host:port[,host:port...] (add +tls, or ?ssl=true, "
+             "for TLS)")
     serve.add_argument("--workers", type=int, default=1,
                        help="uvicorn worker processes (needs Redis when more than 1)")
     serve.add_argument("--log-level", default="info")
@@ -78,7 +85,7 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
         settings = replace(settings, admin_key=f"memp_admin_{secrets.token_urlsafe(24)}")
         print(f"memp-broker: admin key for this run: {settings.admin_key}", flush=True)
     where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
-        else f"in Redis at {_redacted(settings.redis_url or '')}"
+        else f"in Redis at {redacted(settings.redis_url or '')}"
     print(f"memp-broker: listening on http://{settings.host}:{settings.port}; data lives {where}",
           flush=True)
     # Access lines are logged at info; above it uvicorn would still format each one's fields.
@@ -97,13 +104,6 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
     return 0
 
 
-def _redacted(url: str) -> str:
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.split('@', 1)[1]}"
-
-
 async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
     if settings.embedded:
         raise SettingsError("keys needs MEMP_REDIS_URL; with the embedded store, use the admin "
@@ -113,6 +113,7 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
                            changelog_maxlen=settings.changelog_maxlen, idempotency_window_ms=1)
     store = storage.accounts
     try:
+        await storage.upgrade()
         if args.keys_command == "create":
             permissions = [p.strip() for p in args.permissions.split(",") if p.strip()]
             try:
