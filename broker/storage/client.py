@@ -268,7 +268,7 @@ def _sentinel(target: RedisTarget, timeout: float) -> Redis:
                                         "socket_connect_timeout": timeout}
     if target.sentinel_password:
         sentinel_options["password"] = target.sentinel_password
-    if target.tls:
+    if target.ssl:
         sentinel_options.update(ssl=True, **target.tls)
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         list(target.hosts), sentinel_kwargs=sentinel_options,

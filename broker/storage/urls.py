@@ -41,14 +41,15 @@ class RedisTarget:
     username: str | None = None
     password: str | None = None
     sentinel_password: str | None = None
-    tls: dict[str, Any] = field(default_factory=dict)  # redis-py ssl_* options; {} = no TLS
+    ssl: bool = False
+    tls: dict[str, Any] = field(default_factory=dict)  # redis-py ssl_* options
 
     def connection_options(self) -> dict[str, Any]:
         """Credentials, database and TLS options for the data nodes (sentinel, cluster)."""
         options: dict[str, Any] = {"username": self.username, "password": self.password}
         if self.kind != "cluster":
             options["db"] = self.db
-        if self.tls:
+        if self.ssl:
             options.update(ssl=True, **self.tls)
         return options
 
@@ -88,14 +89,12 @@ def parse(url: str) -> RedisTarget:
         db = _int(path[1], "the database") if len(path) == 2 else 0
     elif path:
         raise UrlError("a Cluster URL names no database: redis+cluster://host:port[,host:port]")
-    tls_on = parts.scheme.endswith("+tls") or query.get("ssl", "").lower() in _TRUE
-    tls: dict[str, Any] = {}
-    if tls_on or any(k in query for k in _TLS_OPTIONS):
-        tls = {k: query[k] for k in _TLS_OPTIONS if k in query}
-        if "ssl_check_hostname" in tls:
-            tls["ssl_check_hostname"] = tls["ssl_check_hostname"].lower() in _TRUE
+    tls: dict[str, Any] = {k: query[k] for k in _TLS_OPTIONS if k in query}
+    if "ssl_check_hostname" in tls:
+        tls["ssl_check_hostname"] = tls["ssl_check_hostname"].lower() in _TRUE
+    ssl = parts.scheme.endswith("+tls") or query.get("ssl", "").lower() in _TRUE or bool(tls)
     return RedisTarget(kind, url, hosts, service, db, unquote(username) or None,
-                       unquote(password) or None, query.get("sentinel_password"), tls)
+                       unquote(password) or None, query.get("sentinel_password"), ssl, tls)
 
 
 def _host(text: str) -> tuple[str, int]:
