@@ -19,6 +19,7 @@ from broker.models import PERMISSIONS, Grant
 from broker.settings import Settings, SettingsError
 from broker.storage import Storage
 from broker.storage.client import StoreError
+from broker.storage.urls import redacted
 
 # Whoever runs the CLI holds Redis itself: it acts with the admin key's rights, as `cli`.
 _OPERATOR = Principal(subject="cli", grants=(), superuser=True)
@@ -30,7 +31,13 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the broker")
     serve.add_argument("--host", help="address to listen on (MEMP_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (MEMP_PORT, default 8080)")
-    serve.add_argument("--redis-url", help="Redis URL (MEMP_REDIS_URL); embedded store if unset")
+    serve.add_argument(
+        "--redis-url",
+        help="Redis URL (MEMP_REDIS_URL); embedded store if unset. One server: "
+             "redis://[user:password@]host:port[/db] or rediss://... (TLS); Sentinel: "
+             "redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]; Cluster: "
+             "redis+cluster://[user:password@]host:port[,host:port...] (add +tls, or ?ssl=true, "
+             "for TLS)")
     serve.add_argument("--tls-cert", metavar="PEM",
                        help="serve HTTPS with this certificate chain (MEMP_TLS_CERT); a renewed "
                             "file is served to new connections while open ones keep theirs")
@@ -90,7 +97,7 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
         settings = replace(settings, admin_key=f"memp_admin_{secrets.token_urlsafe(24)}")
         print(f"memp-broker: admin key for this run: {settings.admin_key}", flush=True)
     where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
-        else f"in Redis at {_redacted(settings.redis_url or '')}"
+        else f"in Redis at {redacted(settings.redis_url or '')}"
     scheme = "https" if certificates else "http"
     print(f"memp-broker: listening on {scheme}://{settings.host}:{settings.port}; "
           f"data lives {where}", flush=True)
@@ -121,13 +128,6 @@ def _hand_down(settings: Settings) -> None:
             os.environ[f"MEMP_{name.upper()}"] = str(value)
 
 
-def _redacted(url: str) -> str:
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.split('@', 1)[1]}"
-
-
 async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
     if settings.embedded:
         raise SettingsError("keys needs MEMP_REDIS_URL; with the embedded store, use the admin "
@@ -137,6 +137,7 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
                            changelog_maxlen=settings.changelog_maxlen, idempotency_window_ms=1)
     store = storage.accounts
     try:
+        await storage.upgrade()
         if args.keys_command == "create":
             permissions = [p.strip() for p in args.permissions.split(",") if p.strip()]
             try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.grammar import NAMESPACE_RE
+from broker.storage import urls
 
 
 class SettingsError(ValueError):
@@ -27,6 +28,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     redis_url: str | None = None
+    write_replicas: int = 0
+    write_replicas_timeout_ms: int = 1000
     tls_cert: str | None = None
     tls_key: str | None = None
     admin_key: str | None = None
@@ -82,10 +85,17 @@ class Settings:
         """Raise SettingsError with a one-line reason when a value cannot work."""
         if not 0 < self.port < 65536:
             raise SettingsError(f"port must be between 1 and 65535, not {self.port}")
-        if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise SettingsError(
-                f"MEMP_REDIS_URL must start with redis://, rediss:// or unix://: {self.redis_url!r}"
-            )
+        if self.redis_url:
+            try:
+                urls.parse(self.redis_url)
+            except urls.UrlError as exc:
+                raise SettingsError(str(exc)) from None
+        if self.write_replicas < 0 or self.write_replicas_timeout_ms <= 0:
+            raise SettingsError("write_replicas must be >= 0 and write_replicas_timeout_ms "
+                                "positive")
+        if self.write_replicas and not self.redis_url:
+            raise SettingsError("MEMP_WRITE_REPLICAS needs MEMP_REDIS_URL: the embedded store "
+                                "has no replicas")
         positive = (
             "max_value_bytes", "max_request_bytes", "max_registration_bytes",
             "max_key_creation_bytes", "max_config_bytes", "max_amp_body_bytes", "max_key_bytes",

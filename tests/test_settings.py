@@ -117,8 +117,9 @@ def test_overrides_are_validated_too() -> None:
                      "MEMP_SWEEP_INTERVAL_SECONDS must be a finite number", id="float-nan"),
         pytest.param({"MEMP_REDIS_TIMEOUT_SECONDS": "inf"},
                      "MEMP_REDIS_TIMEOUT_SECONDS must be a finite number", id="float-inf"),
-        pytest.param({"MEMP_REDIS_URL": "http://x"}, "MEMP_REDIS_URL must start with redis://",
-                     id="redis-url-scheme"),
+        pytest.param({"MEMP_REDIS_URL": "http://x"},
+                     r"MEMP_REDIS_URL must start with one of redis://, rediss://, unix://, "
+                     r"redis\+sentinel://", id="redis-url-scheme"),
         pytest.param({"MEMP_MAX_VALUE_BYTES": "-1"}, "max_value_bytes must be positive, not -1",
                      id="negative-value-limit"),
         pytest.param({"MEMP_MAX_BATCH": "0"}, "max_batch must be positive", id="zero-batch"),
@@ -218,7 +219,8 @@ def sample(field: dataclasses.Field[Any], kind: object) -> tuple[str, Any]:
         return ("yes", True) if default is False else ("no", False)
     if kind is int:
         assert isinstance(default, int)
-        return str(default - 1), default - 1
+        number = default + 1 if field.name == "write_replicas" else default - 1  # >= 0
+        return str(number), number
     if kind is float:
         assert isinstance(default, float)
         return str(default / 2), default / 2
