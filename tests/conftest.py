@@ -29,7 +29,11 @@ from broker.settings import Settings
 from tests.topologies import Credentials, RedisCluster, RedisSentinel, TlsRedis
 
 ADMIN_KEY = "test-admin-key-0123456789"
-BACKENDS = ["embedded", "redis"]
+# The stores every contract test runs on: the embedded store and one redis-server by default.
+# `MEMP_TEST_BACKENDS=embedded,redis,cluster,sentinel` adds brokers on the Redis Cluster and
+# Sentinel topologies of tests/topologies.py (README, "Running the tests").
+BACKENDS = os.environ.get("MEMP_TEST_BACKENDS", "embedded,redis").split(",")
+TOPOLOGY_BACKENDS = ("cluster", "sentinel")
 
 
 def free_port() -> int:
@@ -132,12 +136,20 @@ class Broker:
         self.thread.join(timeout=15)
 
 
+def backend_url(request: pytest.FixtureRequest, backend: str, redis_url: str) -> str:
+    """The Redis URL of a backend: the topology's for cluster and sentinel, else the test
+    Redis (unused by the embedded store)."""
+    if backend in TOPOLOGY_BACKENDS:
+        return str(request.getfixturevalue(f"redis_{backend}").url)
+    return redis_url
+
+
 def start_broker(backend: str, redis_url: str, **overrides: Any) -> Broker:
     """Start a broker on a free port with the given backend and settings overrides."""
     port = free_port()
     settings = Settings.from_env(
         environ={}, port=port, admin_key=ADMIN_KEY,
-        redis_url=redis_url if backend == "redis" else None, **overrides,
+        redis_url=None if backend == "embedded" else redis_url, **overrides,
     )
     app = create_app(settings)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
@@ -156,18 +168,19 @@ def start_broker(backend: str, redis_url: str, **overrides: Any) -> Broker:
 @pytest.fixture(scope="session", params=BACKENDS)
 def broker(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Broker]:
     """One broker per backend for the session; tests isolate themselves by namespace."""
-    handle = start_broker(request.param, redis_url)
+    handle = start_broker(request.param, backend_url(request, request.param, redis_url))
     yield handle
     handle.stop()
 
 
 @pytest.fixture
-def broker_factory(redis_url: str) -> Iterator[Callable[..., Broker]]:
+def broker_factory(request: pytest.FixtureRequest, redis_url: str
+                   ) -> Iterator[Callable[..., Broker]]:
     """Start extra brokers with custom settings; they are stopped after the test."""
     started: list[Broker] = []
 
     def factory(backend: str, **overrides: Any) -> Broker:
-        handle = start_broker(backend, redis_url, **overrides)
+        handle = start_broker(backend, backend_url(request, backend, redis_url), **overrides)
         started.append(handle)
         return handle
 
