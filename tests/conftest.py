@@ -1,4 +1,5 @@
-"""Shared fixtures: a real redis-server on a free port, and real brokers over real HTTP.
+"""Shared fixtures: a real redis-server on a free port, real brokers over real HTTP, and the
+Redis topologies of tests/topologies.py (cluster, sentinel, TLS) for tests marked `topology`.
 
 Set MEMP_TEST_REDIS_URL to use an existing Redis instead (its database is flushed)."""
 
@@ -24,6 +25,7 @@ import uvicorn
 
 from broker.app import create_app
 from broker.settings import Settings
+from tests.topologies import Credentials, RedisCluster, RedisSentinel, TlsRedis
 
 ADMIN_KEY = "test-admin-key-0123456789"
 BACKENDS = ["embedded", "redis"]
@@ -238,3 +240,39 @@ def read_changelog(client: Any, namespace: str) -> list[dict[str, str]]:
 
     records = client.xrange(layout.changelog(namespace), "-", "+")
     return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in records]
+
+
+# Redis topologies, started once per session behind an ACL user (so every URL carries
+# `user:password@`) and stopped by pid. A test that kills a node calls heal() before it ends.
+TOPOLOGY_FIXTURES = frozenset({"redis_cluster", "redis_sentinel", "tls_redis"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests using a topology are marked `topology`, so `-m topology` (or `-m 'not topology'`)
+    selects them."""
+    for item in items:
+        if TOPOLOGY_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.topology)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """Redis Cluster, 3 primaries + 3 replicas; `.url` is `redis+cluster://user:pw@h:p,...`."""
+    with RedisCluster(tmp_path_factory.mktemp("cluster"), credentials=Credentials()) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinel]:
+    """1 primary, 1 replica, 3 sentinels (quorum 2); `.url` is
+    `redis+sentinel://user:pw@h:p,h:p,h:p/memp`. The sentinels require the user too."""
+    with RedisSentinel(tmp_path_factory.mktemp("sentinel"), credentials=Credentials(),
+                       quick_discovery=True) as sentinel:
+        yield sentinel
+
+
+@pytest.fixture(scope="session")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
+    """Redis over TLS only; `.url` is `rediss://user:pw@127.0.0.1:p/0`, `.ca_file` the CA."""
+    with TlsRedis(tmp_path_factory.mktemp("tls"), credentials=Credentials()) as server:
+        yield server

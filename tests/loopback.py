@@ -1,0 +1,279 @@
+"""Processes on loopback for tests/topologies.py: free ports, one redis-server (or sentinel)
+with its config file and log, an ACL user, and stopping by pid."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, Self
+from urllib.parse import quote
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+HOST = "127.0.0.1"
+# A process the tests start is SIGKILLed when the test run dies, so none outlives it
+# (PR_SET_PDEATHSIG, kept across exec; util-linux's setpriv sets it).
+DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL", "--")
+
+
+class TopologyError(RuntimeError):
+    """A topology did not come up, or did not recover, in time."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A Redis ACL user with every permission; the `default` user is switched off beside it."""
+
+    user: str = "memp"
+    password: str = field(default_factory=lambda: secrets.token_hex(16))
+
+    def __post_init__(self) -> None:
+        # Both go into config files and URLs unquoted: keep them to characters neither escapes.
+        for part in (self.user, self.password):
+            if not part or not all(c.isalnum() or c in "._-" for c in part):
+                raise ValueError("ACL user and password must be letters, digits, '.', '_', '-'")
+
+    def userinfo(self) -> str:
+        return f"{quote(self.user)}:{quote(self.password)}@"
+
+    def acl_lines(self) -> list[str]:
+        return ["user default off", f"user {self.user} on >{self.password} ~* &* +@all"]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports free on 127.0.0.1 right now."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind((HOST, 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str,
+               step: float = 0.05) -> float:
+    """Poll `condition` until it holds; the seconds it took, or TopologyError naming `what`."""
+    start = time.monotonic()
+    while True:
+        try:
+            if condition():
+                return time.monotonic() - start
+        except (redis.RedisError, OSError):
+            pass
+        if time.monotonic() - start > timeout:
+            raise TopologyError(f"{what}: not within {timeout:g} s")
+        time.sleep(step)
+
+
+def stop_pid(pid: int, expect: str, timeout: float = 10.0) -> bool:
+    """SIGTERM the process `pid` if its command line contains `expect` (so a reused pid is left
+    alone), SIGKILL it after `timeout`; False when no such process was running."""
+    if expect.encode() not in _cmdline(pid):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout
+        time.sleep(0.02)
+    return True
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def redis_binary() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise TopologyError("redis-server is not installed (apt-get install redis-server)")
+    return binary
+
+
+@dataclass
+class RedisProcess:
+    """One redis-server (data node or sentinel): its port, config file, log and process."""
+
+    name: str
+    port: int
+    workdir: Path
+    config_lines: list[str]
+    sentinel: bool = False
+    tls: dict[str, Any] = field(default_factory=dict)
+    credentials: Credentials | None = None
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def config(self) -> Path:
+        return self.workdir / ("sentinel.conf" if self.sentinel else "redis.conf")
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "redis.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self, *, detach: bool = False, extra: list[str] | None = None) -> None:
+        """Start it (the config file is written the first time only: Redis rewrites its own)
+        and wait until it answers PING. `detach` lets it outlive this Python process."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.config.exists():
+            self.config.write_text("\n".join(self.config_lines) + "\n")
+        argv = [redis_binary(), str(self.config), *(["--sentinel"] if self.sentinel else []),
+                *(extra or [])]
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                argv if detach else [*DIE_WITH_PARENT, *argv], stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
+                start_new_session=detach)
+        wait_until(self._answers, 10, f"{self.name} on port {self.port}")
+
+    def _answers(self) -> bool:
+        if not self.running:
+            raise TopologyError(f"{self.name} exited; its log:\n{self.log_tail()}")
+        with self.client(timeout=0.5) as client:
+            return bool(client.ping())
+
+    def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Send `sig` and wait until the process is gone."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(sig)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM, SIGKILL after 10 s."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process = None
+
+    def client(self, timeout: float = 2.0, **kwargs: Any) -> redis.Redis:
+        """A client of this process, authenticated when the topology has an ACL user."""
+        auth: dict[str, Any] = {}
+        if self.credentials is not None:
+            auth = {"username": self.credentials.user, "password": self.credentials.password}
+        # No retries: the helpers poll, and a refusal should show at once.
+        return redis.Redis(host=HOST, port=self.port, socket_timeout=timeout,
+                           socket_connect_timeout=timeout, decode_responses=True,
+                           retry=Retry(NoBackoff(), 0), **{**auth, **self.tls, **kwargs})
+
+    def info(self, section: str) -> dict[str, Any]:
+        with self.client() as client:
+            return dict(client.info(section))
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+class Topology(Protocol):
+    """What tests and deploy/local use of every topology."""
+
+    processes: list[RedisProcess]
+
+    @property
+    def url(self) -> str: ...
+
+    def start(self) -> Self: ...
+
+    def stop(self) -> None: ...
+
+
+class LoopbackProcesses:
+    """Processes started together on loopback, in order, and stopped together by pid."""
+
+    def __init__(self, workdir: Path | None, credentials: Credentials | None) -> None:
+        self._own_workdir = workdir is None
+        self.workdir = Path(tempfile.mkdtemp(prefix="memp-redis-")) if workdir is None \
+            else workdir
+        self.credentials = credentials
+        self.processes: list[RedisProcess] = []
+        # Let the processes outlive this Python process (deploy/local), rather than die with it.
+        self.detach = False
+
+    def _userinfo(self) -> str:
+        return self.credentials.userinfo() if self.credentials is not None else ""
+
+    def _data_node(self, name: str, port: int, lines: list[str], *,
+                   appendonly: bool = False) -> RedisProcess:
+        """A data node: no RDB snapshots; the append-only file (fsync every second) if asked."""
+        workdir = self.workdir / name
+        config = [f"bind {HOST}", f"port {port}", f"dir {workdir}", 'save ""',
+                  f"appendonly {'yes' if appendonly else 'no'}", "appendfsync everysec",
+                  # A replica's full sync starts at once instead of waiting 5 s for others.
+                  "repl-diskless-sync-delay 0"]
+        if self.credentials is not None:
+            config += [*self.credentials.acl_lines(), f"masteruser {self.credentials.user}",
+                       f"masterauth {self.credentials.password}"]
+        return RedisProcess(name, port, workdir, config + lines, credentials=self.credentials)
+
+    def start(self) -> Self:
+        """Start every process in order, then wait until the whole is ready; on any failure
+        stop what was started."""
+        try:
+            for process in self.processes:
+                process.start(detach=self.detach)
+            self._settle()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _settle(self) -> None:
+        """Wait until the processes work together (nothing to wait for by default)."""
+
+    def stop(self) -> None:
+        """Stop every process by its pid; remove the working directory if this made it."""
+        for process in reversed(self.processes):
+            process.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def pids(self) -> dict[str, int]:
+        return {p.name: p.pid for p in self.processes if p.pid is not None}
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

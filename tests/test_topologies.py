@@ -1,0 +1,161 @@
+"""The Redis topologies of tests/topologies.py: each comes up, requires its ACL user, and
+recovers as the failure helpers say (a killed cluster primary is replaced by its replica, the
+sentinels fail over, TLS Redis speaks only TLS)."""
+
+from __future__ import annotations
+
+import re
+import ssl
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import pytest
+import redis
+from redis.cluster import ClusterNode as PyClusterNode
+from redis.cluster import RedisCluster as PyRedisCluster
+from redis.sentinel import Sentinel
+
+from tests.topologies import (
+    Credentials,
+    RedisCluster,
+    RedisSentinel,
+    TlsRedis,
+)
+
+pytestmark = pytest.mark.topology
+
+# Generous against a busy 2-core machine; failovers take 2-3 s here.
+FAILOVER_BOUND = 20.0
+
+
+def hosts_of(url: str) -> list[tuple[str, int]]:
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    return [(host, int(port)) for host, _, port in (h.rpartition(":") for h in netloc.split(","))]
+
+
+def credentials_of(url: str) -> dict[str, Any]:
+    userinfo = urlsplit(url).netloc.rpartition("@")[0]
+    user, _, password = userinfo.partition(":")
+    return {"username": unquote(user), "password": unquote(password)}
+
+
+def cluster_client(cluster: RedisCluster) -> PyRedisCluster:
+    """A cluster client built only from what the topology's URL says."""
+    seeds = [PyClusterNode(host, port) for host, port in hosts_of(cluster.url)]
+    return PyRedisCluster(startup_nodes=seeds, decode_responses=True,
+                          **credentials_of(cluster.url))
+
+
+def test_urls_have_the_documented_forms(redis_cluster: RedisCluster,
+                                        redis_sentinel: RedisSentinel,
+                                        tls_redis: TlsRedis) -> None:
+    pair = r"127\.0\.0\.1:\d+"
+    userinfo = r"memp:[0-9a-f]{32}@"
+    assert re.fullmatch(rf"redis\+cluster://{userinfo}{pair}(,{pair}){{5}}", redis_cluster.url)
+    assert re.fullmatch(rf"redis\+sentinel://{userinfo}{pair}(,{pair}){{2}}/memp",
+                        redis_sentinel.url)
+    assert re.fullmatch(rf"rediss://{userinfo}{pair}/0", tls_redis.url)
+    assert tls_redis.ca_file.read_text().startswith("-----BEGIN CERTIFICATE-----")
+
+
+@pytest.mark.parametrize("password", ["", "has space", "p@ss", "p:w", "new\nline"])
+def test_credentials_refuse_characters_configs_and_urls_would_escape(password: str) -> None:
+    with pytest.raises(ValueError, match="letters, digits"):
+        Credentials("memp", password)
+
+
+def test_cluster_is_ok_on_every_node(redis_cluster: RedisCluster) -> None:
+    for process in redis_cluster.processes:
+        with process.client() as client:
+            assert "cluster_state:ok" in client.execute_command("CLUSTER", "INFO")
+    nodes = redis_cluster.nodes()
+    primaries = [n for n in nodes if n.primary]
+    assert len(primaries) == 3 and len(nodes) == 6
+    assert sum(high - low + 1 for n in primaries for low, high in n.slots) == 16384
+    with cluster_client(redis_cluster) as client:
+        for i in range(30):  # keys on every primary
+            client.set(f"topology:{i}", i)
+        assert [client.get(f"topology:{i}") for i in range(30)] == [str(i) for i in range(30)]
+
+
+def test_cluster_refuses_a_wrong_password_and_no_password(redis_cluster: RedisCluster) -> None:
+    process = redis_cluster.processes[0]
+    with pytest.raises(redis.AuthenticationError), \
+            process.client(username="memp", password="wrong") as client:
+        client.ping()
+    with pytest.raises(redis.AuthenticationError), \
+            process.client(username=None, password=None) as client:
+        client.ping()
+
+
+def test_a_killed_cluster_primary_is_replaced_by_its_replica(
+        redis_cluster: RedisCluster) -> None:
+    with cluster_client(redis_cluster) as client:
+        client.set("failover:key", "kept")
+        slot = redis_cluster.slot_of("failover:key")
+        primary = redis_cluster.primary_for(slot)
+        with primary.client() as direct:
+            assert direct.execute_command("WAIT", 1, 2000) == 1  # the replica has it
+        try:
+            killed = redis_cluster.kill_primary(slot)
+            assert killed is primary and not killed.running
+            seconds = redis_cluster.wait_promoted()
+            assert 0 < seconds < FAILOVER_BOUND
+            heir = redis_cluster.primary_for(slot)
+            assert heir is not killed
+            with heir.client() as direct:
+                assert direct.get("failover:key") == "kept"
+            redis_cluster.restart(killed)
+            assert killed.info("replication")["role"] == "slave"
+        finally:
+            redis_cluster.heal()
+    assert redis_cluster.healthy()
+
+
+def test_sentinels_fail_over_and_take_the_old_primary_back(
+        redis_sentinel: RedisSentinel) -> None:
+    sentinels = [(host, port) for host, port in hosts_of(redis_sentinel.url)]
+    auth = credentials_of(redis_sentinel.url)
+    watcher = Sentinel(sentinels, sentinel_kwargs=auth, decode_responses=True, **auth)
+    old = redis_sentinel.primary
+    with watcher.master_for("memp") as client:
+        client.set("failover:key", "kept")
+        assert client.execute_command("WAIT", 1, 2000) == 1
+    try:
+        assert redis_sentinel.kill_primary() is old
+        seconds = redis_sentinel.wait_failover()
+        assert 0 < seconds < FAILOVER_BOUND
+        assert redis_sentinel.primary is not old
+        assert watcher.discover_master("memp") == ("127.0.0.1", redis_sentinel.primary.port)
+        with watcher.master_for("memp") as client:
+            assert client.get("failover:key") == "kept"
+        redis_sentinel.restart_old_primary()
+        assert old.info("replication")["role"] == "slave"
+        assert [port for _, port in watcher.discover_slaves("memp")] == [old.port]
+    finally:
+        redis_sentinel.heal()
+        for sentinel in watcher.sentinels:
+            sentinel.close()
+
+
+def test_sentinels_and_data_nodes_require_the_user(redis_sentinel: RedisSentinel) -> None:
+    for process in (redis_sentinel.sentinels[0], redis_sentinel.primary):
+        with pytest.raises(redis.AuthenticationError), \
+                process.client(username="memp", password="wrong") as client:
+            client.ping()
+        with pytest.raises(redis.AuthenticationError), \
+                process.client(username=None, password=None) as client:
+            client.ping()
+
+
+def test_tls_redis_speaks_only_tls_and_checks_the_user(tls_redis: TlsRedis) -> None:
+    with redis.Redis.from_url(tls_redis.url_with_ca) as client:
+        assert client.ping()
+    server = tls_redis.server
+    with pytest.raises(redis.ConnectionError), server.client(ssl=False) as client:
+        client.ping()  # plain TCP on the TLS port
+    with pytest.raises(redis.ConnectionError, match="CERTIFICATE_VERIFY_FAILED"), \
+            server.client(ssl_ca_certs=None, ssl_cert_reqs=ssl.CERT_REQUIRED) as client:
+        client.ping()  # a CA that did not sign the server's certificate
+    with pytest.raises(redis.AuthenticationError), server.client(password="wrong") as client:
+        client.ping()
