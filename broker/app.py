@@ -23,7 +23,7 @@ from broker.amp.visibility import CellVisibility
 from broker.auth import Authenticator
 from broker.changes import ChangeLog
 from broker.clock import Clock, system_clock
-from broker.errors import MempError, unavailable
+from broker.errors import MempError, store_down
 from broker.http import error_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
@@ -76,7 +76,7 @@ def _allowed_methods(request: Request) -> list[str]:
 
 async def _store_down(request: Request, exc: Exception) -> Response:
     log.warning("store unavailable: %s", exc)
-    return error_response(unavailable())
+    return error_response(store_down(exc))
 
 
 async def _corrupt(request: Request, exc: Exception) -> Response:
@@ -98,6 +98,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         settings.redis_url, timeout=settings.redis_timeout_seconds,
         history_limit=settings.history_limit, changelog_maxlen=settings.changelog_maxlen,
         idempotency_window_ms=settings.idempotency_window_seconds * 1000,
+        write_replicas=settings.write_replicas,
+        write_replicas_timeout_ms=settings.write_replicas_timeout_ms,
     )
     # Store errors that mean it is out of reach are expected: a warning, not a traceback.
     supervisor = Supervisor(transient=(*STORE_DOWN, OSError))
@@ -121,12 +123,13 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     send_watchdog = SendWatchdog(settings.sse_send_timeout_seconds)
     auth = Authenticator(settings, storage.accounts)
     stream_guard = StreamGuard(auth, registry, supervisor)
-    listener = InvalidationListener(registry, auth, stream_guard)
+    listener = InvalidationListener(registry, auth, stream_guard, settings.reader_block_ms)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await storage.ping()
+            await storage.upgrade()
         except StoreError as exc:
             log.warning("store not reachable at start (%s); serving 503 until it is", exc)
         supervisor.start("expiry sweeper", sweeper.run)

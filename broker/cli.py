@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import sys
 from dataclasses import replace
@@ -18,6 +19,7 @@ from broker.models import PERMISSIONS, Grant
 from broker.settings import Settings, SettingsError
 from broker.storage import Storage
 from broker.storage.client import StoreError
+from broker.storage.urls import redacted
 
 # Whoever runs the CLI holds Redis itself: it acts with the admin key's rights, as `cli`.
 _OPERATOR = Principal(subject="cli", grants=(), superuser=True)
@@ -29,7 +31,19 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the broker")
     serve.add_argument("--host", help="address to listen on (MEMP_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (MEMP_PORT, default 8080)")
-    serve.add_argument("--redis-url", help="Redis URL (MEMP_REDIS_URL); embedded store if unset")
+    serve.add_argument(
+        "--redis-url",
+        help="Redis URL (MEMP_REDIS_URL); embedded store if unset. One server: "
+             "redis://[user:password@]host:port[/db] or rediss://... (TLS); Sentinel: "
+             "redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]; Cluster: "
+             "redis+cluster://[user:password@]host:port[,host:port...] (add +tls, or ?ssl=true, "
+             "for TLS)")
+    serve.add_argument("--tls-cert", metavar="PEM",
+                       help="serve HTTPS with this certificate chain (MEMP_TLS_CERT); a renewed "
+                            "file is served to new connections while open ones keep theirs")
+    serve.add_argument("--tls-key", metavar="PEM",
+                       help="the certificate's private key (MEMP_TLS_KEY); default: the key in "
+                            "the --tls-cert file")
     serve.add_argument("--workers", type=int, default=1,
                        help="uvicorn worker processes (needs Redis when more than 1)")
     serve.add_argument("--log-level", default="info")
@@ -54,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             settings = Settings.from_env(host=args.host, port=args.port,
-                                         redis_url=args.redis_url)
+                                         redis_url=args.redis_url, tls_cert=args.tls_cert,
+                                         tls_key=args.tls_key)
             return serve(settings, args.workers, args.log_level)
         return asyncio.run(manage_keys(Settings.from_env(), args))
     except (SettingsError, MempError) as exc:
@@ -71,7 +86,11 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
 
     from broker.app import create_app
     from broker.gc_tuning import tune_for_server
+    from broker.tls import CertificateFiles
 
+    certificates = CertificateFiles.of(settings)
+    if certificates is not None:
+        certificates.load()  # a missing file or a mismatched pair stops here, with its reason
     if workers > 1 and settings.embedded:
         raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per process")
     if not settings.production and not settings.admin_key:
@@ -80,30 +99,35 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
         settings = replace(settings, admin_key=f"memp_admin_{secrets.token_urlsafe(24)}")
         print(f"memp-broker: admin key for this run: {settings.admin_key}", flush=True)
     where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
-        else f"in Redis at {_redacted(settings.redis_url or '')}"
-    print(f"memp-broker: listening on http://{settings.host}:{settings.port}; data lives {where}",
-          flush=True)
+        else f"in Redis at {redacted(settings.redis_url or '')}"
+    scheme = "https" if certificates else "http"
+    print(f"memp-broker: listening on {scheme}://{settings.host}:{settings.port}; "
+          f"data lives {where}", flush=True)
     # Access lines are logged at info; above it uvicorn would still format each one's fields.
     access_log = log_level.lower() in ("trace", "debug", "info")
+    # Every worker process builds its own listening context from the files (`broker.tls`).
     if workers > 1:
+        _hand_down(settings)
         uvicorn.run("broker.asgi:build", factory=True, host=settings.host, port=settings.port,
                     workers=workers, access_log=access_log,
                     log_level=log_level, proxy_headers=False,
-                    timeout_graceful_shutdown=10)
+                    timeout_graceful_shutdown=10, ssl_context_factory=certificates)
     else:
         app = create_app(settings)
         tune_for_server()
         uvicorn.run(app, host=settings.host, port=settings.port,
                     access_log=access_log, log_level=log_level, proxy_headers=False,
-                    timeout_graceful_shutdown=10)
+                    timeout_graceful_shutdown=10, ssl_context_factory=certificates)
     return 0
 
 
-def _redacted(url: str) -> str:
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.split('@', 1)[1]}"
+def _hand_down(settings: Settings) -> None:
+    """Worker processes read their settings from the environment (`broker.asgi`), so what the
+    flags said must reach them there."""
+    for name in ("host", "port", "redis_url", "tls_cert", "tls_key"):
+        value = getattr(settings, name)
+        if value is not None:
+            os.environ[f"MEMP_{name.upper()}"] = str(value)
 
 
 async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
@@ -115,6 +139,7 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
                            changelog_maxlen=settings.changelog_maxlen, idempotency_window_ms=1)
     store = storage.accounts
     try:
+        await storage.upgrade()
         if args.keys_command == "create":
             permissions = [p.strip() for p in args.permissions.split(",") if p.strip()]
             try:

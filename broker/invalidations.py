@@ -1,7 +1,8 @@
 """One listener per process for what the other processes announce: a namespace's
 configuration or schemas changed, or credentials were revoked. Each announcement drops what
-this process cached and checks its open streams again; so does every (re)subscription, since
-announcements made while the listener was away are lost."""
+this process cached and checks its open streams again. A listener that restarts goes on from
+the last announcement it read; when what it missed is no longer kept (or it just started),
+everything cached is dropped and every stream checked."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ class InvalidationListener:
     """Applies other processes' announcements to this process's caches and streams."""
 
     def __init__(self, namespaces: NamespaceRegistry, auth: Authenticator,
-                 guard: StreamGuard) -> None:
+                 guard: StreamGuard, block_ms: int) -> None:
         self.namespaces = namespaces
         self.auth = auth
         self.guard = guard
+        self.block_ms = block_ms
+        self.position: str | None = None  # the last announcement read
 
     def apply(self, kind: str, subject: str) -> None:
         if kind == "namespace":
@@ -32,6 +35,7 @@ class InvalidationListener:
 
     async def listen(self, storage: Storage) -> None:
         """Follow the announcements until cancelled. A failure ends the run; the supervisor
-        starts it again, and the new subscription checks everything."""
-        async for kind, subject in storage.bulletins():
+        starts it again, from the last announcement read."""
+        async for kind, subject, position in storage.bulletins(self.position, self.block_ms):
             self.apply(kind, subject)
+            self.position = position

@@ -11,7 +11,7 @@ from broker import PROTOCOL_VERSION
 from broker.agents import AgentService
 from broker.auth import Principal
 from broker.clock import Clock
-from broker.errors import MempError, unavailable
+from broker.errors import MempError, store_down
 from broker.memory import MemoryService, PutOptions, entry_warnings
 from broker.models import (
     AgentGetMessage,
@@ -56,8 +56,8 @@ class MessageHandler:
             return 200, await self.handle(principal, message)
         except MempError as error:
             return error.status, self.error_reply(error, message_id)
-        except STORE_DOWN:
-            down = unavailable()
+        except STORE_DOWN as exc:
+            down = store_down(exc)
             return down.status, self.error_reply(down, message_id)
 
     async def handle(self, principal: Principal, message: AnyMessage) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.grammar import NAMESPACE_RE
+from broker.storage import urls
 
 
 class SettingsError(ValueError):
@@ -31,6 +32,10 @@ class Settings:
     port: int = 8080
     # Secrets (a Redis URL may hold a password) are kept out of repr, and so out of logs.
     redis_url: str | None = field(default=None, repr=False)
+    write_replicas: int = 0
+    write_replicas_timeout_ms: int = 1000
+    tls_cert: str | None = None
+    tls_key: str | None = None
     admin_key: str | None = field(default=None, repr=False)
     jwt_secret: str | None = field(default=None, repr=False)
     jwt_public_key: str | None = None
@@ -90,10 +95,17 @@ class Settings:
         """Raise SettingsError with a one-line reason when a value cannot work."""
         if not 0 < self.port < 65536:
             raise SettingsError(f"port must be between 1 and 65535, not {self.port}")
-        if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise SettingsError(
-                f"MEMP_REDIS_URL must start with redis://, rediss:// or unix://: {self.redis_url!r}"
-            )
+        if self.redis_url:
+            try:
+                urls.parse(self.redis_url)
+            except urls.UrlError as exc:
+                raise SettingsError(str(exc)) from None
+        if self.write_replicas < 0 or self.write_replicas_timeout_ms <= 0:
+            raise SettingsError("write_replicas must be >= 0 and write_replicas_timeout_ms "
+                                "positive")
+        if self.write_replicas and not self.redis_url:
+            raise SettingsError("MEMP_WRITE_REPLICAS needs MEMP_REDIS_URL: the embedded store "
+                                "has no replicas")
         positive = (
             "max_value_bytes", "max_request_bytes", "max_registration_bytes",
             "max_key_creation_bytes", "max_config_bytes", "max_amp_body_bytes", "max_key_bytes",
@@ -123,6 +135,9 @@ class Settings:
             raise SettingsError("default_query_limit cannot exceed max_query_limit")
         if self.max_request_bytes < self.max_value_bytes:
             raise SettingsError("max_request_bytes must be at least max_value_bytes")
+        if self.tls_key and not self.tls_cert:
+            raise SettingsError("MEMP_TLS_KEY is set without MEMP_TLS_CERT, the certificate "
+                                "it belongs to")
         if self.admin_key is not None and len(self.admin_key) < 16:
             raise SettingsError("MEMP_ADMIN_KEY must be at least 16 characters")
         if self.jwt_secret is not None and len(self.jwt_secret) < 32:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -240,6 +241,100 @@ def read_changelog(client: Any, namespace: str) -> list[dict[str, str]]:
 
     records = client.xrange(layout.changelog(namespace), "-", "+")
     return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in records]
+
+
+# ---- HTTPS ----
+
+
+class CertificateAuthority:
+    """A CA of the test's own (trustme) and the certificate files a broker serves; `issue()`
+    writes a new certificate for 127.0.0.1 over them, as a renewal does."""
+
+    def __init__(self, directory: Path) -> None:
+        import trustme
+
+        from broker.tls import CertificateFiles
+
+        self.ca = trustme.CA()
+        self.ca_file = directory / "ca.pem"
+        self.ca.cert_pem.write_to_path(str(self.ca_file))
+        self.files = CertificateFiles(str(directory / "cert.pem"), str(directory / "key.pem"))
+        self.serial = self.issue()
+
+    def issue(self) -> int:
+        """Write a new certificate, then its key (each file replaced at once, as certbot and
+        Kubernetes do); returns the certificate's serial number."""
+        from cryptography import x509
+
+        leaf = self.ca.issue_cert("127.0.0.1", "localhost")
+        chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
+        for path, content in ((self.files.cert, chain),
+                              (self.files.key or "", leaf.private_key_pem.bytes())):
+            Path(f"{path}.new").write_bytes(content)
+            os.replace(f"{path}.new", path)
+        self.serial = x509.load_pem_x509_certificate(chain).serial_number
+        return self.serial
+
+    def client_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.ca_file)
+
+
+@pytest.fixture
+def certificate_authority(tmp_path: Path) -> CertificateAuthority:
+    return CertificateAuthority(tmp_path)
+
+
+@dataclass
+class HTTPSBroker:
+    """A broker serving HTTPS from certificate files, by uvicorn in a thread."""
+
+    url: str
+    port: int
+    authority: CertificateAuthority
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    def client(self, token: str | None = ADMIN_KEY, **kwargs: Any) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=15,
+                            verify=self.authority.client_context(), **kwargs)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+@pytest.fixture
+def https_broker(certificate_authority: CertificateAuthority) -> Iterator[HTTPSBroker]:
+    """A broker on the embedded store serving HTTPS with `certificate_authority`'s files."""
+    port = free_port()
+    app = create_app(Settings.from_env(environ={}, port=port, admin_key=ADMIN_KEY))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", ws="none",
+                            lifespan="on", timeout_graceful_shutdown=2,
+                            ssl_context_factory=certificate_authority.files)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("broker did not start")
+        time.sleep(0.01)
+    handle = HTTPSBroker(f"https://127.0.0.1:{port}", port, certificate_authority, server,
+                         thread)
+    yield handle
+    handle.stop()
+
+
+def served_serial(port: int, context: ssl.SSLContext) -> int:
+    """The serial number of the certificate a new TLS connection to the port is given."""
+    from cryptography import x509
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
 
 
 # Redis topologies, started once per session behind an ACL user (so every URL carries

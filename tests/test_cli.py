@@ -52,9 +52,9 @@ def assert_one_line_failure(result: subprocess.CompletedProcess[str], code: int,
 def test_serve_help_names_its_options() -> None:
     result = run_cli("serve", "--help")
     assert result.returncode == 0
-    for option in ("--host", "--port", "--redis-url", "--workers"):
+    for option in ("--host", "--port", "--redis-url", "--workers", "--tls-cert", "--tls-key"):
         assert option in result.stdout
-    assert "MEMP_REDIS_URL" in result.stdout
+    assert "MEMP_REDIS_URL" in result.stdout and "MEMP_TLS_CERT" in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -75,12 +75,12 @@ def test_uncompilable_pattern_is_an_error_not_a_crash() -> None:
 
 
 def test_uniqueness_of_many_objects_is_linear() -> None:
+    # 50,000 objects: a pairwise check (1.25 billion comparisons) would run into the test's
+    # timeout; the hash-based one takes well under a second.
     validator = SAFE_VALIDATORS[DRAFT2020]({"uniqueItems": True})
     items = [{"n": i, "tags": [i, str(i)]} for i in range(50_000)]
-    started = time.monotonic()
     assert validator.is_valid(items)
     assert not validator.is_valid([*items, {"tags": [7, "7"], "n": 7.0}])
-    assert time.monotonic() - started < 2.0
 
 
 def test_validation_stops_at_the_deadline() -> None:

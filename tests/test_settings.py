@@ -117,8 +117,9 @@ def test_overrides_are_validated_too() -> None:
                      "MEMP_SWEEP_INTERVAL_SECONDS must be a finite number", id="float-nan"),
         pytest.param({"MEMP_REDIS_TIMEOUT_SECONDS": "inf"},
                      "MEMP_REDIS_TIMEOUT_SECONDS must be a finite number", id="float-inf"),
-        pytest.param({"MEMP_REDIS_URL": "http://x"}, "MEMP_REDIS_URL must start with redis://",
-                     id="redis-url-scheme"),
+        pytest.param({"MEMP_REDIS_URL": "http://x"},
+                     r"MEMP_REDIS_URL must start with one of redis://, rediss://, unix://, "
+                     r"redis\+sentinel://", id="redis-url-scheme"),
         pytest.param({"MEMP_MAX_VALUE_BYTES": "-1"}, "max_value_bytes must be positive, not -1",
                      id="negative-value-limit"),
         pytest.param({"MEMP_MAX_BATCH": "0"}, "max_batch must be positive", id="zero-batch"),
@@ -191,6 +192,13 @@ def test_redis_url_schemes_accepted(url: str) -> None:
     assert Settings.from_env({"MEMP_REDIS_URL": url}).redis_url == url
 
 
+def test_tls_key_needs_its_certificate() -> None:
+    with pytest.raises(SettingsError, match="MEMP_TLS_KEY is set without MEMP_TLS_CERT"):
+        Settings.from_env({"MEMP_TLS_KEY": "/etc/memp/key.pem"})
+    # Files are read by `serve` (broker/tls.py), not here.
+    assert Settings.from_env({"MEMP_TLS_CERT": "/nonexistent.pem"}).tls_cert == "/nonexistent.pem"
+
+
 # ---- parsing by declared type ----
 
 PEM = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
@@ -200,6 +208,7 @@ TEXT_SAMPLES = {
     "host": "0.0.0.0", "redis_url": "redis://127.0.0.1:6390/3", "admin_key": "k" * 20,
     "jwt_secret": "s" * 40, "jwt_public_key": PEM, "jwt_audience": "memp", "jwt_issuer": "idp",
     "key_env": "test", "amp_namespace": "cells", "cors_origins": "https://example.com",
+    "tls_cert": "/etc/memp/cert.pem", "tls_key": "/etc/memp/key.pem",
 }
 
 
@@ -210,7 +219,8 @@ def sample(field: dataclasses.Field[Any], kind: object) -> tuple[str, Any]:
         return ("yes", True) if default is False else ("no", False)
     if kind is int:
         assert isinstance(default, int)
-        return str(default - 1), default - 1
+        number = default + 1 if field.name == "write_replicas" else default - 1  # >= 0
+        return str(number), number
     if kind is float:
         assert isinstance(default, float)
         return str(default / 2), default / 2

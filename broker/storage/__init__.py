@@ -26,21 +26,23 @@ class Storage:
     def __init__(self, backend: Backend, *, history_limit: int, changelog_maxlen: int,
                  idempotency_window_ms: int) -> None:
         self.backend = backend
-        client = backend.redis
-        self.entries = EntryStore(client, history_limit=history_limit,
+        self.entries = EntryStore(backend, history_limit=history_limit,
                                   changelog_maxlen=changelog_maxlen,
                                   idempotency_window_ms=idempotency_window_ms)
-        self.accounts = AccountStore(client, self.entries, idempotency_window_ms)
-        self.config = ConfigStore(client)
+        self.accounts = AccountStore(backend, self.entries, idempotency_window_ms)
+        self.config = ConfigStore(backend.redis)
         self._waiting = backend.new_client()
         self.changes = ChangeLogStore(self._waiting)
 
     @classmethod
     def open(cls, url: str | None, *, timeout: float, history_limit: int,
-             changelog_maxlen: int, idempotency_window_ms: int) -> Storage:
-        """Storage on Redis at `url`, or on a fresh embedded in-process server when None."""
-        return cls(Backend.open(url, timeout), history_limit=history_limit,
-                   changelog_maxlen=changelog_maxlen,
+             changelog_maxlen: int, idempotency_window_ms: int, write_replicas: int = 0,
+             write_replicas_timeout_ms: int = 1000) -> Storage:
+        """Storage on Redis at `url` (one server, Sentinel or Cluster), or on a fresh
+        embedded in-process server when None."""
+        backend = Backend.open(url, timeout, replicas=write_replicas,
+                               wait_ms=write_replicas_timeout_ms)
+        return cls(backend, history_limit=history_limit, changelog_maxlen=changelog_maxlen,
                    idempotency_window_ms=idempotency_window_ms)
 
     @property
@@ -49,11 +51,17 @@ class Storage:
 
     def cells(self, namespace: str) -> CellIndexStore:
         """The AMP records and indexes of `namespace`."""
-        return CellIndexStore(self.backend.redis, self.entries, namespace)
+        return CellIndexStore(self.backend, self.entries, namespace)
 
-    def bulletins(self) -> AsyncIterator[bulletins.Bulletin]:
-        """What other processes announce (see bulletins.listen)."""
-        return bulletins.listen(self._waiting)
+    def bulletins(self, position: str | None, block_ms: int
+                  ) -> AsyncIterator[bulletins.Bulletin]:
+        """What other processes announce after `position` (see bulletins.listen)."""
+        return bulletins.listen(self._waiting, position, block_ms)
+
+    async def upgrade(self) -> None:
+        """Bring data written by earlier releases to today's layout (safe to run from several
+        processes at once)."""
+        await self.accounts.upgrade()
 
     async def ping(self) -> bool:
         return await self.backend.ping()

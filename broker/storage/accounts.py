@@ -10,7 +10,7 @@ import msgspec
 
 from broker.models import Agent, ApiKeyRecord
 from broker.storage import bulletins, layout, scripts
-from broker.storage.client import Redis, text
+from broker.storage.client import Backend, text
 from broker.storage.entries import EntryStore
 from broker.storage.records import CorruptRecord, RawHash
 from broker.storage.scripts import Fields
@@ -18,18 +18,34 @@ from broker.storage.scripts import Fields
 AGENT_KEYS = Fields("agent_keys", ("agent", "index"))
 AGENT = Fields("agent", ("id", "name", "framework", "namespace", "created_at"))
 SEEN = Fields("seen", ("when",))
+UPGRADE_KEYS = Fields("upgrade_keys", ("old_ids", "new_ids"))
+UPGRADE = Fields("upgrade", ("old_prefix", "new_prefix"))
 _key_record = msgspec.json.Decoder(ApiKeyRecord)
 
 
 class AccountStore:
     """Agents, API keys and idempotency replies."""
 
-    def __init__(self, client: Redis, entries: EntryStore, idempotency_window_ms: int) -> None:
-        self.redis = client
+    def __init__(self, backend: Backend, entries: EntryStore, idempotency_window_ms: int
+                 ) -> None:
+        self.backend = backend
+        self.redis = client = backend.redis
         self.entries = entries
         self.idempotency_window_ms = max(idempotency_window_ms, 1)
         self._save_agent = scripts.register(client, ["agent_save.lua"], [AGENT_KEYS, AGENT])
         self._seen = scripts.register(client, ["agent_seen.lua"], [SEEN])
+        self._upgrade = scripts.register(client, ["api_keys_upgrade.lua"],
+                                         [UPGRADE_KEYS, UPGRADE])
+
+    async def upgrade(self) -> int:
+        """Move API keys a release before Cluster support stored to today's layout; returns how
+        many it moved (0 once done, and always on a Cluster, which never had the old one)."""
+        if self.backend.cluster or not await self.redis.exists(layout.legacy_api_key_ids()):
+            return 0
+        return int(await self._upgrade(
+            UPGRADE_KEYS.pack(old_ids=layout.legacy_api_key_ids(), new_ids=layout.api_key_ids()),
+            UPGRADE.pack(old_prefix=layout.legacy_api_key_prefix(),
+                         new_prefix=layout.api_key(""))))
 
     # ---- replies kept under a message id (operations that are not one script) ----
 
@@ -61,11 +77,12 @@ class AccountStore:
         """Store a new agent; returns it as stored (see agent_save.lua: its `created_at` may be
         a few ms later, so that registration order is total)."""
         await self.entries.note_namespace(agent.namespace)
-        created = await self._save_agent(
+        created = await self.backend.call(
+            self._save_agent,
             AGENT_KEYS.pack(agent=layout.agent(agent.namespace, agent.id),
                             index=layout.agents(agent.namespace)),
             AGENT.pack(id=agent.id, name=agent.name, framework=agent.framework,
-                       namespace=agent.namespace, created_at=agent.created_at))
+                       namespace=agent.namespace, created_at=agent.created_at), durable=True)
         await self.redis.hset(layout.agent_homes(), agent.id, agent.namespace)
         return msgspec.structs.replace(agent, created_at=int(created), last_seen=int(created))
 
@@ -128,8 +145,8 @@ class AccountStore:
             keys, args = by_namespace.setdefault(namespace, ([], []))
             keys.append(layout.agent(namespace, agent_id))
             args += SEEN.pack(when=when)
-        await scripts.run(self.redis, [(self._seen, list(keys), list(args))
-                                       for keys, args in by_namespace.values()])
+        await self.backend.run([(self._seen, list(keys), list(args))
+                                for keys, args in by_namespace.values()])
 
     # ---- API keys ----
 
@@ -169,7 +186,7 @@ class AccountStore:
 
     async def announce_revocation(self, what: str) -> None:
         """Tell every broker process that credentials were revoked (`what` names them)."""
-        await bulletins.announce_revocation(self.redis, what)
+        await bulletins.announce(self.redis, "revoked", what)
 
 
 def _key(raw: bytes, digest: str) -> ApiKeyRecord:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.storage import layout, scripts
-from broker.storage.client import Redis, text
+from broker.storage.client import Backend, ScriptCall, text
 from broker.storage.entries import ENTRY_KEYS, NAMESPACE_KEYS, WRITE, WRITE_FILES, EntryStore
 from broker.storage.records import CorruptRecord, RawHash, WriteRequest, live_entry
 from broker.storage.scripts import Fields
@@ -106,8 +106,9 @@ def _loaded(cell_id: str, row: list[Any]) -> tuple[CellRecord, RawHash]:
 class CellIndexStore:
     """The AMP records and indexes of one namespace, and the cells' writes."""
 
-    def __init__(self, client: Redis, entries: EntryStore, namespace: str) -> None:
-        self.redis = client
+    def __init__(self, backend: Backend, entries: EntryStore, namespace: str) -> None:
+        self.backend = backend
+        self.redis = client = backend.redis
         self.entries = entries
         self.namespace = namespace
         ns = namespace
@@ -183,7 +184,7 @@ class CellIndexStore:
             return []
         await self.entries.note_namespace(self.namespace)
         ns = self.namespace
-        calls: list[scripts.ScriptCall] = []
+        calls: list[ScriptCall] = []
         for at in range(0, len(changes), COMMIT_CHUNK):
             keys: list[Any] = [*self._index_keys, *self._namespace_keys]
             args: list[Any] = list(self._prefixes)
@@ -195,7 +196,8 @@ class CellIndexStore:
                     args += self.entries.write_args(ns, update.key, request)
                 args += update.args()
             calls.append((self._commit, keys, args))
-        verdicts = iter([v for call in await scripts.run(self.redis, calls) for v in call])
+        verdicts = iter([v for call in await self.backend.run(calls, durable=True)
+                         for v in call])
         return [request is None or next(verdicts) == b"ok" for _, request in changes]
 
     async def due(self, transition: str, as_of: int, limit: int) -> list[str]:

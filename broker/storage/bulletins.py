@@ -1,36 +1,55 @@
-"""What one broker process announces to the others, over Redis pub/sub: a namespace whose
-configuration or schemas changed, and revoked credentials. Announcements are not stored: a
-process that was not listening misses them, so listeners treat every (re)subscription as
-"anything may have changed"."""
+"""What one broker process announces to the others: a namespace whose configuration or
+schemas changed, and revoked credentials. Announcements go to a capped Redis Stream, so a
+listener that reconnects reads what it missed; when it was away so long that they were
+trimmed (or it starts), it says "subscribed" and its caller treats everything as changed."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Literal
+from typing import Any, Literal, cast
 
 from broker.storage import layout
 from broker.storage.client import Redis, text
 
-Bulletin = tuple[Literal["subscribed", "namespace", "revoked"], str]
+Kind = Literal["subscribed", "namespace", "revoked"]
+Bulletin = tuple[Kind, str, str]  # kind, subject, position in the stream
+KEEP = 10_000  # announcements kept (approximately)
 
 
-async def announce_namespace(client: Redis, namespace: str) -> None:
-    await client.publish(layout.invalidations(), namespace)
+async def announce(client: Redis, kind: Literal["namespace", "revoked"], subject: str) -> None:
+    await client.xadd(layout.bulletins(), {"kind": kind, "subject": subject}, maxlen=KEEP,
+                      approximate=True)
 
 
-async def announce_revocation(client: Redis, what: str) -> None:
-    await client.publish(layout.revocations(), what)
+async def _continues(client: Redis, position: str) -> bool:
+    """Whether every announcement after `position` is still kept."""
+    oldest: Any = await client.xrange(layout.bulletins(), "-", "+", count=1)
+    if not oldest:
+        return True  # nothing kept, so nothing after `position` was trimmed either
+    # Kept from `oldest` on: continuous only if that reaches back to `position` (a trim, or
+    # Redis losing its data, may otherwise have dropped announcements in between).
+    return _order(text(oldest[0][0])) <= _order(position)
 
 
-async def listen(client: Redis) -> AsyncIterator[Bulletin]:
-    """("subscribed", "") once listening, then each announcement as ("namespace", name) or
-    ("revoked", what), until the connection fails (StoreError) or the caller stops."""
-    kinds: dict[str, Literal["namespace", "revoked"]] = {
-        layout.invalidations(): "namespace", layout.revocations(): "revoked"}
-    async with client.pubsub() as pubsub:
-        await pubsub.subscribe(*kinds)
-        yield "subscribed", ""
-        async for message in pubsub.listen():
-            kind = kinds.get(text(message.get("channel", b"")))
-            if message.get("type") == "message" and kind is not None:
-                yield kind, text(message["data"])
+def _order(position: str) -> tuple[int, int]:
+    ms, _, seq = position.partition("-")
+    return int(ms), int(seq or 0)
+
+
+async def listen(client: Redis, position: str | None, block_ms: int
+                 ) -> AsyncIterator[Bulletin]:
+    """Announcements after `position` (None: from now on). It first yields ("subscribed", "",
+    position) when what came before may have been missed: at the start, or when `position` is
+    older than what is kept. Ends when the connection fails (StoreError)."""
+    if position is None or not await _continues(client, position):
+        last: Any = await client.xrevrange(layout.bulletins(), "+", "-", count=1)
+        position = text(last[0][0]) if last else "0-0"
+        yield "subscribed", "", position
+    while True:
+        found: Any = await client.xread({layout.bulletins(): position}, count=100,
+                                        block=block_ms)
+        for raw_id, fields in (found[0][1] if found else []):
+            position = text(raw_id)
+            kind = cast(Kind, text(fields.get(b"kind", b"")))
+            if kind in ("namespace", "revoked"):
+                yield kind, text(fields.get(b"subject", b"")), position

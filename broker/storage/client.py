@@ -8,23 +8,57 @@ the library's own packer, so behaviour is unchanged."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import hiredis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool, Connection
+from redis.asyncio.sentinel import Sentinel
+from redis.commands.core import AsyncScript
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    InvalidResponse,
+    NoScriptError,
+    ReadOnlyError,
+    RedisError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from broker.storage.urls import RedisTarget, parse
+
+# The client type the stores use. A Cluster client is not a subclass but answers the same
+# commands the stores send (its pipelines refuse scripts: Backend.run sends those itself).
 Redis = aioredis.Redis
+ScriptCall = tuple[AsyncScript, list[Any], list[Any]]  # script, keys, args
 # Any failure of the store; services catch this, never a Redis library class.
 StoreError = RedisError
-# Failures that mean the store cannot be reached (or the URL names something that is not
-# Redis): answered 503 with Retry-After, never 500.
-STORE_DOWN: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError,
-                                           InvalidResponse)
+
+
+class NotReplicated(RedisError):
+    """A write the primary applied but fewer replicas than required confirmed in time: it may
+    or may not survive a failover."""
+
+    def __init__(self, confirmed: int, required: int, timeout_ms: int) -> None:
+        super().__init__(f"the write was applied, but {confirmed} of the {required} replicas "
+                         f"required confirmed it within {timeout_ms} ms: it may or may not "
+                         "survive a failover; retry it with the same message id")
+        self.details = {"applied": True, "replicas_confirmed": confirmed,
+                        "replicas_required": required}
+
+
+# Failures that mean the store cannot be reached, or cannot take writes right now (a
+# failover: a demoted primary, slots moving, a cluster without a quorum), or the URL names
+# something that is not Redis: answered 503 with Retry-After, never 500.
+STORE_DOWN: tuple[type[Exception], ...] = (
+    RedisConnectionError, RedisTimeoutError, InvalidResponse, ClusterError, TryAgainError,
+    ReadOnlyError, SlotNotCoveredError, AskError, NotReplicated)
 
 # Argument types the library encodes its own way (float repr, bool refused, buffers); checked by
 # exact type, which is all the broker passes.
@@ -78,37 +112,37 @@ class HiredisPackingConnection(Connection):
 
 
 class Backend:
-    """One Redis server (or the embedded one): the shared client, and more clients with
-    connections of their own for blocking reads and pub/sub."""
+    """The Redis deployment (one server, Sentinel, Cluster) or the embedded server: the shared
+    client, more clients with connections of their own for blocking reads, and script calls
+    that wait for replicas when writes must survive a failover (`MEMP_WRITE_REPLICAS`)."""
 
-    def __init__(self, connect: Callable[[], Redis], *, embedded: bool) -> None:
+    def __init__(self, connect: Callable[[], Redis], *, kind: str = "single",
+                 embedded: bool = False, replicas: int = 0, wait_ms: int = 1000) -> None:
         self._connect = connect
         self.redis = connect()
+        self.kind = kind
         self.embedded = embedded
+        self.replicas = replicas
+        self.wait_ms = wait_ms
+
+    @property
+    def cluster(self) -> bool:
+        return self.kind == "cluster"
 
     @classmethod
-    def open(cls, url: str | None, timeout: float) -> Backend:
-        """Redis at `url`, or a fresh embedded in-process server when it is None."""
-        connect: Callable[[], Redis]
-        if url:
-            plain_tcp = url.startswith("redis://")
-
-            def connect() -> Redis:
-                extra: dict[str, Any] = (
-                    {"connection_class": HiredisPackingConnection} if plain_tcp else {})
-                pool = FreshConnectionPool.from_url(
-                    url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                    max_connections=1024, timeout=timeout, health_check_interval=10, **extra,
-                )
-                return aioredis.Redis.from_pool(pool)
-        else:
+    def open(cls, url: str | None, timeout: float, *, replicas: int = 0,
+             wait_ms: int = 1000) -> Backend:
+        """Redis at `url` (see broker/storage/urls.py), or a fresh embedded in-process server
+        when it is None."""
+        if not url:
             import fakeredis
 
             server = fakeredis.FakeServer()
-
-            def connect() -> Redis:
-                return fakeredis.FakeAsyncRedis(server=server)
-        return cls(connect, embedded=not url)
+            return cls(lambda: fakeredis.FakeAsyncRedis(server=server), embedded=True)
+        target = parse(url)
+        connect = {"single": _single, "sentinel": _sentinel, "cluster": _cluster}[target.kind]
+        return cls(lambda: connect(target, timeout), kind=target.kind, replicas=replicas,
+                   wait_ms=wait_ms)
 
     def new_client(self) -> Redis:
         return self._connect()
@@ -118,6 +152,138 @@ class Backend:
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+    # ---- script calls ----
+
+    async def call(self, script: AsyncScript, keys: list[Any], args: list[Any], *,
+                   durable: bool = False) -> Any:
+        """One script call; `durable` writes wait for the required replicas."""
+        return (await self.run([(script, keys, args)], durable=durable))[0]
+
+    async def run(self, calls: Sequence[ScriptCall], *, durable: bool = False) -> list[Any]:
+        """Script calls, in one round trip where the deployment allows it (a Cluster refuses
+        scripts in pipelines: there they go concurrently, each to its slot's primary).
+        `durable` writes then wait until `replicas` replicas have them (WAIT, on the same
+        connection), or raise NotReplicated."""
+        wait = durable and self.replicas > 0
+        if self.cluster:
+            if not wait:
+                return list(await asyncio.gather(*(s(k, a) for s, k, a in calls)))
+            return list(await asyncio.gather(*(self._on_primary(c) for c in calls)))
+        if len(calls) == 1 and not wait:  # a call of its own costs less than a pipeline
+            script, keys, args = calls[0]
+            return [await script(keys, args)]
+        return await self._pipelined(calls, wait)
+
+    async def _pipelined(self, calls: Sequence[ScriptCall], wait: bool) -> list[Any]:
+        """Calls by digest in one pipeline (and a WAIT after them). Calls Redis refuses for an
+        unknown script (a restart or SCRIPT FLUSH emptied its cache) did not run; they are sent
+        again, in order, once their scripts are loaded."""
+        replies: list[Any] = [None] * len(calls)
+        pending = list(range(len(calls)))
+        for attempt in range(2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for i in pending:
+                    script, keys, args = calls[i]
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                if wait:
+                    pipe.execute_command("WAIT", self.replicas, self.wait_ms)
+                results = await pipe.execute(raise_on_error=False)
+            if wait:
+                self._confirmed(results.pop())
+            unknown = []
+            for i, result in zip(pending, results, strict=True):
+                if isinstance(result, NoScriptError) and attempt == 0:
+                    unknown.append(i)
+                elif isinstance(result, Exception):
+                    raise result
+                else:
+                    replies[i] = result
+            if not unknown:
+                break
+            for script in {calls[i][0].sha: calls[i][0] for i in unknown}.values():
+                await self.redis.script_load(script.script)
+            pending = unknown
+        return replies
+
+    async def _on_primary(self, call: ScriptCall) -> Any:
+        """A Cluster script call and its WAIT on one connection to its slot's primary (the
+        client's own routing would hand WAIT to another connection, where it means nothing).
+        A slot that moved (a failover) refreshes the topology and is a 503 to retry."""
+        script, keys, args = call
+        cluster = cast(RedisCluster, self.redis)
+        node = cluster.get_node_from_key(keys[0])
+        if node is None:
+            raise SlotNotCoveredError(f"no primary serves the slot of {keys[0]!r}")
+        connection = node.acquire_connection()
+        try:
+            reply = await _command(connection, "EVALSHA", script.sha, len(keys), *keys, *args)
+            if isinstance(reply, NoScriptError):
+                await _command(connection, "SCRIPT", "LOAD", script.script)
+                reply = await _command(connection, "EVALSHA", script.sha, len(keys), *keys,
+                                       *args)
+            if isinstance(reply, Exception):
+                raise reply
+            self._confirmed(await _command(connection, "WAIT", self.replicas, self.wait_ms))
+            return reply
+        except (AskError, RedisConnectionError, RedisTimeoutError):
+            await connection.disconnect()
+            await cluster.nodes_manager.initialize()
+            raise
+        finally:
+            node.release(connection)
+
+    def _confirmed(self, count: Any) -> None:
+        if isinstance(count, Exception):
+            raise count
+        if int(count) < self.replicas:
+            raise NotReplicated(int(count), self.replicas, self.wait_ms)
+
+
+async def _command(connection: Connection, *args: Any) -> Any:
+    """Send one command on a connection the caller holds; a Redis error reply is returned."""
+    await connection.send_packed_command(connection.pack_command(*args))
+    try:
+        return await connection.read_response()
+    except NoScriptError as exc:
+        return exc
+
+
+def _single(target: RedisTarget, timeout: float) -> Redis:
+    extra: dict[str, Any] = (
+        {"connection_class": HiredisPackingConnection} if target.url.startswith("redis://")
+        else {})
+    pool = FreshConnectionPool.from_url(
+        target.url, socket_timeout=timeout, socket_connect_timeout=timeout,
+        max_connections=1024, timeout=timeout, health_check_interval=10, **extra)
+    return aioredis.Redis.from_pool(pool)
+
+
+def _sentinel(target: RedisTarget, timeout: float) -> Redis:
+    """A client of the service's current primary, asked of the sentinels on every new
+    connection: after a failover, connections to the old primary fail once and reconnect to
+    the new one."""
+    options = target.connection_options()
+    sentinel_options: dict[str, Any] = {"socket_timeout": timeout,
+                                        "socket_connect_timeout": timeout}
+    if target.sentinel_password:
+        sentinel_options["password"] = target.sentinel_password
+    if target.ssl:
+        sentinel_options.update(ssl=True, **target.tls)
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(target.hosts), sentinel_kwargs=sentinel_options,
+        socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=10,
+        **options)
+    client: Redis = sentinel.master_for(target.service)
+    return client
+
+
+def _cluster(target: RedisTarget, timeout: float) -> Redis:
+    nodes = [ClusterNode(host, port) for host, port in target.hosts]
+    client = RedisCluster(startup_nodes=nodes, socket_timeout=timeout,
+                          socket_connect_timeout=timeout, health_check_interval=10,
+                          **target.connection_options())
+    return cast(Redis, client)
 
 
 def text(value: Any) -> str:

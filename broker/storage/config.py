@@ -43,7 +43,7 @@ class ConfigStore:
                     break
                 except WatchError:
                     continue
-        await bulletins.announce_namespace(self.redis, namespace)
+        await bulletins.announce(self.redis, "namespace", namespace)
         return stored
 
     async def schema_records(self, namespace: str) -> list[bytes]:
@@ -54,9 +54,9 @@ class ConfigStore:
 
     async def save_schema(self, namespace: str, schema_id: str, record: bytes) -> None:
         await self.redis.hset(layout.schemas(namespace), schema_id, record)
-        await bulletins.announce_namespace(self.redis, namespace)
+        await bulletins.announce(self.redis, "namespace", namespace)
 
     async def delete_schema(self, namespace: str, schema_id: str) -> bool:
         removed = await self.redis.hdel(layout.schemas(namespace), schema_id)
-        await bulletins.announce_namespace(self.redis, namespace)
+        await bulletins.announce(self.redis, "namespace", namespace)
         return bool(removed)

@@ -11,7 +11,7 @@ import msgspec
 from broker.grammar import Pattern
 from broker.models import Entry
 from broker.storage import layout, scripts
-from broker.storage.client import Redis, text
+from broker.storage.client import Backend, text
 from broker.storage.records import (
     RawHash,
     WriteOutcome,
@@ -28,7 +28,7 @@ WRITE = Fields("write", (
     "mode", "priority", "default_priority",  # the strategy: lww, priority or merge
     "if_version", "if_absent", "internal_cas",  # conditions ('' / '0' when none)
     "entry_id", "value", "ttl", "exp", "schema_errors", "conflicts",  # what a put stores
-    "history_limit", "log_maxlen", "idem_window_ms", "fingerprint",
+    "history_limit", "log_maxlen", "remember", "idem_window_ms", "fingerprint",
 ))
 NAMESPACE_KEYS = Fields("namespace_keys", ("index", "ttl", "log", "meta"))
 ENTRY_KEYS = Fields("entry_keys", ("entry", "history"))
@@ -47,9 +47,10 @@ def _opt(value: int | None) -> int | str:
 class EntryStore:
     """Entries of every namespace, on one backend."""
 
-    def __init__(self, client: Redis, *, history_limit: int, changelog_maxlen: int,
+    def __init__(self, backend: Backend, *, history_limit: int, changelog_maxlen: int,
                  idempotency_window_ms: int) -> None:
-        self.redis = client
+        self.backend = backend
+        self.redis = client = backend.redis
         self.history_limit = history_limit
         self.changelog_maxlen = changelog_maxlen
         self.idempotency_window_ms = max(idempotency_window_ms, 1)
@@ -97,7 +98,8 @@ class EntryStore:
             entry=layout.entry(namespace, key), history=layout.history(namespace, key),
             index=layout.index(namespace), ttl=layout.expiries(namespace),
             log=layout.changelog(namespace),
-            idem=layout.idempotency(namespace, agent_id, message_id) if message_id else "",
+            # Every key of a script shares the namespace's slot, the unused one too.
+            idem=layout.idempotency(namespace, agent_id, message_id or ""),
             meta=layout.meta(namespace))
 
     def write_args(self, namespace: str, key: str, req: WriteRequest) -> list[Any]:
@@ -115,18 +117,20 @@ class EntryStore:
             entry_id=req.entry_id, value=req.value, ttl=_opt(req.ttl_seconds),
             exp=_opt(expires_at), schema_errors=req.schema_errors, conflicts=req.conflicts,
             history_limit=self.history_limit if req.history_limit is None else req.history_limit,
-            log_maxlen=self.changelog_maxlen, idem_window_ms=self.idempotency_window_ms,
-            fingerprint=req.fingerprint)
+            log_maxlen=self.changelog_maxlen, remember="1" if req.message_id else "0",
+            idem_window_ms=self.idempotency_window_ms, fingerprint=req.fingerprint)
 
     async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
         await self.note_namespace(namespace)
-        raw = await self._put(self.write_keys(namespace, key, req.message_id, req.agent_id),
-                              self.write_args(namespace, key, req))
+        raw = await self.backend.call(
+            self._put, self.write_keys(namespace, key, req.message_id, req.agent_id),
+            self.write_args(namespace, key, req), durable=True)
         return WriteOutcome.decode(raw)
 
     async def delete(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
-        raw = await self._delete(self.write_keys(namespace, key, req.message_id, req.agent_id),
-                                 self.write_args(namespace, key, req))
+        raw = await self.backend.call(
+            self._delete, self.write_keys(namespace, key, req.message_id, req.agent_id),
+            self.write_args(namespace, key, req), durable=True)
         return WriteOutcome.decode(raw)
 
     async def expire_due(self, namespace: str, now: int, batch: int) -> int:

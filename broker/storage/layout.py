@@ -66,12 +66,24 @@ def namespaces() -> str:
 
 
 def api_key(digest: str) -> str:
-    """An API key's record, found by the SHA-256 of the key; the key itself is never stored."""
-    return f"{PREFIX}:apikey:{digest}"
+    """An API key's record, found by the SHA-256 of the key; the key itself is never stored.
+    Every API key key shares the `{api-keys}` hash tag, so a key and its id are written
+    together in one transaction, on one Cluster shard."""
+    return f"{PREFIX}:{{api-keys}}:key:{digest}"
 
 
 def api_key_ids() -> str:
     """Hash from API key id to its digest, for listing and revoking keys."""
+    return f"{PREFIX}:{{api-keys}}:ids"
+
+
+def legacy_api_key_prefix() -> str:
+    """Where releases before Cluster support kept API key records (moved at start)."""
+    return f"{PREFIX}:apikey:"
+
+
+def legacy_api_key_ids() -> str:
+    """Where releases before Cluster support kept the id-to-digest hash (moved at start)."""
     return f"{PREFIX}:apikeys"
 
 
@@ -90,15 +102,11 @@ def schemas(namespace: str) -> str:
     return f"{_ns(namespace)}:schemas"
 
 
-def invalidations() -> str:
-    """Pub/sub channel naming a namespace whose configuration or schemas changed."""
-    return f"{PREFIX}:invalidate"
-
-
-def revocations() -> str:
-    """Pub/sub channel naming revoked credentials (`key:<id>`, `agent:<id>`): every process
-    drops its cached look-ups and checks its open streams again."""
-    return f"{PREFIX}:revoked"
+def bulletins() -> str:
+    """Capped stream of what processes announce to each other: a namespace whose
+    configuration or schemas changed, revoked credentials. A stream (not pub/sub) so that a
+    listener that reconnects reads what it missed, and so it works the same on a Cluster."""
+    return f"{PREFIX}:bulletins"
 
 
 # ---- AMP bridge: indexes beside the cells' MEMP entries, in the AMP namespace's hash slot ----

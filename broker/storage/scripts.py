@@ -15,12 +15,9 @@ from importlib import resources
 from typing import Any
 
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
 
 from broker.storage.client import Redis
 from broker.storage.records import ENTRY_FIELDS, ENTRY_META
-
-ScriptCall = tuple[AsyncScript, list[Any], list[Any]]  # script, keys, args
 
 
 @dataclass(frozen=True)
@@ -89,35 +86,3 @@ def script_text(files: Sequence[str], fields: Sequence[Fields]) -> str:
 def register(client: Redis, files: Sequence[str], fields: Sequence[Fields]) -> AsyncScript:
     """The script made of `files`, with the readers of `fields`, registered on `client`."""
     return client.register_script(script_text(files, fields))
-
-
-async def run(client: Redis, calls: list[ScriptCall]) -> list[Any]:
-    """Script calls in one round trip, sent by digest (a pipeline of `Script` objects asks
-    Redis which scripts it knows first, a round trip of its own). Calls Redis refuses for an
-    unknown script (its script cache was emptied: a restart, SCRIPT FLUSH) did not run; they
-    are sent again, in order, once their scripts are loaded."""
-    if len(calls) == 1:  # a call of its own costs less than a pipeline, and reloads too
-        script, keys, args = calls[0]
-        return [await script(keys, args)]
-    replies: list[Any] = [None] * len(calls)
-    pending = list(range(len(calls)))
-    for attempt in range(2):
-        async with client.pipeline(transaction=False) as pipe:
-            for i in pending:
-                script, keys, args = calls[i]
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            results = await pipe.execute(raise_on_error=False)
-        unknown = []
-        for i, result in zip(pending, results, strict=True):
-            if isinstance(result, NoScriptError) and attempt == 0:
-                unknown.append(i)
-            elif isinstance(result, Exception):
-                raise result
-            else:
-                replies[i] = result
-        if not unknown:
-            break
-        for script in {calls[i][0].sha: calls[i][0] for i in unknown}.values():
-            await client.script_load(script.script)
-        pending = unknown
-    return replies

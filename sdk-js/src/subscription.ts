@@ -18,7 +18,7 @@ import {
   type MempEvent,
   type WireEntry,
 } from './models.js'
-import { link, parseJson, sleep, type Transport } from './transport.js'
+import { certificateError, link, parseJson, sleep, type Transport } from './transport.js'
 
 export interface SubscribeOptions {
   /** Start with the current matching entries (`snapshot` events), then `snapshot-end`. */
@@ -326,6 +326,9 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
       } catch (error) {
         if (stop.aborted) return
         if (error instanceof MempError) throw error
+        // A certificate that cannot be verified would be refused on every reconnect.
+        const refused = certificateError(error, config)
+        if (refused) throw refused
         // Network trouble (refused, reset, the broker went away, silence): reconnect.
       } finally {
         clearTimeout(timer)

@@ -7,6 +7,7 @@
  */
 
 import { ConnectionFailedError, errorFromReply } from './errors.js'
+import { fetchTrusting, unverified, type CertificateAuthorities } from './trust.js'
 
 export const DEFAULT_BASE_URL = 'http://127.0.0.1:8080'
 
@@ -24,6 +25,11 @@ export interface MempOptions {
   maxRetries?: number | undefined
   /** Milliseconds a subscription waits for any byte before it reconnects (default 60 000). */
   streamTimeout?: number | undefined
+  /**
+   * PEM certificates of the CAs to verify an `https://` broker against, instead of the default
+   * trust (Node.js only). Default: the PEM file named by `MEMP_CA_BUNDLE`, if set.
+   */
+  ca?: CertificateAuthorities | undefined
   /** A `fetch` to use instead of the global one (a proxy agent, instrumentation...). */
   fetch?: typeof fetch | undefined
 }
@@ -38,6 +44,8 @@ export interface Config {
   backoff: number
   maxBackoff: number
   fetch: typeof fetch
+  /** Where the CAs trusted come from, when not from the platform (for error messages). */
+  trust: string | null
 }
 
 /** Options every call takes. */
@@ -56,9 +64,22 @@ function env(name: string): string | undefined {
   return value === '' ? undefined : value
 }
 
-/** Options win over MEMP_API_KEY, MEMP_NAMESPACE and MEMP_BASE_URL. */
+/** Options win over MEMP_API_KEY, MEMP_NAMESPACE, MEMP_BASE_URL and MEMP_CA_BUNDLE. */
 export function resolveConfig(options: MempOptions): Config {
   const baseUrl = options.baseUrl || env('MEMP_BASE_URL') || DEFAULT_BASE_URL
+  if (options.fetch && options.ca !== undefined) {
+    throw new TypeError('pass either `fetch` or `ca`: `ca` sets up the fetch the SDK makes')
+  }
+  const bundle = options.fetch || options.ca !== undefined ? undefined : env('MEMP_CA_BUNDLE')
+  let fetcher: typeof fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init))
+  let trust: string | null = null
+  if (options.ca !== undefined) {
+    fetcher = fetchTrusting(options.ca)
+    trust = 'the `ca` option'
+  } else if (bundle) {
+    fetcher = fetchTrusting(undefined, bundle)
+    trust = `the CA bundle ${bundle}`
+  }
   return {
     baseUrl: baseUrl.replace(/\/+$/, ''),
     apiKey: options.apiKey || env('MEMP_API_KEY') || null,
@@ -68,7 +89,8 @@ export function resolveConfig(options: MempOptions): Config {
     streamTimeout: options.streamTimeout ?? 60_000,
     backoff: 200,
     maxBackoff: 5_000,
-    fetch: options.fetch ?? ((input, init) => globalThis.fetch(input, init)),
+    fetch: fetcher,
+    trust,
   }
 }
 
@@ -165,6 +187,9 @@ export class Transport {
         text = await response.text()
       } catch (error) {
         call.signal?.throwIfAborted()
+        if (error instanceof ConnectionFailedError) throw error // an unreadable CA bundle
+        const refused = certificateError(error, this.config)
+        if (refused) throw refused // the same certificate would be refused again
         const resendable = call.idempotent || notSent(error)
         if (attempt >= this.config.maxRetries || !resendable) {
           throw new ConnectionFailedError(
@@ -206,6 +231,19 @@ export function parseJson(text: string): unknown {
 function notSent(error: unknown): boolean {
   const cause = (error as { cause?: { code?: unknown } } | null)?.cause
   return cause?.code === 'ECONNREFUSED'
+}
+
+/** The error for a certificate that could not be verified, or null for other failures. */
+export function certificateError(error: unknown, config: Config): ConnectionFailedError | null {
+  const refused = unverified(error)
+  if (!refused) return null
+  const trust = config.trust
+    ? `${config.trust} does not vouch for it`
+    : 'pass the `ca` option or set MEMP_CA_BUNDLE to the CA that signed it'
+  return new ConnectionFailedError(
+    `could not verify the certificate of the broker at ${config.baseUrl}: ${refused.message}; ${trust}`,
+    { code: 'connection_error', cause: error },
+  )
 }
 
 function describe(error: unknown): string {

@@ -148,6 +148,8 @@ export class Broker {
     this.url = `http://127.0.0.1:${port}`
     /** @type {ReturnType<typeof start> | null} */
     this.proc = null
+    /** What `ready()` asks with (one trusting the broker's CA, for HTTPS). */
+    this.fetch = globalThis.fetch
   }
 
   /**
@@ -179,7 +181,7 @@ export class Broker {
         throw new Error(`the broker exited with ${proc.child.exitCode}: ${proc.stderr()}`)
       }
       try {
-        const response = await fetch(`${this.url}/readyz`)
+        const response = await this.fetch(`${this.url}/readyz`)
         await response.arrayBuffer()
         if (response.ok) return
       } catch {

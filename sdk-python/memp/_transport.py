@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import ssl
 import time
 from dataclasses import dataclass
 from typing import TypeVar
@@ -43,18 +44,33 @@ class Config:
     backoff: float = 0.2
     max_backoff: float = 5.0
     stream_timeout: float = 60.0
+    ca_bundle: str | None = None
 
     @classmethod
     def resolve(cls, api_key: str | None, namespace: str | None, base_url: str | None, *,
-                timeout: float, max_retries: int, stream_timeout: float) -> Config:
-        """Arguments win over MEMP_API_KEY, MEMP_NAMESPACE and MEMP_BASE_URL."""
+                timeout: float, max_retries: int, stream_timeout: float,
+                ca_bundle: str | os.PathLike[str] | None = None) -> Config:
+        """Arguments win over MEMP_API_KEY, MEMP_NAMESPACE, MEMP_BASE_URL and MEMP_CA_BUNDLE."""
+        bundle = ca_bundle or os.environ.get("MEMP_CA_BUNDLE") or None
         return cls(
             base_url=(base_url or os.environ.get("MEMP_BASE_URL") or DEFAULT_BASE_URL
                       ).rstrip("/"),
             api_key=api_key or os.environ.get("MEMP_API_KEY") or None,
             namespace=namespace or os.environ.get("MEMP_NAMESPACE") or None,
             timeout=timeout, max_retries=max_retries, stream_timeout=stream_timeout,
+            ca_bundle=os.fspath(bundle) if bundle is not None else None,
         )
+
+    def verify(self) -> ssl.SSLContext | bool:
+        """How the SDK's own HTTP client checks certificates: httpx's default trust (certifi,
+        or SSL_CERT_FILE), or only the CAs in `ca_bundle`."""
+        if self.ca_bundle is None:
+            return True
+        try:
+            return ssl.create_default_context(cafile=self.ca_bundle)
+        except (OSError, ssl.SSLError) as exc:
+            reason = exc.reason if isinstance(exc, ssl.SSLError) else exc.strerror
+            raise ValueError(f"CA bundle {self.ca_bundle}: {reason or exc}") from None
 
     def require_namespace(self, namespace: str | None = None) -> str:
         chosen = namespace or self.namespace
@@ -85,14 +101,42 @@ class Config:
 
 
 def _resendable(call: Call[T], exc: httpx.TransportError) -> bool:
+    if untrusted(exc) is not None:
+        return False  # the same certificate would be refused again
     return isinstance(exc, _NOT_SENT) or (call.idempotent and isinstance(exc, _MAYBE_SENT))
+
+
+def untrusted(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate check that failed under a connection error (httpx wraps httpcore's
+    error, which wraps ssl's), if one did."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def check_trust(ca_bundle: object, http_client: object) -> None:
+    """`ca_bundle` sets up the HTTP client the SDK makes; a caller's own client has `verify=`."""
+    if ca_bundle is not None and http_client is not None:
+        raise ValueError("ca_bundle applies to the HTTP client the SDK makes; give your own "
+                         "http_client verify=ssl.create_default_context(cafile=...) instead")
 
 
 def _try_again(call: Call[T], response: httpx.Response) -> bool:
     return response.status_code == 429 or (response.status_code == 503 and call.idempotent)
 
 
-def _failed(exc: httpx.TransportError, config: Config) -> MempError:
+def failed(exc: httpx.TransportError, config: Config) -> MempError:
+    """The error to raise for a connection that failed for good."""
+    refused = untrusted(exc)
+    if refused is not None:
+        trust = (f"the CA bundle {config.ca_bundle} does not vouch for it" if config.ca_bundle
+                 else "pass ca_bundle= or set MEMP_CA_BUNDLE to the CA that signed it")
+        return ConnectionFailed(
+            f"could not verify the certificate of the broker at {config.base_url}: "
+            f"{refused.verify_message or refused.reason}; {trust}", code="connection_error")
     reason = str(exc) or type(exc).__name__
     return ConnectionFailed(f"could not reach the broker at {config.base_url}: {reason}",
                             code="connection_error")
@@ -101,7 +145,7 @@ def _failed(exc: httpx.TransportError, config: Config) -> MempError:
 class SyncTransport:
     def __init__(self, config: Config, http: httpx.Client | None = None) -> None:
         self.config = config
-        self.http = http or httpx.Client(timeout=config.timeout)
+        self.http = http or httpx.Client(timeout=config.timeout, verify=config.verify())
 
     def send(self, call: Call[T]) -> T:
         attempt = 0
@@ -112,7 +156,7 @@ class SyncTransport:
                     headers={**self.config.headers(), **call.headers})
             except httpx.TransportError as exc:
                 if attempt >= self.config.max_retries or not _resendable(call, exc):
-                    raise _failed(exc, self.config) from exc
+                    raise failed(exc, self.config) from exc
                 time.sleep(self.config.delay(attempt))
                 attempt += 1
                 continue
@@ -131,7 +175,7 @@ class SyncTransport:
 class AsyncTransport:
     def __init__(self, config: Config, http: httpx.AsyncClient | None = None) -> None:
         self.config = config
-        self.http = http or httpx.AsyncClient(timeout=config.timeout)
+        self.http = http or httpx.AsyncClient(timeout=config.timeout, verify=config.verify())
 
     async def send(self, call: Call[T]) -> T:
         attempt = 0
@@ -142,7 +186,7 @@ class AsyncTransport:
                     headers={**self.config.headers(), **call.headers})
             except httpx.TransportError as exc:
                 if attempt >= self.config.max_retries or not _resendable(call, exc):
-                    raise _failed(exc, self.config) from exc
+                    raise failed(exc, self.config) from exc
                 await asyncio.sleep(self.config.delay(attempt))
                 attempt += 1
                 continue

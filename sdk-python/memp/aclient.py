@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import AsyncIterator, Generator, Sequence
 from datetime import datetime
@@ -11,7 +12,7 @@ from typing import Any, Unpack
 import httpx
 
 from memp import _calls
-from memp._transport import AsyncTransport, Config
+from memp._transport import AsyncTransport, Config, check_trust
 from memp.errors import NotFound, PreconditionFailed
 from memp.models import (
     Agent,
@@ -209,10 +210,12 @@ class AsyncMEMP:
 
     def __init__(self, api_key: str | None = None, namespace: str | None = None,
                  base_url: str | None = None, *, timeout: float = 10.0, max_retries: int = 3,
-                 stream_timeout: float = 60.0,
+                 stream_timeout: float = 60.0, ca_bundle: str | os.PathLike[str] | None = None,
                  http_client: httpx.AsyncClient | None = None) -> None:
+        check_trust(ca_bundle, http_client)
         self.config = Config.resolve(api_key, namespace, base_url, timeout=timeout,
-                                     max_retries=max_retries, stream_timeout=stream_timeout)
+                                     max_retries=max_retries, stream_timeout=stream_timeout,
+                                     ca_bundle=ca_bundle)
         self._transport = AsyncTransport(self.config, http_client)
         self.memory = AsyncMemory(self._transport)
         self.namespaces = AsyncNamespaces(self._transport)

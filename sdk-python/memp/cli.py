@@ -236,6 +236,9 @@ def _connection_options(namespace: bool = True) -> argparse.ArgumentParser:
                            help="namespace to work in (MEMP_NAMESPACE)")
     group.add_argument("--timeout", type=float, default=argparse.SUPPRESS,
                        help="seconds to wait for each reply (default 10)")
+    group.add_argument("--ca-bundle", metavar="PEM", default=argparse.SUPPRESS,
+                       help="trust only the CAs in this file for an https:// broker "
+                            "(MEMP_CA_BUNDLE; default: the usual public CAs)")
     return common
 
 
@@ -364,7 +367,8 @@ def _client(args: argparse.Namespace) -> MEMP:
     return MEMP(api_key=getattr(args, "api_key", None),
                 namespace=getattr(args, "namespace", None),
                 base_url=getattr(args, "base_url", None),
-                timeout=getattr(args, "timeout", 10.0))
+                timeout=getattr(args, "timeout", 10.0),
+                ca_bundle=getattr(args, "ca_bundle", None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,7 @@ paged query results."""
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -12,7 +13,7 @@ from typing import Any, Unpack, overload
 import httpx
 
 from memp import _calls
-from memp._transport import Config, SyncTransport
+from memp._transport import Config, SyncTransport, check_trust
 from memp.errors import NotFound, PreconditionFailed
 from memp.models import (
     Agent,
@@ -247,14 +248,18 @@ class Keys:
 
 
 class MEMP:
-    """A MEMP broker client. Arguments win over MEMP_API_KEY, MEMP_NAMESPACE, MEMP_BASE_URL;
-    the base URL defaults to http://127.0.0.1:8080. One pooled HTTP client serves every call."""
+    """A MEMP broker client. Arguments win over MEMP_API_KEY, MEMP_NAMESPACE, MEMP_BASE_URL and
+    MEMP_CA_BUNDLE; the base URL defaults to http://127.0.0.1:8080. One pooled HTTP client
+    serves every call; it verifies certificates, against `ca_bundle` alone when one is given."""
 
     def __init__(self, api_key: str | None = None, namespace: str | None = None,
                  base_url: str | None = None, *, timeout: float = 10.0, max_retries: int = 3,
-                 stream_timeout: float = 60.0, http_client: httpx.Client | None = None) -> None:
+                 stream_timeout: float = 60.0, ca_bundle: str | os.PathLike[str] | None = None,
+                 http_client: httpx.Client | None = None) -> None:
+        check_trust(ca_bundle, http_client)
         self.config = Config.resolve(api_key, namespace, base_url, timeout=timeout,
-                                     max_retries=max_retries, stream_timeout=stream_timeout)
+                                     max_retries=max_retries, stream_timeout=stream_timeout,
+                                     ca_bundle=ca_bundle)
         self._transport = SyncTransport(self.config, http_client)
         self.memory = Memory(self._transport)
         self.namespaces = Namespaces(self._transport)

@@ -3,7 +3,8 @@
 The broker's event ids are resume cursors: reconnecting with `Last-Event-ID` replays every
 change after it exactly once, so a stream that breaks (broker restart, network, `overflow`,
 `shutdown`) resumes without a gap or a duplicate. `reset` is passed on to the caller. After
-`revoked` the reconnect is refused (401 or 403), and that error ends the subscription."""
+`revoked` the reconnect is refused (401 or 403), and that error ends the subscription, as does
+a broker certificate that cannot be verified."""
 
 from __future__ import annotations
 
@@ -20,7 +21,14 @@ import httpx
 import msgspec
 from httpx_sse import ServerSentEvent, SSEError, aconnect_sse, connect_sse
 
-from memp._transport import RETRY_STATUSES, AsyncTransport, Config, SyncTransport
+from memp._transport import (
+    RETRY_STATUSES,
+    AsyncTransport,
+    Config,
+    SyncTransport,
+    failed,
+    untrusted,
+)
 from memp.errors import ConnectionFailed, error_from_response
 from memp.models import EndEventType, Entry, Event, EventType
 
@@ -212,7 +220,7 @@ class Subscription(Iterator[Event]):
             except (httpx.TransportError, httpx.StreamError, SSEError) as exc:
                 if self._closed.is_set():
                     return
-                _raise_not_sse(exc, config)
+                _raise_lasting(exc, config)
             finally:
                 self._response = None
             self.state.ended()
@@ -294,18 +302,21 @@ class AsyncSubscription(AsyncIterator[Event]):
             except (httpx.TransportError, httpx.StreamError, SSEError) as exc:
                 if self._closed:
                     return
-                _raise_not_sse(exc, config)
+                _raise_lasting(exc, config)
             if self._closed:
                 return
             self.state.ended()
             await asyncio.sleep(self.state.delay(config))
 
 
-def _raise_not_sse(exc: Exception, config: Config) -> None:
-    """Keep reconnecting through network trouble; a reply that is not SSE means a wrong URL."""
+def _raise_lasting(exc: Exception, config: Config) -> None:
+    """Keep reconnecting through network trouble; a reply that is not SSE means a wrong URL,
+    and a certificate that cannot be verified would be refused on every reconnect."""
     if isinstance(exc, SSEError):
         raise ConnectionFailed(f"{config.base_url} did not answer with an event stream: {exc}",
                                code="connection_error") from exc
+    if isinstance(exc, httpx.TransportError) and untrusted(exc) is not None:
+        raise failed(exc, config) from exc
 
 
 def targets(namespace: str, pattern: str | Sequence[str]) -> list[tuple[str, str]]:

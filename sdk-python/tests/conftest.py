@@ -31,6 +31,8 @@ redis_server = shared.redis_server
 redis_url = shared.redis_url
 broker_factory = shared.broker_factory
 ns = shared.ns
+certificate_authority = shared.certificate_authority
+https_broker = shared.https_broker
 
 WAIT = 15.0  # seconds any single expectation may take before the test fails
 

@@ -56,13 +56,14 @@ local function trim_excess(log_key, meta_key, maxlen)
   end
 end
 
--- A write's context: its keys (read_write_keys: entry, history, index, ttl, log, idem ('' when
--- the message has no id), meta), the entry's name, the limits, and the fingerprint of the
--- request behind the message id.
+-- A write's context: its keys (read_write_keys: entry, history, index, ttl, log, idem (its
+-- message id's reply; unused unless `remember` is '1'), meta), the entry's name, the limits,
+-- and the fingerprint of the request behind the message id.
 local function write_context(k, a)
   return {
     entry_key = k.entry, history_key = k.history, index_key = k.index, ttl_key = k.ttl,
-    log_key = k.log, idem_key = k.idem, meta_key = k.meta, key = a.key,
+    log_key = k.log, idem_key = a.remember == '1' and k.idem or '', meta_key = k.meta,
+    key = a.key,
     history_limit = tonumber(a.history_limit), log_maxlen = tonumber(a.log_maxlen),
     idem_window_ms = a.idem_window_ms, fingerprint = a.fingerprint or ''
   }
