@@ -4,6 +4,7 @@ through HAProxy while a broker is SIGKILLed (and, on sentinel and cluster, a Red
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from packaging.requirements import Requirement
 
 from broker.settings import Settings, SettingsError
 from broker.storage import layout
+from broker.storage.urls import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -88,13 +90,18 @@ def haproxy() -> str:
     return binary
 
 
-@pytest.mark.parametrize("resolver", [pytest.param(None, id="loopback"),
-                                      pytest.param("127.0.0.11:53", id="docker-dns")])
-def test_haproxy_configuration_is_valid(resolver: str | None) -> None:
+@pytest.mark.parametrize("variant", ["loopback", "docker-dns", "tls"])
+def test_haproxy_configuration_is_valid(variant: str, tmp_path: Path) -> None:
     env = {"PATH": os.environ["PATH"], "MEMP_LB_BIND": "127.0.0.1:1",
            "MEMP_BROKER_1": "127.0.0.1:2", "MEMP_BROKER_2": "127.0.0.1:3"}
-    if resolver:
-        env |= {"MEMP_LB_RESOLVER": resolver, "MEMP_BROKER_1": "broker-1:8080"}
+    if variant == "docker-dns":
+        env |= {"MEMP_LB_RESOLVER": "127.0.0.11:53", "MEMP_BROKER_1": "broker-1:8080"}
+    if variant == "tls":
+        import trustme
+
+        leaf = trustme.CA().issue_cert("127.0.0.1")
+        leaf.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "memp.pem"))
+        env |= {"MEMP_LB_TLS_CERT": str(tmp_path / "memp.pem"), "MEMP_LB_TLS_BIND": "127.0.0.1:4"}
     checked = subprocess.run([haproxy(), "-c", "-f", str(DEPLOY / "haproxy" / "haproxy.cfg")],
                              env=env, capture_output=True, text=True, timeout=30, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -266,23 +273,45 @@ def local_run(tmp_path: Path) -> Iterator[Path]:
         run_local("stop", "--run-dir", str(run_dir), timeout=60)
 
 
-def redis_primary_pid(state: dict[str, Any], namespace: str) -> int:
-    """The pid of the Redis primary holding the namespace's keys."""
-    url = state["redis_url"]
-    credentials, _, hosts = url.split("://", 1)[1].rpartition("@")
-    user, _, password = credentials.partition(":")
-    ports = {p["port"]: p["pid"] for p in state["processes"] if p["role"] == "redis"}
-    if state["profile"] == "sentinel":
-        sentinel_port = int(hosts.split(",")[0].split("/")[0].rsplit(":", 1)[1])
-        with redis.Redis(port=sentinel_port, username=user, password=password) as sentinel:
-            _, port = sentinel.sentinel_get_master_addr_by_name("memp")
-        return int(ports[int(port)])
-    with redis.Redis(port=next(iter(ports)), username=user, password=password) as node:
+def redis_primary(state: dict[str, Any], namespace: str, avoid: int = 0) -> dict[str, Any]:
+    """The Redis primary holding the namespace's keys, as state.json records it, as the
+    sentinels or a cluster node other than `avoid` see it."""
+    target = parse(state["redis_url"])
+    ports: dict[int, dict[str, Any]] = {
+        p["port"]: p for p in state["processes"] if p["role"] == "redis"}
+    if target.kind == "sentinel":
+        with redis.Redis(port=target.hosts[0][1], password=target.sentinel_password,
+                         socket_timeout=2) as sentinel:
+            _, port = sentinel.sentinel_get_master_addr_by_name(target.service)
+        return ports[int(port)]
+    with data_node(state, next(port for port in ports if port != avoid)) as node:
         slot = int(node.execute_command("CLUSTER", "KEYSLOT", layout.changelog(namespace)))
         for low, high, primary, *_ in node.execute_command("CLUSTER", "SLOTS"):
             if low <= slot <= high:
-                return int(ports[int(primary[1])])
+                return ports[int(primary[1])]
     raise AssertionError("no primary owns the namespace's slot")
+
+
+def data_node(state: dict[str, Any], port: int) -> redis.Redis:
+    target = parse(state["redis_url"])
+    return redis.Redis(port=port, username=target.username, password=target.password,
+                       socket_timeout=2)
+
+
+def role_of(state: dict[str, Any], port: int) -> str:
+    with data_node(state, port) as node:
+        return str(node.info("replication")["role"])
+
+
+def wait_until_promoted(state: dict[str, Any], namespace: str, killed: int) -> None:
+    """Wait until another node than `killed` is the namespace's primary."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(redis.RedisError, KeyError):
+            if redis_primary(state, namespace, avoid=killed)["port"] != killed:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"no replica took over from port {killed}")
 
 
 @pytest.mark.deploy
@@ -326,8 +355,24 @@ def test_local_keeps_every_acknowledged_write_and_stream_through_failures(
         os.kill(broker["pid"], signal.SIGKILL)
         writer.write(20)
         if profile != "single":
-            os.kill(redis_primary_pid(state, namespace), signal.SIGKILL)
+            primary = redis_primary(state, namespace)
+            os.kill(primary["pid"], signal.SIGKILL)
+            # As a supervisor would, bring it back (deploy/local waits for the failover and
+            # starts it as a replica): MEMP_WRITE_REPLICAS=1 acknowledges no write until the
+            # new primary has a replica again.
+            restarted: list[subprocess.CompletedProcess[str]] = []
+
+            def restart_after_failover() -> None:
+                wait_until_promoted(state, namespace, primary["port"])
+                restarted.append(run_local("restart", primary["name"], "--run-dir",
+                                           str(local_run), env=env))
+
+            restarter = threading.Thread(target=restart_after_failover)
+            restarter.start()
             writer.write(20)
+            restarter.join(timeout=60)
+            assert restarted and restarted[0].returncode == 0, restarted
+            assert role_of(state, primary["port"]) == "slave"  # a replica took over
         wait_for(followers, writer.acknowledged, 30)
     finally:
         for follower in followers:
@@ -340,12 +385,14 @@ def test_local_keeps_every_acknowledged_write_and_stream_through_failures(
                       headers={"Authorization": f"Bearer {admin_key}"}) as client:
         for index, key in enumerate(writer.acknowledged):
             entry = client.get(f"/v1/namespaces/{namespace}/memory/{key}").json()
+            assert "value" in entry, (key, entry)
             assert entry["value"] == {"i": index} and entry["version"] == 1, entry
     for follower in followers:
         assert follower.keys() == writer.acknowledged  # each once, in order, none missing
         assert not [e for e in follower.events if e["event"] in ("reset", "overflow")]
     assert sum(f.connections for f in followers) >= 3, "no stream was cut and resumed"
 
+    state = json.loads((local_run / "state.json").read_text())  # with restarted pids
     stopped = run_local("stop", "--run-dir", str(local_run))
     assert stopped.returncode == 0, stopped.stderr
     for process in state["processes"]:

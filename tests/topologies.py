@@ -156,7 +156,8 @@ class RedisCluster(LoopbackProcesses):
     over within a few seconds."""
 
     def __init__(self, workdir: Path | None = None, *, credentials: Credentials | None = None,
-                 primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 1000) -> None:
+                 primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 1000,
+                 appendonly: bool = False) -> None:
         super().__init__(workdir, credentials)
         self.primaries, self.replicas = primaries, replicas
         count = primaries * (1 + replicas)
@@ -166,7 +167,7 @@ class RedisCluster(LoopbackProcesses):
                 "cluster-enabled yes", "cluster-config-file nodes.conf",
                 f"cluster-port {bus}", f"cluster-node-timeout {node_timeout_ms}",
                 # Any replica may take over, however long ago it last heard from its primary.
-                "cluster-replica-validity-factor 0"])
+                "cluster-replica-validity-factor 0"], appendonly=appendonly)
             for port, bus in zip(ports[:count], ports[count:], strict=True)]
         self._killed: tuple[RedisProcess, ClusterNode, float] | None = None
 
@@ -290,18 +291,21 @@ QUICK_SENTINEL_TIMERS = ("info-period", "1000", "publish-period", "500")
 
 class RedisSentinel(LoopbackProcesses):
     """One primary, `replicas` replicas and `sentinels` sentinels (quorum `quorum`) watching
-    them as service `service_name`; with credentials, the sentinels require them too."""
+    them as service `service_name`. With credentials, the data nodes require the ACL user and
+    the sentinels (unless `protect_sentinels` is off) the same password for their `default`
+    user, which the URL passes as `?sentinel_password=` (broker/storage/urls.py)."""
 
     def __init__(self, workdir: Path | None = None, *, credentials: Credentials | None = None,
                  replicas: int = 1, sentinels: int = 3, quorum: int = 2,
                  down_after_ms: int = 1000, failover_timeout_ms: int = 10_000,
                  service_name: str = SERVICE_NAME, protect_sentinels: bool = True,
-                 quick_discovery: bool = False) -> None:
+                 quick_discovery: bool = False, appendonly: bool = False) -> None:
         super().__init__(workdir, credentials)
         self.quick_discovery = quick_discovery
         self.service_name = service_name
         ports = free_ports(1 + replicas + sentinels)
-        self.data = [self._data_node(f"redis-{port}", port, []) for port in ports[:1 + replicas]]
+        self.data = [self._data_node(f"redis-{port}", port, [], appendonly=appendonly)
+                     for port in ports[:1 + replicas]]
         for replica in self.data[1:]:
             replica.config_lines.append(f"replicaof {HOST} {ports[0]}")
         monitor = [f"sentinel monitor {service_name} {HOST} {ports[0]} {quorum}",
@@ -312,14 +316,16 @@ class RedisSentinel(LoopbackProcesses):
             monitor += [f"sentinel auth-user {service_name} {credentials.user}",
                         f"sentinel auth-pass {service_name} {credentials.password}"]
             if protect_sentinels:
-                monitor += [*credentials.acl_lines(),
-                            f"sentinel sentinel-user {credentials.user}",
+                monitor += [f"requirepass {credentials.password}",
                             f"sentinel sentinel-pass {credentials.password}"]
+        self.sentinel_credentials = (
+            Credentials("default", credentials.password)
+            if credentials is not None and protect_sentinels else None)
         self.sentinels = [
             RedisProcess(f"sentinel-{port}", port, self.workdir / f"sentinel-{port}",
                          [f"bind {HOST}", f"port {port}", f"dir {self.workdir}/sentinel-{port}",
                           *monitor], sentinel=True,
-                         credentials=credentials if protect_sentinels else None)
+                         credentials=self.sentinel_credentials)
             for port in ports[1 + replicas:]]
         self.processes = [*self.data, *self.sentinels]
         self.primary = self.data[0]
@@ -328,7 +334,9 @@ class RedisSentinel(LoopbackProcesses):
     @property
     def url(self) -> str:
         hosts = ",".join(f"{HOST}:{s.port}" for s in self.sentinels)
-        return f"redis+sentinel://{self._userinfo()}{hosts}/{self.service_name}"
+        query = (f"?sentinel_password={quote(self.sentinel_credentials.password)}"
+                 if self.sentinel_credentials is not None else "")
+        return f"redis+sentinel://{self._userinfo()}{hosts}/{self.service_name}{query}"
 
     def _settle(self) -> None:
         if self.quick_discovery:

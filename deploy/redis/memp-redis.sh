@@ -4,9 +4,12 @@
 # 600, never onto a command line.
 #
 #   memp-redis.sh server [redis-server options]   a data node (AOF on, the `default` user off)
-#   memp-redis.sh sentinel PRIMARY_HOST           a sentinel watching service `memp`
+#   memp-redis.sh sentinel PRIMARY_HOST           a sentinel watching service `memp`; it asks
+#                                                 the same password of its clients (the
+#                                                 broker's ?sentinel_password=)
 #   memp-redis.sh create-cluster HOST...          create the cluster once (3 primaries + replicas)
-#   memp-redis.sh check [PORT]                    healthcheck: PING as `memp`
+#   memp-redis.sh check                           healthcheck: PING as `memp`
+#   memp-redis.sh check-sentinel                  healthcheck of a sentinel
 set -eu
 password=$(cat /run/secrets/redis_password)
 umask 077
@@ -15,8 +18,10 @@ shift
 
 case "$command" in
 server)
+    # `default` is off (no one logs in as it) but keeps its permissions: Redis 7.0 checks them
+    # when it replays MULTI/EXEC from the AOF, and without them a restart drops every write.
     cat > /data/memp-auth.conf <<EOF
-user default off
+user default off ~* &* +@all
 user memp on >$password ~* &* +@all
 masteruser memp
 masterauth $password
@@ -38,9 +43,7 @@ sentinel failover-timeout memp 20000
 sentinel parallel-syncs memp 1
 sentinel auth-user memp memp
 sentinel auth-pass memp $password
-user default off
-user memp on >$password ~* &* +@all
-sentinel sentinel-user memp
+requirepass $password
 sentinel sentinel-pass $password
 EOF
     fi
@@ -63,7 +66,10 @@ create-cluster)
     until redis-cli --user memp -h "$1" cluster info | grep -q '^cluster_state:ok'; do sleep 1; done
     ;;
 check)
-    REDISCLI_AUTH="$password" redis-cli --user memp -p "${1:-6379}" ping | grep -q PONG
+    REDISCLI_AUTH="$password" redis-cli --user memp ping | grep -q PONG
+    ;;
+check-sentinel)
+    REDISCLI_AUTH="$password" redis-cli -p 26379 ping | grep -q PONG
     ;;
 *)
     echo "memp-redis.sh: unknown command $command" >&2
