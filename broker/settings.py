@@ -187,6 +187,11 @@ def _check_public_key(pem: str) -> None:
         raise SettingsError("MEMP_JWT_PUBLIC_KEY must be an RSA or EC public key")
 
 
+# Settings whose value is a path already: `MEMP_TLS_CERT_FILE` would read the certificate
+# itself as the path, so it is refused with the variable to use instead.
+_PATH_SETTINGS = frozenset({"MEMP_TLS_CERT", "MEMP_TLS_KEY"})
+
+
 def _variable(environ: Mapping[str, str], variable: str) -> str | None:
     """`variable`'s value, or the content of the file `<variable>_FILE` names, stripped (a
     mounted secret usually ends in a newline). Both set stops the start: which one was meant
@@ -194,6 +199,9 @@ def _variable(environ: Mapping[str, str], variable: str) -> str | None:
     path = environ.get(f"{variable}_FILE")
     if not path:
         return environ.get(variable)
+    if variable in _PATH_SETTINGS:
+        raise SettingsError(f"{variable} is a path already: set {variable}={path}, "
+                            f"not {variable}_FILE")
     if environ.get(variable):
         raise SettingsError(f"{variable} and {variable}_FILE are both set; set one of them")
     try:

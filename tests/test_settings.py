@@ -249,6 +249,8 @@ def test_every_field_is_settable_from_a_file(tmp_path: Path) -> None:
     environ: dict[str, str] = {}
     expected: dict[str, Any] = {}
     for field, kind in field_kinds():
+        if field.name in ("tls_cert", "tls_key"):
+            continue  # paths already: see the next test
         text, expected[field.name] = sample(field, kind)
         path = tmp_path / field.name
         path.write_text(f"{text}\n")  # a mounted secret usually ends in a newline
@@ -256,6 +258,14 @@ def test_every_field_is_settable_from_a_file(tmp_path: Path) -> None:
     settings = Settings.from_env(environ)
     for name, value in expected.items():
         assert getattr(settings, name) == (value.strip() if isinstance(value, str) else value)
+
+
+@pytest.mark.parametrize("variable", ["MEMP_TLS_CERT", "MEMP_TLS_KEY"])
+def test_settings_that_are_paths_have_no_file_variable(variable: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({f"{variable}_FILE": "/etc/memp/tls.pem"})
+    assert str(raised.value) == (f"{variable} is a path already: set "
+                                 f"{variable}=/etc/memp/tls.pem, not {variable}_FILE")
 
 
 def test_a_file_value_is_stripped_and_flags_still_win(tmp_path: Path) -> None:
