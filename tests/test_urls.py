@@ -19,7 +19,11 @@ def test_a_sentinel_url_names_sentinels_service_database_and_credentials() -> No
                    "?sentinel_password=sp")
     assert target == RedisTarget(
         "sentinel", target.url, (("10.0.0.1", 26379), ("10.0.0.2", 26380)), "cache", 3,
-        "memp", "s@cret", "sp", False, {})
+        "memp", "s@cret", "memp", "sp", False, {})
+    shared = parse("redis+sentinel://memp:pw@h:1/svc")
+    assert (shared.sentinel_username, shared.sentinel_password) == ("memp", "pw")
+    open_sentinels = parse("redis+sentinel://memp:pw@h:1/svc?sentinel_password=")
+    assert (open_sentinels.sentinel_username, open_sentinels.sentinel_password) == ("memp", None)
     assert target.connection_options() == {"username": "memp", "password": "s@cret", "db": 3}
 
 

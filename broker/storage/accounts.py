@@ -42,7 +42,8 @@ class AccountStore:
         many it moved (0 once done, and always on a Cluster, which never had the old one)."""
         if self.backend.cluster or not await self.redis.exists(layout.legacy_api_key_ids()):
             return 0
-        return int(await self._upgrade(
+        return int(await self.backend.call(
+            self._upgrade,
             UPGRADE_KEYS.pack(old_ids=layout.legacy_api_key_ids(), new_ids=layout.api_key_ids()),
             UPGRADE.pack(old_prefix=layout.legacy_api_key_prefix(),
                          new_prefix=layout.api_key(""))))

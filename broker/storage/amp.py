@@ -147,21 +147,22 @@ class CellIndexStore:
         ids = list(cell_ids)
         if not ids:
             return {}
-        rows = await self._load(
-            keys=[layout.amp_cell(self.namespace, i) for i in ids],
-            args=CELL_LOAD.pack(entry_prefix=layout.entry_prefix(self.namespace),
-                                fields=list(RECORD_FIELDS)))
+        rows = await self.backend.call(
+            self._load, [layout.amp_cell(self.namespace, i) for i in ids],
+            CELL_LOAD.pack(entry_prefix=layout.entry_prefix(self.namespace),
+                           fields=list(RECORD_FIELDS)))
         return {i: _loaded(i, row) for i, row in zip(ids, rows, strict=True) if row}
 
     async def read(self, cell_id: str, agent: str, now: int
                    ) -> tuple[CellRecord, RawHash, int] | None:
         """`load` of one cell that also counts the read when the cell's record lets `agent`
         read it; the count is the new access count, or -1 when the read was not counted."""
-        row = await self._read(
-            keys=CELL_READ_KEYS.pack(record=layout.amp_cell(self.namespace, cell_id),
-                                     recheck=layout.amp_recover(self.namespace)),
-            args=CELL_READ.pack(entry_prefix=layout.entry_prefix(self.namespace), id=cell_id,
-                                agent=agent, now=now, fields=list(RECORD_FIELDS)))
+        row = await self.backend.call(
+            self._read,
+            CELL_READ_KEYS.pack(record=layout.amp_cell(self.namespace, cell_id),
+                                recheck=layout.amp_recover(self.namespace)),
+            CELL_READ.pack(entry_prefix=layout.entry_prefix(self.namespace), id=cell_id,
+                           agent=agent, now=now, fields=list(RECORD_FIELDS)))
         if not row:
             return None
         return (*_loaded(cell_id, row), int(row[-1]))
@@ -172,7 +173,7 @@ class CellIndexStore:
                                     records=[layout.amp_cell(self.namespace, cell_id)
                                              for cell_id, _ in reads])
         args = [value for cell_id, now in reads for value in CELL_TOUCH.pack(id=cell_id, now=now)]
-        return [int(c) for c in await self._touch(keys=keys, args=args)]
+        return [int(c) for c in await self.backend.call(self._touch, keys, args)]
 
     async def commit(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]]
                      ) -> list[bool]:
@@ -221,23 +222,25 @@ class CellIndexStore:
         words = list(terms)
         if not words:
             return set()
-        found = await self._match(keys=self._terms_keys(words), args=CELL_TERMS.pack(
-            record_prefix=layout.amp_cell(self.namespace, ""), terms=words))
+        found = await self.backend.call(
+            self._match, self._terms_keys(words),
+            CELL_TERMS.pack(record_prefix=layout.amp_cell(self.namespace, ""), terms=words))
         return {text(i) for i in found}
 
     async def frequencies(self, terms: list[str]) -> tuple[int, list[int]]:
         """How many cells there are, and how many have each term (posted or not yet)."""
-        counts = await self._frequency(keys=self._terms_keys(terms), args=CELL_TERMS.pack(
-            record_prefix=layout.amp_cell(self.namespace, ""), terms=terms))
+        counts = await self.backend.call(
+            self._frequency, self._terms_keys(terms),
+            CELL_TERMS.pack(record_prefix=layout.amp_cell(self.namespace, ""), terms=terms))
         return int(counts[0]), [int(c) for c in counts[1:]]
 
     async def post(self, limit: int) -> int:
         """Post the changed search terms of up to `limit` cells to the term sets (amp_post.lua);
         returns how many cells it took."""
-        return int(await self._post(
-            keys=CELL_POST_KEYS.pack(unposted=layout.amp_unposted(self.namespace)),
-            args=CELL_POST.pack(record_prefix=layout.amp_cell(self.namespace, ""),
-                                term_prefix=layout.amp_term(self.namespace, ""), limit=limit)))
+        return int(await self.backend.call(
+            self._post, CELL_POST_KEYS.pack(unposted=layout.amp_unposted(self.namespace)),
+            CELL_POST.pack(record_prefix=layout.amp_cell(self.namespace, ""),
+                           term_prefix=layout.amp_term(self.namespace, ""), limit=limit)))
 
     async def created_between(self, start: int | None, end: int | None, offset: int,
                               limit: int) -> list[str]:

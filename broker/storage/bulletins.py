@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal, cast
 
 from broker.storage import layout
-from broker.storage.client import Redis, text
+from broker.storage.client import Redis, read_stream, text
 
 Kind = Literal["subscribed", "namespace", "revoked"]
 Bulletin = tuple[Kind, str, str]  # kind, subject, position in the stream
@@ -46,9 +46,8 @@ async def listen(client: Redis, position: str | None, block_ms: int
         position = text(last[0][0]) if last else "0-0"
         yield "subscribed", "", position
     while True:
-        found: Any = await client.xread({layout.bulletins(): position}, count=100,
-                                        block=block_ms)
-        for raw_id, fields in (found[0][1] if found else []):
+        for raw_id, fields in await read_stream(client, layout.bulletins(), position, 100,
+                                                block_ms):
             position = text(raw_id)
             kind = cast(Kind, text(fields.get(b"kind", b"")))
             if kind in ("namespace", "revoked"):

@@ -10,7 +10,7 @@ from typing import Any, cast
 from broker.errors import MempError
 from broker.models import Entry
 from broker.storage import layout
-from broker.storage.client import Redis
+from broker.storage.client import Redis, read_stream
 from broker.storage.records import entry_from_fields
 
 _CURSOR_PART_RE = re.compile(r"([a-z0-9][a-z0-9._-]{0,62}):([0-9]{1,20})-([0-9]{1,20})")
@@ -94,8 +94,6 @@ class ChangeLogStore:
     async def wait(self, namespace: str, position: str, block_ms: int, count: int
                    ) -> list[ChangeRecord]:
         """Changes after `position`, waiting up to `block_ms` for the first one."""
-        found: Any = await self.redis.xread({layout.changelog(namespace): position},
-                                            count=count, block=block_ms)
-        if not found:
-            return []
-        return [_record(namespace, cast(StreamRecord, r)) for r in found[0][1]]
+        found = await read_stream(self.redis, layout.changelog(namespace), position, count,
+                                  block_ms)
+        return [_record(namespace, cast(StreamRecord, r)) for r in found]

@@ -9,6 +9,7 @@ the library's own packer, so behaviour is unchanged."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -124,6 +125,7 @@ class Backend:
         self.embedded = embedded
         self.replicas = replicas
         self.wait_ms = wait_ms
+        self._sentinels: list[Redis] = []  # Sentinel's own clients, closed with the backend
 
     @property
     def cluster(self) -> bool:
@@ -140,7 +142,13 @@ class Backend:
             server = fakeredis.FakeServer()
             return cls(lambda: fakeredis.FakeAsyncRedis(server=server), embedded=True)
         target = parse(url)
-        connect = {"single": _single, "sentinel": _sentinel, "cluster": _cluster}[target.kind]
+        if target.kind == "sentinel":
+            sentinel = _sentinel(target, timeout)
+            backend = cls(lambda: sentinel.master_for(target.service), kind="sentinel",
+                          replicas=replicas, wait_ms=wait_ms)
+            backend._sentinels = sentinel.sentinels
+            return backend
+        connect = _cluster if target.kind == "cluster" else _single
         return cls(lambda: connect(target, timeout), kind=target.kind, replicas=replicas,
                    wait_ms=wait_ms)
 
@@ -148,10 +156,21 @@ class Backend:
         return self._connect()
 
     async def ping(self) -> bool:
-        return bool(await self.redis.ping())
+        """Whether the store answers; on a Cluster, whether every primary does (a failed
+        ping refreshes the topology, so a finished failover is seen at once)."""
+        if not self.cluster:
+            return bool(await self.redis.ping())
+        cluster = cast(RedisCluster, self.redis)
+        try:
+            return bool(await cluster.ping(target_nodes=RedisCluster.PRIMARIES))
+        except (RedisConnectionError, RedisTimeoutError, ClusterError):
+            await refresh(cluster)
+            raise
 
     async def close(self) -> None:
         await self.redis.aclose()
+        for client in self._sentinels:
+            await client.aclose()
 
     # ---- script calls ----
 
@@ -167,9 +186,7 @@ class Backend:
         connection), or raise NotReplicated."""
         wait = durable and self.replicas > 0
         if self.cluster:
-            if not wait:
-                return list(await asyncio.gather(*(s(k, a) for s, k, a in calls)))
-            return list(await asyncio.gather(*(self._on_primary(c) for c in calls)))
+            return list(await asyncio.gather(*(self._on_primary(c, wait) for c in calls)))
         if len(calls) == 1 and not wait:  # a call of its own costs less than a pipeline
             script, keys, args = calls[0]
             return [await script(keys, args)]
@@ -206,12 +223,29 @@ class Backend:
             pending = unknown
         return replies
 
-    async def _on_primary(self, call: ScriptCall) -> Any:
-        """A Cluster script call and its WAIT on one connection to its slot's primary (the
-        client's own routing would hand WAIT to another connection, where it means nothing).
-        A slot that moved (a failover) refreshes the topology and is a 503 to retry."""
-        script, keys, args = call
+    async def _on_primary(self, call: ScriptCall, wait: bool) -> Any:
+        """A Cluster script call on a connection of its slot's primary, and its WAIT on the
+        same connection (the client's own routing would hand WAIT to another one, where it
+        means nothing). The script is loaded on that primary when it lacks it: a replica
+        promoted in a failover has never seen it, and the client's own reload asks every
+        primary, the dead one too. A slot that moved was not run there: the topology is
+        refreshed and the call sent once more; a connection that failed may have run it, so
+        that is a 503 to retry with the message id."""
         cluster = cast(RedisCluster, self.redis)
+        for attempt in range(2):
+            try:
+                return await self._on_node(cluster, call, wait)
+            except AskError:  # MOVED or ASK: the slot is served elsewhere now
+                await refresh(cluster)
+                if attempt:
+                    raise
+            except (RedisConnectionError, RedisTimeoutError, SlotNotCoveredError):
+                await refresh(cluster)
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _on_node(self, cluster: RedisCluster, call: ScriptCall, wait: bool) -> Any:
+        script, keys, args = call
         node = cluster.get_node_from_key(keys[0])
         if node is None:
             raise SlotNotCoveredError(f"no primary serves the slot of {keys[0]!r}")
@@ -224,11 +258,12 @@ class Backend:
                                        *args)
             if isinstance(reply, Exception):
                 raise reply
-            self._confirmed(await _command(connection, "WAIT", self.replicas, self.wait_ms))
+            if wait:
+                self._confirmed(await _command(connection, "WAIT", self.replicas,
+                                               self.wait_ms))
             return reply
-        except (AskError, RedisConnectionError, RedisTimeoutError):
+        except (RedisConnectionError, RedisTimeoutError):
             await connection.disconnect()
-            await cluster.nodes_manager.initialize()
             raise
         finally:
             node.release(connection)
@@ -238,6 +273,39 @@ class Backend:
             raise count
         if int(count) < self.replicas:
             raise NotReplicated(int(count), self.replicas, self.wait_ms)
+
+
+async def read_stream(client: Redis, key: str, position: str, count: int, block_ms: int
+                      ) -> list[Any]:
+    """XREAD of one stream after `position`, waiting up to `block_ms`: its records.
+
+    On a Cluster the read goes straight to the primary of the key's slot. The client would
+    otherwise first ask its default node which argument of XREAD is the key (COMMAND GETKEYS),
+    and after that node died in a failover it would keep asking it, failing every read until
+    the topology was refreshed by some other command. A read that fails refreshes it."""
+    if not isinstance(client, RedisCluster):
+        found: Any = await client.xread({key: position}, count=count, block=block_ms)
+        return list(found[0][1]) if found else []
+    node = client.get_node_from_key(key)
+    try:
+        if node is None:
+            raise SlotNotCoveredError(f"no primary serves the slot of {key!r}")
+        found = await client.execute_command("XREAD", "COUNT", count, "BLOCK", block_ms,
+                                             "STREAMS", key, position, target_nodes=node)
+    except (RedisConnectionError, RedisTimeoutError, ClusterError, SlotNotCoveredError):
+        await refresh(client)
+        raise
+    if not found:
+        return []
+    # RESP2 gives [[key, records]]; a RESP3 server, {key: records}.
+    return list(found[0][1] if isinstance(found, list) else next(iter(found.values())))
+
+
+async def refresh(client: Any) -> None:
+    """Ask a Cluster for its current topology (after a failover); nothing elsewhere."""
+    if isinstance(client, RedisCluster):
+        with contextlib.suppress(RedisError, OSError):
+            await client.nodes_manager.initialize()
 
 
 async def _command(connection: Connection, *args: Any) -> Any:
@@ -259,23 +327,23 @@ def _single(target: RedisTarget, timeout: float) -> Redis:
     return aioredis.Redis.from_pool(pool)
 
 
-def _sentinel(target: RedisTarget, timeout: float) -> Redis:
-    """A client of the service's current primary, asked of the sentinels on every new
-    connection: after a failover, connections to the old primary fail once and reconnect to
-    the new one."""
+def _sentinel(target: RedisTarget, timeout: float) -> Sentinel:
+    """The sentinels of a service; `master_for` gives a client of its current primary, asked of
+    the sentinels on every new connection: after a failover, connections to the old primary
+    fail once and reconnect to the new one."""
     options = target.connection_options()
     sentinel_options: dict[str, Any] = {"socket_timeout": timeout,
                                         "socket_connect_timeout": timeout}
     if target.sentinel_password:
-        sentinel_options["password"] = target.sentinel_password
+        sentinel_options.update(username=target.sentinel_username,
+                                password=target.sentinel_password)
     if target.ssl:
         sentinel_options.update(ssl=True, **target.tls)
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         list(target.hosts), sentinel_kwargs=sentinel_options,
         socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=10,
         **options)
-    client: Redis = sentinel.master_for(target.service)
-    return client
+    return sentinel
 
 
 def _cluster(target: RedisTarget, timeout: float) -> Redis:

@@ -146,12 +146,13 @@ class EntryStore:
                                     history=layout.history(namespace, name))
         args = EXPIRE.pack(now=now, history_limit=self.history_limit,
                            log_maxlen=self.changelog_maxlen, names=names)
-        return int(await self._expire(keys, args))
+        return int(await self.backend.call(self._expire, keys, args))
 
     async def trim_changelog(self, namespace: str, before_ms: int, batch: int) -> int:
         """Drop up to `batch` change-log records logged before `before_ms`."""
         keys = LOG_KEYS.pack(log=layout.changelog(namespace), meta=layout.meta(namespace))
-        return int(await self._trim(keys, TRIM.pack(upto=max(before_ms - 1, 0), count=batch)))
+        args = TRIM.pack(upto=max(before_ms - 1, 0), count=batch)
+        return int(await self.backend.call(self._trim, keys, args))
 
     async def erase(self, namespace: str, keys: Sequence[str]) -> int:
         """Remove every trace of these keys: entries, history, indexes and change-log records

@@ -2,8 +2,9 @@
 
 - `redis://[user:password@]host:port[/db]`, `rediss://...` (TLS), `unix:///path`: one server.
 - `redis+sentinel://[user:password@]host:port[,host:port...]/service_name[/db]`: Sentinel, as
-  Celery and Kombu users write it; the credentials are the data nodes' (add
-  `?sentinel_password=` when the sentinels have their own).
+  Celery and Kombu users write it. The credentials are the data nodes', and the sentinels are
+  asked with them too unless `?sentinel_username=` / `?sentinel_password=` say otherwise (an
+  empty `sentinel_password=` for sentinels without a password).
 - `redis+cluster://[user:password@]host:port[,host:port...]`: Redis Cluster, from any seeds.
 
 TLS on the last two: `redis+sentinel+tls://` / `redis+cluster+tls://`, or `?ssl=true`. TLS
@@ -40,6 +41,7 @@ class RedisTarget:
     db: int = 0
     username: str | None = None
     password: str | None = None
+    sentinel_username: str | None = None
     sentinel_password: str | None = None
     ssl: bool = False
     tls: dict[str, Any] = field(default_factory=dict)  # redis-py ssl_* options
@@ -70,8 +72,8 @@ def parse(url: str) -> RedisTarget:
         return RedisTarget("single", url)
     kind: Kind = "sentinel" if url.startswith("redis+sentinel") else "cluster"
     parts = urlsplit(url)
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = set(query) - {*_TLS_OPTIONS, "ssl", "sentinel_password"}
+    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    unknown = set(query) - {*_TLS_OPTIONS, "ssl", "sentinel_username", "sentinel_password"}
     if unknown:
         raise UrlError(f"MEMP_REDIS_URL has unknown options: {', '.join(sorted(unknown))}")
     userinfo, _, hostlist = parts.netloc.rpartition("@")
@@ -93,8 +95,11 @@ def parse(url: str) -> RedisTarget:
     if "ssl_check_hostname" in tls:
         tls["ssl_check_hostname"] = tls["ssl_check_hostname"].lower() in _TRUE
     ssl = parts.scheme.endswith("+tls") or query.get("ssl", "").lower() in _TRUE or bool(tls)
-    return RedisTarget(kind, url, hosts, service, db, unquote(username) or None,
-                       unquote(password) or None, query.get("sentinel_password"), ssl, tls)
+    user, secret = unquote(username) or None, unquote(password) or None
+    sentinel_user = query.get("sentinel_username", user) or None
+    sentinel_secret = query.get("sentinel_password", secret) or None
+    return RedisTarget(kind, url, hosts, service, db, user, secret, sentinel_user,
+                       sentinel_secret, ssl, tls)
 
 
 def _host(text: str) -> tuple[str, int]:
