@@ -360,8 +360,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
 @pytest.fixture(scope="session")
 def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinel]:
     """1 primary, 1 replica, 3 sentinels (quorum 2); `.url` is
-    `redis+sentinel://user:pw@h:p,h:p,h:p/memp?sentinel_password=pw`: the sentinels ask for
-    the same password (of their `default` user)."""
+    `redis+sentinel://user:pw@h:p,h:p,h:p/memp`. The sentinels require the user too."""
     with RedisSentinel(tmp_path_factory.mktemp("sentinel"), credentials=Credentials(),
                        quick_discovery=True) as sentinel:
         yield sentinel

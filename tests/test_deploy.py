@@ -265,7 +265,8 @@ def redis_primary(state: dict[str, Any], namespace: str, avoid: int = 0) -> dict
     ports: dict[int, dict[str, Any]] = {
         p["port"]: p for p in state["processes"] if p["role"] == "redis"}
     if target.kind == "sentinel":
-        with redis.Redis(port=target.hosts[0][1], password=target.sentinel_password,
+        with redis.Redis(port=target.hosts[0][1], username=target.sentinel_username,
+                         password=target.sentinel_password,
                          socket_timeout=2) as sentinel:
             _, port = sentinel.sentinel_get_master_addr_by_name(target.service)
         return ports[int(port)]

@@ -48,7 +48,7 @@ def test_urls_have_the_documented_forms(redis_cluster: RedisCluster,
     userinfo = r"memp:[0-9a-f]{32}@"
     assert re.fullmatch(rf"redis\+cluster://{userinfo}{pair}(,{pair}){{5}}", redis_cluster.url)
     assert re.fullmatch(
-        rf"redis\+sentinel://{userinfo}{pair}(,{pair}){{2}}/memp\?sentinel_password=[0-9a-f]{{32}}",
+        rf"redis\+sentinel://{userinfo}{pair}(,{pair}){{2}}/memp",
         redis_sentinel.url)
     assert re.fullmatch(rf"rediss://{userinfo}{pair}/0", tls_redis.url)
     assert tls_redis.ca_file.read_text().startswith("-----BEGIN CERTIFICATE-----")
@@ -111,9 +111,11 @@ def test_a_killed_cluster_primary_is_replaced_by_its_replica(
 def test_sentinels_fail_over_and_take_the_old_primary_back(
         redis_sentinel: RedisSentinel) -> None:
     target = parse(redis_sentinel.url)
-    assert target.service == "memp" and target.sentinel_password == target.password
-    watcher = Sentinel(list(target.hosts), sentinel_kwargs={"password": target.sentinel_password},
-                       decode_responses=True, username=target.username, password=target.password)
+    assert target.service == "memp" and target.sentinel_username == target.username
+    watcher = Sentinel(list(target.hosts), decode_responses=True,
+                       sentinel_kwargs={"username": target.sentinel_username,
+                                        "password": target.sentinel_password},
+                       username=target.username, password=target.password)
     old = redis_sentinel.primary
     with watcher.master_for("memp") as client:
         client.set("failover:key", "kept")

@@ -291,9 +291,9 @@ QUICK_SENTINEL_TIMERS = ("info-period", "1000", "publish-period", "500")
 
 class RedisSentinel(LoopbackProcesses):
     """One primary, `replicas` replicas and `sentinels` sentinels (quorum `quorum`) watching
-    them as service `service_name`. With credentials, the data nodes require the ACL user and
-    the sentinels (unless `protect_sentinels` is off) the same password for their `default`
-    user, which the URL passes as `?sentinel_password=` (broker/storage/urls.py)."""
+    them as service `service_name`. With credentials, the data nodes and (unless
+    `protect_sentinels` is off) the sentinels require the ACL user; the broker asks the
+    sentinels with the URL's credentials (broker/storage/urls.py)."""
 
     def __init__(self, workdir: Path | None = None, *, credentials: Credentials | None = None,
                  replicas: int = 1, sentinels: int = 3, quorum: int = 2,
@@ -302,6 +302,7 @@ class RedisSentinel(LoopbackProcesses):
                  quick_discovery: bool = False, appendonly: bool = False) -> None:
         super().__init__(workdir, credentials)
         self.quick_discovery = quick_discovery
+        self.protect_sentinels = protect_sentinels
         self.service_name = service_name
         ports = free_ports(1 + replicas + sentinels)
         self.data = [self._data_node(f"redis-{port}", port, [], appendonly=appendonly)
@@ -316,16 +317,14 @@ class RedisSentinel(LoopbackProcesses):
             monitor += [f"sentinel auth-user {service_name} {credentials.user}",
                         f"sentinel auth-pass {service_name} {credentials.password}"]
             if protect_sentinels:
-                monitor += [f"requirepass {credentials.password}",
+                monitor += [*credentials.acl_lines(),
+                            f"sentinel sentinel-user {credentials.user}",
                             f"sentinel sentinel-pass {credentials.password}"]
-        self.sentinel_credentials = (
-            Credentials("default", credentials.password)
-            if credentials is not None and protect_sentinels else None)
         self.sentinels = [
             RedisProcess(f"sentinel-{port}", port, self.workdir / f"sentinel-{port}",
                          [f"bind {HOST}", f"port {port}", f"dir {self.workdir}/sentinel-{port}",
                           *monitor], sentinel=True,
-                         credentials=self.sentinel_credentials)
+                         credentials=credentials if protect_sentinels else None)
             for port in ports[1 + replicas:]]
         self.processes = [*self.data, *self.sentinels]
         self.primary = self.data[0]
@@ -334,8 +333,8 @@ class RedisSentinel(LoopbackProcesses):
     @property
     def url(self) -> str:
         hosts = ",".join(f"{HOST}:{s.port}" for s in self.sentinels)
-        query = (f"?sentinel_password={quote(self.sentinel_credentials.password)}"
-                 if self.sentinel_credentials is not None else "")
+        # Sentinels without a password: an empty sentinel_password (broker/storage/urls.py).
+        query = "?sentinel_password=" if self.credentials and not self.protect_sentinels else ""
         return f"redis+sentinel://{self._userinfo()}{hosts}/{self.service_name}{query}"
 
     def _settle(self) -> None:

@@ -4,9 +4,8 @@
 # 600, never onto a command line.
 #
 #   memp-redis.sh server [redis-server options]   a data node (AOF on, the `default` user off)
-#   memp-redis.sh sentinel PRIMARY_HOST           a sentinel watching service `memp`; it asks
-#                                                 the same password of its clients (the
-#                                                 broker's ?sentinel_password=)
+#   memp-redis.sh sentinel PRIMARY_HOST           a sentinel watching service `memp`, asking
+#                                                 its clients for the same user
 #   memp-redis.sh create-cluster HOST...          create the cluster once (3 primaries + replicas)
 #   memp-redis.sh check                           healthcheck: PING as `memp`
 #   memp-redis.sh check-sentinel                  healthcheck of a sentinel
@@ -43,7 +42,9 @@ sentinel failover-timeout memp 20000
 sentinel parallel-syncs memp 1
 sentinel auth-user memp memp
 sentinel auth-pass memp $password
-requirepass $password
+user default off ~* &* +@all
+user memp on >$password ~* &* +@all
+sentinel sentinel-user memp
 sentinel sentinel-pass $password
 EOF
     fi
@@ -69,7 +70,7 @@ check)
     REDISCLI_AUTH="$password" redis-cli --user memp ping | grep -q PONG
     ;;
 check-sentinel)
-    REDISCLI_AUTH="$password" redis-cli -p 26379 ping | grep -q PONG
+    REDISCLI_AUTH="$password" redis-cli --user memp -p 26379 ping | grep -q PONG
     ;;
 *)
     echo "memp-redis.sh: unknown command $command" >&2
