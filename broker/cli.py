@@ -93,7 +93,9 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
         certificates.load()  # a missing file or a mismatched pair stops here, with its reason
     if workers > 1 and settings.embedded:
         raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per process")
-    if settings.embedded and not settings.admin_key:
+    if not settings.production and not settings.admin_key:
+        # The embedded quick start: nothing outlives the run, so a key made up for it is safe
+        # to show. In production mode no key is ever made up or printed.
         settings = replace(settings, admin_key=f"memp_admin_{secrets.token_urlsafe(24)}")
         print(f"memp-broker: admin key for this run: {settings.admin_key}", flush=True)
     where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \

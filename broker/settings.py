@@ -1,4 +1,7 @@
-"""One settings object, read from flags and the environment and validated at start."""
+"""One settings object, read from flags and the environment and validated at start.
+
+Every setting `MEMP_<NAME>` may instead be given as `MEMP_<NAME>_FILE`, the path of a file
+holding the value (Docker and Kubernetes secrets, systemd credentials); never both."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import re
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +30,14 @@ class Settings:
 
     host: str = "127.0.0.1"
     port: int = 8080
-    redis_url: str | None = None
+    # Secrets (a Redis URL may hold a password) are kept out of repr, and so out of logs.
+    redis_url: str | None = field(default=None, repr=False)
     write_replicas: int = 0
     write_replicas_timeout_ms: int = 1000
     tls_cert: str | None = None
     tls_key: str | None = None
-    admin_key: str | None = None
-    jwt_secret: str | None = None
+    admin_key: str | None = field(default=None, repr=False)
+    jwt_secret: str | None = field(default=None, repr=False)
     jwt_public_key: str | None = None
     jwt_audience: str | None = None
     jwt_issuer: str | None = None
@@ -80,6 +84,12 @@ class Settings:
     @property
     def embedded(self) -> bool:
         return not self.redis_url
+
+    @property
+    def production(self) -> bool:
+        """Production mode: a Redis is configured, so data outlives the process and other
+        processes share it. The broker then never makes up an admin key, let alone prints one."""
+        return not self.embedded
 
     def validate(self) -> Settings:
         """Raise SettingsError with a one-line reason when a value cannot work."""
@@ -147,7 +157,7 @@ class Settings:
         values: dict[str, Any] = {}
         for name, kind in _field_types().items():
             variable = f"MEMP_{name.upper()}"
-            raw = environ.get(variable)
+            raw = _variable(environ, variable)
             if raw is not None and raw != "":
                 values[name] = _parse(variable, kind, raw)
         retention = _purge_retention(environ)
@@ -177,6 +187,33 @@ def _check_public_key(pem: str) -> None:
         raise SettingsError("MEMP_JWT_PUBLIC_KEY must be an RSA or EC public key")
 
 
+# Settings whose value is a path already: `MEMP_TLS_CERT_FILE` would read the certificate
+# itself as the path, so it is refused with the variable to use instead.
+_PATH_SETTINGS = frozenset({"MEMP_TLS_CERT", "MEMP_TLS_KEY"})
+
+
+def _variable(environ: Mapping[str, str], variable: str) -> str | None:
+    """`variable`'s value, or the content of the file `<variable>_FILE` names, stripped (a
+    mounted secret usually ends in a newline). Both set stops the start: which one was meant
+    would be a guess."""
+    path = environ.get(f"{variable}_FILE")
+    if not path:
+        return environ.get(variable)
+    if variable in _PATH_SETTINGS:
+        raise SettingsError(f"{variable} is a path already: set {variable}={path}, "
+                            f"not {variable}_FILE")
+    if environ.get(variable):
+        raise SettingsError(f"{variable} and {variable}_FILE are both set; set one of them")
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise SettingsError(f"{variable}_FILE: cannot read {path}: {reason}") from None
+    if not text:
+        raise SettingsError(f"{variable}_FILE: {path} is empty")
+    return text
+
+
 _INT_RE = re.compile(r"[+-]?[0-9]{1,30}")  # no setting needs more digits
 _BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
@@ -186,11 +223,11 @@ def _field_types() -> dict[str, object]:
     """Each field's declared type, `X | None` unwrapped to `X` (an empty variable is unset)."""
     hints = typing.get_type_hints(Settings)
     declared: dict[str, object] = {}
-    for field in fields(Settings):
-        kind = hints[field.name]
+    for setting in fields(Settings):
+        kind = hints[setting.name]
         if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
             kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
-        declared[field.name] = kind
+        declared[setting.name] = kind
     return declared
 
 
@@ -222,12 +259,12 @@ def _parse(variable: str, kind: object, raw: str) -> Any:
 def _purge_retention(environ: Mapping[str, str]) -> bool | None:
     """AMP's own `AMP_PURGE_RETENTION` and `MEMP_AMP_PURGE_RETENTION` mean the same; when both
     are set they must agree, since one silently winning could erase cells nobody meant to."""
-    given = {name: _parse(name, bool, environ[name])
-             for name in ("AMP_PURGE_RETENTION", "MEMP_AMP_PURGE_RETENTION")
-             if environ.get(name)}
+    raw = {name: _variable(environ, name)
+           for name in ("AMP_PURGE_RETENTION", "MEMP_AMP_PURGE_RETENTION")}
+    given = {name: _parse(name, bool, text) for name, text in raw.items() if text}
     if len(set(given.values())) > 1:
         raise SettingsError(
-            f"AMP_PURGE_RETENTION={environ['AMP_PURGE_RETENTION']!r} and "
-            f"MEMP_AMP_PURGE_RETENTION={environ['MEMP_AMP_PURGE_RETENTION']!r} disagree; "
+            f"AMP_PURGE_RETENTION={raw['AMP_PURGE_RETENTION']!r} and "
+            f"MEMP_AMP_PURGE_RETENTION={raw['MEMP_AMP_PURGE_RETENTION']!r} disagree; "
             "set one of them")
     return next(iter(given.values()), None)

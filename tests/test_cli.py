@@ -84,6 +84,11 @@ def test_serve_help_names_its_options() -> None:
                      id="unreadable-public-key"),
         pytest.param(["--workers", "2"], {}, "--workers > 1 needs MEMP_REDIS_URL",
                      id="workers-on-embedded"),
+        pytest.param([], {"MEMP_ADMIN_KEY": "k" * 20, "MEMP_ADMIN_KEY_FILE": "/dev/null"},
+                     "MEMP_ADMIN_KEY and MEMP_ADMIN_KEY_FILE are both set", id="key-twice"),
+        pytest.param([], {"MEMP_REDIS_URL_FILE": "/nonexistent/redis-url"},
+                     "MEMP_REDIS_URL_FILE: cannot read /nonexistent/redis-url",
+                     id="redis-url-file-missing"),
     ],
 )
 def test_broken_configuration_stops_serve_with_one_line(
@@ -175,6 +180,33 @@ def test_serve_on_redis_names_redis_without_the_password(
     assert "s3cret-pw" not in lines[0]
     process.terminate()
     process.wait(timeout=15)
+
+
+def test_serve_in_production_mode_prints_no_admin_key(
+    serve_process: Callable[..., tuple[subprocess.Popen[str], list[str]]], redis_url: str,
+    tmp_path: Path
+) -> None:
+    """Production mode (a Redis URL is set): secrets come from files, the admin key works and
+    appears nowhere in the output, and none is made up when none is configured."""
+    admin_key = f"memp_admin_{uuid.uuid4().hex}"
+    (tmp_path / "admin_key").write_text(f"{admin_key}\n")
+    (tmp_path / "redis_url").write_text(f"{redis_url}\n")
+    port = free_port()
+    process, lines = serve_process(MEMP_PORT=str(port),
+                                   MEMP_ADMIN_KEY_FILE=str(tmp_path / "admin_key"),
+                                   MEMP_REDIS_URL_FILE=str(tmp_path / "redis_url"))
+    assert len(lines) == 1 and "in Redis at" in lines[0] and "admin key" not in lines[0]
+    wait_for_port(port, timeout=20)
+    response = httpx.get(f"http://127.0.0.1:{port}/v1/keys",
+                         headers={"Authorization": f"Bearer {admin_key}"}, timeout=10)
+    assert response.status_code == 200
+    process.terminate()
+    output, _ = process.communicate(timeout=15)
+    assert admin_key not in output
+
+    port = free_port()
+    _, lines = serve_process(MEMP_PORT=str(port), MEMP_REDIS_URL=redis_url)
+    assert len(lines) == 1 and "admin key" not in lines[0] and "memp_admin_" not in lines[0]
 
 
 # ---- what the CLI loads ----

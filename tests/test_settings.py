@@ -245,6 +245,104 @@ def test_every_field_is_settable_from_its_variable() -> None:
         assert getattr(settings, name) != getattr(Settings(), name), name
 
 
+def test_every_field_is_settable_from_a_file(tmp_path: Path) -> None:
+    environ: dict[str, str] = {}
+    expected: dict[str, Any] = {}
+    for field, kind in field_kinds():
+        if field.name in ("tls_cert", "tls_key"):
+            continue  # paths already: see the next test
+        text, expected[field.name] = sample(field, kind)
+        path = tmp_path / field.name
+        path.write_text(f"{text}\n")  # a mounted secret usually ends in a newline
+        environ[f"MEMP_{field.name.upper()}_FILE"] = str(path)
+    settings = Settings.from_env(environ)
+    for name, value in expected.items():
+        assert getattr(settings, name) == (value.strip() if isinstance(value, str) else value)
+
+
+@pytest.mark.parametrize("variable", ["MEMP_TLS_CERT", "MEMP_TLS_KEY"])
+def test_settings_that_are_paths_have_no_file_variable(variable: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({f"{variable}_FILE": "/etc/memp/tls.pem"})
+    assert str(raised.value) == (f"{variable} is a path already: set "
+                                 f"{variable}=/etc/memp/tls.pem, not {variable}_FILE")
+
+
+def test_a_file_value_is_stripped_and_flags_still_win(tmp_path: Path) -> None:
+    (tmp_path / "key").write_text("  admin-key-from-a-file-0123\r\n\n")
+    (tmp_path / "url").write_text("redis://memp:pw@127.0.0.1:6390/0\n")
+    environ = {"MEMP_ADMIN_KEY_FILE": str(tmp_path / "key"),
+               "MEMP_REDIS_URL_FILE": str(tmp_path / "url")}
+    settings = Settings.from_env(environ)
+    assert settings.admin_key == "admin-key-from-a-file-0123"
+    assert settings.redis_url == "redis://memp:pw@127.0.0.1:6390/0"
+    flagged = Settings.from_env(environ, redis_url="redis://127.0.0.1:6391/0")
+    assert flagged.redis_url == "redis://127.0.0.1:6391/0"
+
+
+def test_an_empty_file_variable_means_unset() -> None:
+    assert Settings.from_env({"MEMP_ADMIN_KEY_FILE": "", "MEMP_PORT": "9000"}).port == 9000
+
+
+@pytest.mark.parametrize(
+    ("contents", "message"),
+    [
+        pytest.param(None, "MEMP_ADMIN_KEY_FILE: cannot read .*: No such file or directory",
+                     id="missing"),
+        pytest.param(b"", "MEMP_ADMIN_KEY_FILE: .* is empty", id="empty"),
+        pytest.param(b" \n\t\n", "MEMP_ADMIN_KEY_FILE: .* is empty", id="blank"),
+        pytest.param(b"\xff\xfe-not-utf8-0123456789", "cannot read .*: not UTF-8 text",
+                     id="not-utf8"),
+        pytest.param(b"short", "MEMP_ADMIN_KEY must be at least 16", id="validated-too"),
+    ],
+)
+def test_a_file_that_cannot_give_a_value_stops_the_start(
+        tmp_path: Path, contents: bytes | None, message: str) -> None:
+    path = tmp_path / "admin_key"
+    if contents is not None:
+        path.write_bytes(contents)
+    with pytest.raises(SettingsError, match=message) as raised:
+        Settings.from_env({"MEMP_ADMIN_KEY_FILE": str(path)})
+    assert "\n" not in str(raised.value)
+
+
+def test_a_directory_is_not_a_file(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="MEMP_JWT_SECRET_FILE: cannot read"):
+        Settings.from_env({"MEMP_JWT_SECRET_FILE": str(tmp_path)})
+
+
+def test_a_variable_and_its_file_together_stop_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "secret"
+    path.write_text("s" * 40)
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({"MEMP_JWT_SECRET": "t" * 40, "MEMP_JWT_SECRET_FILE": str(path)})
+    assert str(raised.value) == ("MEMP_JWT_SECRET and MEMP_JWT_SECRET_FILE are both set; "
+                                 "set one of them")
+
+
+def test_purge_retention_from_a_file_must_agree_with_the_amp_name(tmp_path: Path) -> None:
+    path = tmp_path / "retention"
+    path.write_text("1\n")
+    environ = {"MEMP_AMP_PURGE_RETENTION_FILE": str(path)}
+    assert Settings.from_env(environ).amp_purge_retention is True
+    with pytest.raises(SettingsError, match="disagree"):
+        Settings.from_env({**environ, "AMP_PURGE_RETENTION": "0"})
+
+
+def test_secrets_stay_out_of_repr() -> None:
+    settings = Settings(redis_url="redis://memp:url-password@h:1/0", admin_key="a" * 20 + "xyz",
+                        jwt_secret="jwt-secret-" + "j" * 30)
+    shown = repr(settings)
+    for secret in ("url-password", "axyz", "jwt-secret-"):
+        assert secret not in shown
+    assert "max_value_bytes=" in shown
+
+
+def test_production_mode_is_a_configured_redis() -> None:
+    assert Settings().production is False
+    assert Settings(redis_url="redis://127.0.0.1:6379/0").production is True
+
+
 @pytest.mark.parametrize(
     ("raw", "value"),
     [pytest.param(raw, value, id=raw) for raw, value in [

@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import re
 import ssl
-from typing import Any
-from urllib.parse import unquote, urlsplit
+import time
+from collections.abc import Callable
+from pathlib import Path
 
+import httpx
 import pytest
 import redis
 from redis.cluster import ClusterNode as PyClusterNode
 from redis.cluster import RedisCluster as PyRedisCluster
 from redis.sentinel import Sentinel
 
+from broker.storage.urls import parse
+from tests.conftest import ADMIN_KEY, BrokerProcess
 from tests.topologies import (
     Credentials,
     RedisCluster,
     RedisSentinel,
+    RedisSingle,
     TlsRedis,
 )
 
@@ -28,22 +33,12 @@ pytestmark = pytest.mark.topology
 FAILOVER_BOUND = 20.0
 
 
-def hosts_of(url: str) -> list[tuple[str, int]]:
-    netloc = urlsplit(url).netloc.rpartition("@")[2]
-    return [(host, int(port)) for host, _, port in (h.rpartition(":") for h in netloc.split(","))]
-
-
-def credentials_of(url: str) -> dict[str, Any]:
-    userinfo = urlsplit(url).netloc.rpartition("@")[0]
-    user, _, password = userinfo.partition(":")
-    return {"username": unquote(user), "password": unquote(password)}
-
-
 def cluster_client(cluster: RedisCluster) -> PyRedisCluster:
-    """A cluster client built only from what the topology's URL says."""
-    seeds = [PyClusterNode(host, port) for host, port in hosts_of(cluster.url)]
+    """A cluster client built only from the topology's URL, as the broker reads it."""
+    target = parse(cluster.url)
+    seeds = [PyClusterNode(host, port) for host, port in target.hosts]
     return PyRedisCluster(startup_nodes=seeds, decode_responses=True,
-                          **credentials_of(cluster.url))
+                          username=target.username, password=target.password)
 
 
 def test_urls_have_the_documented_forms(redis_cluster: RedisCluster,
@@ -52,8 +47,9 @@ def test_urls_have_the_documented_forms(redis_cluster: RedisCluster,
     pair = r"127\.0\.0\.1:\d+"
     userinfo = r"memp:[0-9a-f]{32}@"
     assert re.fullmatch(rf"redis\+cluster://{userinfo}{pair}(,{pair}){{5}}", redis_cluster.url)
-    assert re.fullmatch(rf"redis\+sentinel://{userinfo}{pair}(,{pair}){{2}}/memp",
-                        redis_sentinel.url)
+    assert re.fullmatch(
+        rf"redis\+sentinel://{userinfo}{pair}(,{pair}){{2}}/memp",
+        redis_sentinel.url)
     assert re.fullmatch(rf"rediss://{userinfo}{pair}/0", tls_redis.url)
     assert tls_redis.ca_file.read_text().startswith("-----BEGIN CERTIFICATE-----")
 
@@ -114,9 +110,12 @@ def test_a_killed_cluster_primary_is_replaced_by_its_replica(
 
 def test_sentinels_fail_over_and_take_the_old_primary_back(
         redis_sentinel: RedisSentinel) -> None:
-    sentinels = [(host, port) for host, port in hosts_of(redis_sentinel.url)]
-    auth = credentials_of(redis_sentinel.url)
-    watcher = Sentinel(sentinels, sentinel_kwargs=auth, decode_responses=True, **auth)
+    target = parse(redis_sentinel.url)
+    assert target.service == "memp" and target.sentinel_username == target.username
+    watcher = Sentinel(list(target.hosts), decode_responses=True,
+                       sentinel_kwargs={"username": target.sentinel_username,
+                                        "password": target.sentinel_password},
+                       username=target.username, password=target.password)
     old = redis_sentinel.primary
     with watcher.master_for("memp") as client:
         client.set("failover:key", "kept")
@@ -138,7 +137,8 @@ def test_sentinels_fail_over_and_take_the_old_primary_back(
             sentinel.close()
 
 
-def test_sentinels_and_data_nodes_require_the_user(redis_sentinel: RedisSentinel) -> None:
+def test_sentinels_and_data_nodes_require_their_credentials(
+        redis_sentinel: RedisSentinel) -> None:
     for process in (redis_sentinel.sentinels[0], redis_sentinel.primary):
         with pytest.raises(redis.AuthenticationError), \
                 process.client(username="memp", password="wrong") as client:
@@ -159,3 +159,41 @@ def test_tls_redis_speaks_only_tls_and_checks_the_user(tls_redis: TlsRedis) -> N
         client.ping()  # a CA that did not sign the server's certificate
     with pytest.raises(redis.AuthenticationError), server.client(password="wrong") as client:
         client.ping()
+
+
+@pytest.mark.parametrize("topology", ["redis_cluster", "redis_sentinel", "tls_redis"])
+def test_a_broker_works_on_each_topology_url(
+        topology: str, request: pytest.FixtureRequest,
+        broker_process: Callable[..., BrokerProcess]) -> None:
+    redis_topology = request.getfixturevalue(topology)
+    url = redis_topology.url_with_ca if isinstance(redis_topology, TlsRedis) \
+        else redis_topology.url
+    broker = broker_process(MEMP_REDIS_URL=url)
+    with httpx.Client(base_url=broker.url, timeout=10,
+                      headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as client:
+        deadline = time.monotonic() + 10
+        while client.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, client.get("/readyz").text
+            time.sleep(0.05)
+        path = f"/v1/namespaces/topology-{topology.replace('_', '-')}/memory/k"
+        assert client.put(path, json={"value": 1}).status_code in (200, 201)
+        assert client.get(path).json()["value"] == 1
+
+
+def test_an_acl_protected_redis_replays_its_transactions_after_a_kill(tmp_path: Path) -> None:
+    """Redis 7.0 replays MULTI/EXEC from the append-only file with the `default` user's
+    permissions: with a bare `user default off`, a restart silently dropped every script's
+    writes, so Credentials keeps them on the (disabled) `default` user."""
+    with RedisSingle(tmp_path, credentials=Credentials(), appendonly=True) as single:
+        server = single.server
+        with server.client() as client:
+            client.eval("redis.call('hset', KEYS[1], 'f', 'v'); redis.call('xadd', KEYS[2], "
+                        "'*', 'k', 'v')", 2, "entry", "log")
+            with client.pipeline(transaction=True) as multi:
+                multi.zadd("index", {"a": 0}).lpush("history", "x").execute()
+        server.kill()
+        server.start()
+        with server.client() as client:
+            assert client.dbsize() == 4
+            assert client.hget("entry", "f") == "v" and client.xlen("log") == 1
+        assert "NOPERM" not in server.log.read_text()

@@ -156,7 +156,8 @@ class RedisCluster(LoopbackProcesses):
     over within a few seconds."""
 
     def __init__(self, workdir: Path | None = None, *, credentials: Credentials | None = None,
-                 primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 1000) -> None:
+                 primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 1000,
+                 appendonly: bool = False) -> None:
         super().__init__(workdir, credentials)
         self.primaries, self.replicas = primaries, replicas
         count = primaries * (1 + replicas)
@@ -166,7 +167,7 @@ class RedisCluster(LoopbackProcesses):
                 "cluster-enabled yes", "cluster-config-file nodes.conf",
                 f"cluster-port {bus}", f"cluster-node-timeout {node_timeout_ms}",
                 # Any replica may take over, however long ago it last heard from its primary.
-                "cluster-replica-validity-factor 0"])
+                "cluster-replica-validity-factor 0"], appendonly=appendonly)
             for port, bus in zip(ports[:count], ports[count:], strict=True)]
         self._killed: tuple[RedisProcess, ClusterNode, float] | None = None
 
@@ -290,18 +291,22 @@ QUICK_SENTINEL_TIMERS = ("info-period", "1000", "publish-period", "500")
 
 class RedisSentinel(LoopbackProcesses):
     """One primary, `replicas` replicas and `sentinels` sentinels (quorum `quorum`) watching
-    them as service `service_name`; with credentials, the sentinels require them too."""
+    them as service `service_name`. With credentials, the data nodes and (unless
+    `protect_sentinels` is off) the sentinels require the ACL user; the broker asks the
+    sentinels with the URL's credentials (broker/storage/urls.py)."""
 
     def __init__(self, workdir: Path | None = None, *, credentials: Credentials | None = None,
                  replicas: int = 1, sentinels: int = 3, quorum: int = 2,
                  down_after_ms: int = 1000, failover_timeout_ms: int = 10_000,
                  service_name: str = SERVICE_NAME, protect_sentinels: bool = True,
-                 quick_discovery: bool = False) -> None:
+                 quick_discovery: bool = False, appendonly: bool = False) -> None:
         super().__init__(workdir, credentials)
         self.quick_discovery = quick_discovery
+        self.protect_sentinels = protect_sentinels
         self.service_name = service_name
         ports = free_ports(1 + replicas + sentinels)
-        self.data = [self._data_node(f"redis-{port}", port, []) for port in ports[:1 + replicas]]
+        self.data = [self._data_node(f"redis-{port}", port, [], appendonly=appendonly)
+                     for port in ports[:1 + replicas]]
         for replica in self.data[1:]:
             replica.config_lines.append(f"replicaof {HOST} {ports[0]}")
         monitor = [f"sentinel monitor {service_name} {HOST} {ports[0]} {quorum}",
@@ -328,7 +333,9 @@ class RedisSentinel(LoopbackProcesses):
     @property
     def url(self) -> str:
         hosts = ",".join(f"{HOST}:{s.port}" for s in self.sentinels)
-        return f"redis+sentinel://{self._userinfo()}{hosts}/{self.service_name}"
+        # Sentinels without a password: an empty sentinel_password (broker/storage/urls.py).
+        query = "?sentinel_password=" if self.credentials and not self.protect_sentinels else ""
+        return f"redis+sentinel://{self._userinfo()}{hosts}/{self.service_name}{query}"
 
     def _settle(self) -> None:
         if self.quick_discovery:
