@@ -384,3 +384,31 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
     """Redis over TLS only; `.url` is `rediss://user:pw@127.0.0.1:p/0`, `.ca_file` the CA."""
     with TlsRedis(tmp_path_factory.mktemp("tls"), credentials=Credentials()) as server:
         yield server
+
+
+def data_client(app: Any) -> Any:
+    """A synchronous client on a broker's own data, for tests that look at what it stored:
+    its embedded server, its Redis, its Sentinel group's primary or its Cluster."""
+    from broker.storage.urls import parse
+
+    storage = app.state.storage
+    if storage.embedded:
+        import fakeredis
+
+        pool = storage.backend.redis.connection_pool
+        return fakeredis.FakeRedis(server=pool.connection_kwargs["server"])
+    import redis
+
+    target = parse(str(app.state.settings.redis_url))
+    credentials: dict[str, Any] = {"username": target.username, "password": target.password}
+    if target.kind == "cluster":
+        from redis.cluster import ClusterNode, RedisCluster
+
+        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in target.hosts],
+                            **credentials)
+    if target.kind == "sentinel":
+        from redis.sentinel import Sentinel
+
+        sentinels = Sentinel(list(target.hosts), sentinel_kwargs=credentials, **credentials)
+        return sentinels.master_for(target.service, db=target.db)
+    return redis.Redis.from_url(target.url)

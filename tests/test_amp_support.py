@@ -14,13 +14,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-import redis
 import uvicorn
 
 from broker.app import create_app
 from broker.settings import Settings
 from broker.storage import layout
-from tests.conftest import ADMIN_KEY, Broker, BrokerProcess, free_port
+from tests.conftest import ADMIN_KEY, Broker, BrokerProcess, data_client, free_port
 
 WAIT = 15.0  # seconds any single expectation may take before the test fails
 DAY_MS = 86_400_000
@@ -152,14 +151,7 @@ class Amp:
     def _storage(self) -> Any:
         """A synchronous client on the broker's own data (the cells as stored, deleted ones
         too, which no MEMP path shows)."""
-        storage = self.app.state.storage
-        if storage.embedded:
-            import fakeredis
-
-            return fakeredis.FakeRedis(
-                server=storage.backend.redis.connection_pool.connection_kwargs["server"])
-        kwargs = storage.backend.redis.connection_pool.connection_kwargs
-        return redis.Redis(host=kwargs["host"], port=kwargs["port"], db=kwargs.get("db", 0))
+        return data_client(self.app)
 
     def stored(self, cell: dict[str, Any]) -> dict[str, Any]:
         """The cell as its MEMP entry holds it (read from storage: no AMP access is counted,
@@ -291,14 +283,9 @@ def clocked_broker(backend: str, redis_url: str, namespace: str, clock: TestCloc
 
 
 def sync_redis(amp: Amp, redis_url: str) -> Any:
-    """A synchronous client on the broker's data: the test Redis, or the embedded server."""
-    storage = amp.app.state.storage
-    if not storage.embedded:
-        return redis.Redis.from_url(redis_url)
-    import fakeredis
-
-    server = storage.backend.redis.connection_pool.connection_kwargs["server"]
-    return fakeredis.FakeRedis(server=server)
+    """A synchronous client on the broker's data: its Redis (or Cluster), or the embedded
+    server."""
+    return data_client(amp.app)
 
 
 def run_threads(threads: list[threading.Thread], timeout: float = 60.0) -> None:

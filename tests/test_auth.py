@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from broker.auth import hash_api_key
-from tests.conftest import ADMIN_KEY, BACKENDS, Broker, start_broker
+from tests.conftest import ADMIN_KEY, BACKENDS, Broker, data_client, start_broker
 
 JWT_SECRET = "jwt-secret-for-tests-0123456789-abcdef"
 OTHER_SECRET = "another-secret-for-tests-0123456789-xyz"
@@ -154,14 +154,7 @@ def test_api_keys_look_like_memp_keys(admin: httpx.Client, ns: str) -> None:
 
 def _sync_redis(broker: Broker, redis_url: str) -> Any:
     """A synchronous client on the broker's own data (the same fakeredis server when embedded)."""
-    if broker.backend == "redis":
-        import redis
-
-        return redis.Redis.from_url(redis_url)
-    import fakeredis
-
-    server = broker.app.state.storage.backend.redis.connection_pool.connection_kwargs["server"]
-    return fakeredis.FakeRedis(server=server)
+    return data_client(broker.app)
 
 
 def _everything_stored(client: Any) -> bytes:

@@ -8,9 +8,8 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import cast
+from typing import Any, cast
 
-import fakeredis
 import httpx
 import pytest
 import redis
@@ -25,6 +24,7 @@ from tests.conftest import (
     Broker,
     BrokerProcess,
     RedisServer,
+    data_client,
     read_changelog,
     start_broker,
 )
@@ -36,13 +36,9 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def sync_client(broker: Broker) -> redis.Redis:
+def sync_client(broker: Broker) -> Any:
     """A synchronous client on the broker's data: its Redis, or its embedded server."""
-    storage: Storage = broker.app.state.storage
-    if storage.embedded:
-        server = storage.backend.redis.connection_pool.connection_kwargs["server"]
-        return fakeredis.FakeRedis(server=server)
-    return redis.Redis.from_url(str(broker.app.state.settings.redis_url))
+    return data_client(broker.app)
 
 
 def records_for(log: list[dict[str, str]], key: str) -> list[tuple[str, int]]:

@@ -31,7 +31,9 @@ async def readyz(request: Request) -> Response:
         await storage.ping()
     except (StoreError, OSError):
         return error_response(unavailable("the store is not reachable"))
-    return json_response({"status": "ready", "store": "embedded" if storage.embedded else "redis"})
+    kind = "embedded" if storage.embedded else {"single": "redis"}.get(storage.backend.kind,
+                                                                       storage.backend.kind)
+    return json_response({"status": "ready", "store": kind})
 
 
 async def metrics(request: Request) -> Response:
