@@ -186,6 +186,22 @@ def test_the_amp_bridge(broker: Broker, admin: httpx.Client) -> None:
     assert purged.json()["purged"] == ["01HQ3Z8X9Y0000000000000009"], purged.text
 
 
+def test_a_revocation_reaches_a_stream_on_another_process(
+        topology: Topology, broker_process: Callable[..., BrokerProcess],
+        streams: Callable[..., Stream], ns: str) -> None:
+    first, second = (broker_process(MEMP_REDIS_URL=topology.url) for _ in range(2))
+    with httpx.Client(base_url=first.url, timeout=10,
+                      headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as admin:
+        key = admin.post("/v1/keys", json={"grants": [
+            {"namespace": ns, "permissions": ["read", "subscribe"]}]}).json()
+        stream = streams(second.url, [f"{ns}:*"], token=key["api_key"])
+        started = time.monotonic()
+        assert admin.delete(f"/v1/keys/{key['key']['id']}").status_code == 204
+    event = stream.wait_event(lambda e: e.event == "revoked", "the revoked event", timeout=5)
+    assert time.monotonic() - started < 2.5
+    assert event.data["reason"] == "the API key was revoked"
+
+
 # ---- a primary killed under load ----
 
 
