@@ -85,6 +85,10 @@ class AgentService:
             raise MempError("not_found", f"no agent {agent_id!r} in namespace {namespace!r}")
         return agent
 
+    async def home(self, agent_id: str) -> str | None:
+        """The namespace an agent was registered in (None for ids no registration made)."""
+        return await self.store.agent_home(agent_id)
+
     async def remove(self, principal: Principal, namespace: str, agent_id: str) -> None:
         """Remove an agent (admins of its namespace): its record goes, every API key bound to
         it is revoked, and every process ends the streams those keys opened."""

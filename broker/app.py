@@ -27,6 +27,10 @@ from broker.errors import MempError, store_down
 from broker.http import error_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
+from broker.mcp import server as mcp
+from broker.mcp.resources import Resources
+from broker.mcp.tools import Toolbox
+from broker.mcp.watch import Watcher
 from broker.memory import MemoryService
 from broker.messages import MessageHandler
 from broker.metrics import Metrics, MetricsMiddleware
@@ -124,6 +128,10 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     auth = Authenticator(settings, storage.accounts)
     stream_guard = StreamGuard(auth, registry, supervisor)
     listener = InvalidationListener(registry, auth, stream_guard, settings.reader_block_ms)
+    mcp_server = mcp.McpServer(
+        Toolbox(memory_service, amp_cells, agent_service), Resources(memory_service),
+        Watcher(settings, hub, registry, memory_service, stream_guard),
+        settings.max_request_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -144,7 +152,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
                          lambda: amp_poster.run_forever(settings.amp_post_interval_seconds))
         supervisor.start("SSE send watchdog", send_watchdog.run)
         try:
-            yield
+            async with mcp_server.running():
+                yield
         finally:
             await hub.close()
             await supervisor.close()
@@ -155,7 +164,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
 
     app = AbortableApp(
         routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *api_keys.routes,
-                *subscribe.routes, *namespaces.routes, *amp_routes.routes],
+                *subscribe.routes, *namespaces.routes, *amp_routes.routes,
+                mcp.route(auth, mcp_server)],
         exception_handlers={
             MempError: _mempe_error,
             HTTPException: _http_error,
@@ -185,6 +195,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.memory = memory_service
     app.state.agents = agent_service
     app.state.messages = MessageHandler(memory_service, agent_service, clock)
+    app.state.mcp = mcp_server
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     if origins:

@@ -36,31 +36,37 @@ def _cells(request: Request) -> CellService:
 
 
 async def _acting(request: Request) -> tuple[Principal, str]:
-    """The caller and the agent it acts as. Every agent route needs the `amp` permission on the
-    AMP namespace (admin implies it); AMP's policy then decides, cell by cell."""
+    """The caller and the agent it acts as."""
     principal = await authenticate(request)
-    namespace = _cells(request).namespace
+    return principal, acting_agent(principal, _cells(request).namespace,
+                                   request.headers.get(_AGENT_HEADER))
+
+
+def acting_agent(principal: Principal, namespace: str, claimed: str | None,
+                 field: str = "X-AMP-Agent-ID") -> str:
+    """The agent a caller acts as on the AMP API (`claimed`, else its own). Every agent
+    operation needs the `amp` permission on the AMP namespace (admin implies it); AMP's policy
+    then decides, cell by cell. `field` names where the claim came from, in errors."""
     principal.require("amp", namespace)
-    claimed = request.headers.get(_AGENT_HEADER)
     if claimed is None or claimed == "":
         if principal.agent_id is None:
-            raise MempError("invalid_request", "X-AMP-Agent-ID is required with a token that "
-                            "is not bound to an agent", {"field": "X-AMP-Agent-ID"})
-        return principal, _agent_id(principal.agent_id)
-    _agent_id(claimed)
+            raise MempError("invalid_request", f"{field} is required with a token that is not "
+                            "bound to an agent", {"field": field})
+        return _agent_id(principal.agent_id, field)
+    _agent_id(claimed, field)
     if claimed != principal.agent_id and not principal.can("impersonate", namespace):
-        raise MempError("forbidden", "X-AMP-Agent-ID names another agent, and this token may "
-                        "not act for other agents", {"agent_id": claimed})
-    return principal, claimed
+        raise MempError("forbidden", f"{field} names another agent, and this token may not "
+                        "act for other agents", {"agent_id": claimed})
+    return claimed
 
 
-def _agent_id(agent: str) -> str:
+def _agent_id(agent: str, field: str = "X-AMP-Agent-ID") -> str:
     """The acting agent is stored in cells (`created_by`), so it must be a valid AMP name, and
     not one of the broker's own identities."""
     if not NAME_RE.fullmatch(agent):
-        raise MempError("invalid_request", "X-AMP-Agent-ID is not a valid agent id (1-128 of "
-                        "A-Z a-z 0-9 . _ : @ + -)", {"field": "X-AMP-Agent-ID"})
-    return check_claimable(agent, "X-AMP-Agent-ID")
+        raise MempError("invalid_request", f"{field} is not a valid agent id (1-128 of "
+                        "A-Z a-z 0-9 . _ : @ + -)", {"field": field})
+    return check_claimable(agent, field)
 
 
 async def _body(request: Request, kind: type[Any], limit: int | None = None) -> Any:

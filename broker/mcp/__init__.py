@@ -1,0 +1,1 @@
+"""MCP for agents: the broker's tools, resources and subscriptions at `/mcp`."""
