@@ -484,6 +484,8 @@ def test_every_struct_that_refuses_unknown_fields_is_checked() -> None:
     strict = {struct for struct in _broker_structs()
               if msgspec.inspect.type_info(struct).forbid_unknown_fields}  # type: ignore[attr-defined]
     strict.discard(models.Message)  # the tagged base; every message type is listed
+    # MCP tool arguments are no HTTP body: tools/list serves schemas generated from them.
+    strict = {struct for struct in strict if struct.__module__ != "broker.mcp.tools"}
     assert strict - checked == set()
 
 
