@@ -200,6 +200,15 @@ def cmd_register(broker: MEMP, args: argparse.Namespace) -> None:
           f"{credentials['api_key']}", file=sys.stderr)
 
 
+def cmd_mcp(broker: MEMP, args: argparse.Namespace) -> None:
+    try:
+        from memp import bridge
+    except ImportError:
+        raise UsageError("memp mcp needs the mcp package: pip install 'memp-sdk[mcp]'") \
+            from None
+    bridge.run(broker.config)
+
+
 def cmd_keys_create(broker: MEMP, args: argparse.Namespace) -> None:
     permissions = [p.strip() for p in args.permissions.split(",") if p.strip()]
     grants = [Grant(ns, permissions) for ns in args.grant_namespaces]
@@ -298,6 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--name", required=True)
     register.add_argument("--framework", default="custom",
                           help="langchain, crewai, claude, autogen, custom, ...")
+
+    command("mcp", cmd_mcp,
+            "serve the broker's MCP tools and resources over stdin/stdout, for desktop MCP "
+            "clients (needs memp-sdk[mcp]); MEMP_NAMESPACE, if set, is the default namespace")
 
     config = commands.add_parser(
         "config", parents=[common], help="read or replace the namespace configuration (admin)",
