@@ -17,13 +17,22 @@ import msgspec
 
 from memp.errors import SchemaViolationWarning
 from memp.models import (
+    AccessPolicy,
+    Agent,
+    AgentPage,
+    AnyMessage,
     ApiKey,
+    CellSearchPage,
     CreatedKey,
     Entry,
     Grant,
+    ImportResult,
+    MemoryCell,
     NamespaceConfig,
     Page,
+    Provenance,
     Registration,
+    Reply,
     SchemaRecord,
     StoredConfig,
 )
@@ -246,3 +255,135 @@ def delete_schema(namespace: str, schema_id: str) -> Call[None]:
     # Not resent after a lost reply: a first try that was applied would turn it into NotFound.
     return Call("DELETE", _namespace_path(namespace, "schemas", schema_id),
                 lambda response: None, idempotent=False)
+
+
+# ---- agents ----
+
+
+def get_agent(namespace: str, agent_id: str) -> Call[Agent]:
+    return Call("GET", _namespace_path(namespace, "agents", agent_id), _decoder(Agent))
+
+
+def list_agents(namespace: str, cursor: str | None, limit: int | None) -> Call[AgentPage]:
+    params: dict[str, str | int] = {}
+    if cursor is not None:
+        params["cursor"] = cursor
+    if limit is not None:
+        params["limit"] = limit
+    return Call("GET", _namespace_path(namespace, "agents"), _decoder(AgentPage), params=params)
+
+
+def remove_agent(namespace: str, agent_id: str) -> Call[None]:
+    # Not resent after a lost reply: a first try that was applied would turn it into NotFound.
+    return Call("DELETE", _namespace_path(namespace, "agents", agent_id), lambda response: None,
+                idempotent=False)
+
+
+# ---- protocol messages ----
+
+
+def messages(batch: Sequence[AnyMessage], namespace: str | None) -> Call[list[Reply]]:
+    """A batch, each message given the client's namespace and a fresh id where it has none:
+    with ids, a batch resent after a lost reply is applied once."""
+    filled = [msgspec.structs.replace(
+        message, namespace=message.namespace or namespace, id=message.id or message_id())
+        for message in batch]
+    body, headers = _json_body(filled)
+    return Call("POST", "/v1/messages", _decoder(list[Reply]), body=body, headers=headers)
+
+
+# ---- AMP ----
+
+
+def _amp_headers(agent: str | None) -> dict[str, str]:
+    return {"X-AMP-Agent-ID": agent} if agent else {}
+
+
+def _cell_path(cell_id: str) -> str:
+    return f"/amp/memories/{_segment(cell_id)}"
+
+
+def _without_none(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def create_cell(agent: str | None, body: dict[str, Any]) -> Call[MemoryCell]:
+    payload, headers = _json_body(body)
+    return Call("POST", "/amp/memories", _decoder(MemoryCell), body=payload,
+                headers={**headers, **_amp_headers(agent)}, idempotent=False)
+
+
+def get_cell(agent: str | None, cell_id: str) -> Call[MemoryCell]:
+    return Call("GET", _cell_path(cell_id), _decoder(MemoryCell), headers=_amp_headers(agent))
+
+
+def patch_cell(agent: str | None, cell_id: str, body: dict[str, Any]) -> Call[MemoryCell]:
+    payload, headers = _json_body(body)
+    return Call("PATCH", _cell_path(cell_id), _decoder(MemoryCell), body=payload,
+                headers={**headers, **_amp_headers(agent)}, idempotent=False)
+
+
+def delete_cell(agent: str | None, cell_id: str) -> Call[MemoryCell]:
+    return Call("DELETE", _cell_path(cell_id), _decoder(MemoryCell),
+                headers=_amp_headers(agent), idempotent=False)
+
+
+def search_cells(agent: str | None, body: dict[str, Any]) -> Call[CellSearchPage]:
+    payload, headers = _json_body(body)
+    return Call("POST", "/amp/memories/search", _decoder(CellSearchPage), body=payload,
+                headers={**headers, **_amp_headers(agent)})
+
+
+def import_cells(agent: str | None, cells: Sequence[MemoryCell | Mapping[str, Any]]
+                 ) -> Call[ImportResult]:
+    payload, headers = _json_body({"cells": list(cells)})
+    return Call("POST", "/amp/import", _decoder(ImportResult), body=payload,
+                headers={**headers, **_amp_headers(agent)}, idempotent=False)
+
+
+def new_cell(text: str, *, owner_id: str, owner_type: str, type: str,
+             metadata: Mapping[str, Any] | None, importance: float | None,
+             confidence: float | None, decay_rate: float | None,
+             access_policy: AccessPolicy | None, provenance: Provenance | None,
+             session_id: str | None, expires_at: str | datetime | None) -> dict[str, Any]:
+    """The body of a cell to create; fields left out take the broker's defaults."""
+    return _without_none({
+        "type": type,
+        "content": {"text": text, "metadata": dict(metadata or {})},
+        "identity": _without_none({"owner_id": owner_id, "owner_type": owner_type,
+                                   "session_id": session_id}),
+        "scoring": _without_none({"importance": importance, "confidence": confidence,
+                                  "decay_rate": decay_rate}),
+        "access_policy": access_policy, "provenance": provenance,
+        "expires_at": _iso(expires_at),
+    })
+
+
+def cell_patch(*, text: str | None, metadata: Mapping[str, Any] | None,
+               importance: float | None, confidence: float | None, decay_rate: float | None,
+               access_policy: AccessPolicy | None, expires_at: str | datetime | None
+               ) -> dict[str, Any]:
+    content = _without_none({"text": text, "metadata": dict(metadata) if metadata is not None
+                             else None})
+    scoring = _without_none({"importance": importance, "confidence": confidence,
+                             "decay_rate": decay_rate})
+    return _without_none({"content": content or None, "scoring": scoring or None,
+                          "access_policy": access_policy, "expires_at": _iso(expires_at)})
+
+
+def search_body(query: str | None, fields: Mapping[str, Any]) -> dict[str, Any]:
+    body = _without_none({"query": query, **fields})
+    for name in ("created_after", "created_before"):
+        if name in body:
+            body[name] = _iso(body[name])
+    if body.get("include_stale") is False:
+        del body["include_stale"]
+    return body
+
+
+def _iso(moment: str | datetime | None) -> str | None:
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            raise ValueError("give AMP times with a time zone (or as ISO 8601 strings)")
+        return moment.isoformat()
+    return moment

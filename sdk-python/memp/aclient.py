@@ -13,6 +13,8 @@ import httpx
 
 from memp import _calls
 from memp._transport import AsyncTransport, Config, check_trust
+from memp.agents import AsyncAgents, AsyncMessages
+from memp.amp import AsyncAmp
 from memp.errors import NotFound, PreconditionFailed
 from memp.models import (
     Agent,
@@ -221,6 +223,9 @@ class AsyncMEMP:
         self.namespaces = AsyncNamespaces(self._transport)
         self.schemas = AsyncSchemas(self._transport)
         self.keys = AsyncKeys(self._transport)
+        self.agents = AsyncAgents(self._transport)
+        self.messages = AsyncMessages(self._transport)
+        self.amp = AsyncAmp(self._transport, lambda: self.agent.id if self.agent else None)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None
         self._subscriptions: weakref.WeakSet[AsyncSubscription] = weakref.WeakSet()

@@ -14,6 +14,8 @@ import httpx
 
 from memp import _calls
 from memp._transport import Config, SyncTransport, check_trust
+from memp.agents import Agents, Messages
+from memp.amp import Amp
 from memp.errors import NotFound, PreconditionFailed
 from memp.models import (
     Agent,
@@ -265,6 +267,9 @@ class MEMP:
         self.namespaces = Namespaces(self._transport)
         self.schemas = Schemas(self._transport)
         self.keys = Keys(self._transport)
+        self.agents = Agents(self._transport)
+        self.messages = Messages(self._transport)
+        self.amp = Amp(self._transport, lambda: self.agent.id if self.agent else None)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None
         self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()

@@ -26,6 +26,12 @@ class MempError(Exception):
         status = f" {self.status}" if self.status is not None else ""
         return f"{self.code}{status}: {self.message}"
 
+    @property
+    def field(self) -> str | None:
+        """The request field the broker names as wrong (`details.field`, e.g. on `/amp`)."""
+        field = self.details.get("field")
+        return field if isinstance(field, str) else None
+
 
 class InvalidRequest(MempError):
     """400: the request is malformed (`code` says which check: invalid_key, invalid_ttl,
@@ -45,11 +51,18 @@ class NotFound(MempError):
 
 
 class ConflictError(MempError):
-    """409 write_conflict: a newer write is stored; `winner` is that entry."""
+    """409 write_conflict: a newer write is stored (`winner` is that entry), or an AMP cell's
+    status forbids the change (`cell_status`: archived cells are read-only, and only they may
+    be deleted)."""
 
     @property
     def winner(self) -> Entry | None:
         return _entry_detail(self.details.get("winner"))
+
+    @property
+    def cell_status(self) -> str | None:
+        status = self.details.get("status")
+        return status if isinstance(status, str) else None
 
 
 class PreconditionFailed(MempError):
@@ -132,6 +145,13 @@ def _entry_detail(raw: Any) -> Entry | None:
         return msgspec.convert(raw, Entry)
     except msgspec.ValidationError:
         return None
+
+
+def error_from_body(code: str, message: str, details: dict[str, Any] | None = None,
+                    status: int | None = None) -> MempError:
+    """The exception for an error the broker reported in a body (a message's reply)."""
+    kind = ERROR_CLASSES.get(code, MempError)
+    return kind(message, code=code, status=status, details=details or {})
 
 
 def error_from_response(response: httpx.Response) -> MempError:

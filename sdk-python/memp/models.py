@@ -228,3 +228,201 @@ def decode_entry(data: bytes | str) -> Entry:
 def to_builtins(obj: Any) -> Any:
     """Plain dicts and lists, ready for `json.dumps`."""
     return msgspec.to_builtins(obj)
+
+
+class AgentPage(Struct, kw_only=True, frozen=True):
+    """One page of a namespace's agents, in registration order; pass `next_cursor` back."""
+
+    agents: list[Agent]
+    next_cursor: str | None = None
+
+
+# ---- protocol messages (`POST /v1/messages`) ----
+
+
+class Message(Struct, kw_only=True, frozen=True, tag_field="type", omit_defaults=True):
+    """Fields every protocol message has. The client fills in `namespace` (its own) and `id`
+    (a fresh one, so a resent batch is applied once) where a message leaves them out."""
+
+    memp: str = "1.0"
+    id: str | None = None
+    namespace: str | None = None
+    timestamp: int | None = None
+
+
+class RegisterMessage(Message, tag="agent.register", kw_only=True, frozen=True):
+    name: str
+    framework: str = "custom"
+
+
+class AgentGetMessage(Message, tag="agent.get", kw_only=True, frozen=True):
+    agent: str
+
+
+class AgentListMessage(Message, tag="agent.list", kw_only=True, frozen=True):
+    cursor: str | None = None
+    limit: int | None = None
+
+
+class PutMessage(Message, tag="memory.put", kw_only=True, frozen=True):
+    key: str
+    value: Any
+    ttl_seconds: int | None = None
+    if_version: int | None = None
+    if_absent: bool = False
+    base_version: int | None = None
+
+
+class GetMessage(Message, tag="memory.get", kw_only=True, frozen=True):
+    key: str
+
+
+class QueryMessage(Message, tag="memory.query", kw_only=True, frozen=True):
+    pattern: str = "*"
+    cursor: str | None = None
+    limit: int | None = None
+
+
+class DeleteMessage(Message, tag="memory.delete", kw_only=True, frozen=True):
+    key: str
+    if_version: int | None = None
+
+
+class HistoryMessage(Message, tag="memory.history", kw_only=True, frozen=True):
+    key: str
+    limit: int | None = None
+
+
+AnyMessage = (RegisterMessage | AgentGetMessage | AgentListMessage | PutMessage | GetMessage
+              | QueryMessage | DeleteMessage | HistoryMessage)
+
+
+class ErrorBody(Struct, kw_only=True, frozen=True):
+    """The broker's error: `code`, `message`, `details`."""
+
+    code: str
+    message: str
+    details: dict[str, Any] = {}
+
+
+class Reply(Struct, kw_only=True, frozen=True):
+    """A message's reply: `ack` (writes), `result` (reads) or `error`, with the payload its
+    operation has (`entry`; `entries` + `next_cursor`; `versions`; `agent` + `credentials`;
+    `agents` + `next_cursor`; or `error`). `raise_for_error()` raises the typed error."""
+
+    type: Literal["ack", "result", "error"]
+    id: str
+    reply_to: str | None = None
+    timestamp: int | None = None
+    namespace: str | None = None
+    memp: str = "1.0"
+    entry: Entry | None = None
+    entries: list[Entry] | None = None
+    next_cursor: str | None = None
+    key: str | None = None
+    versions: list[Entry] | None = None
+    agent: Agent | None = None
+    credentials: Credentials | None = None
+    agents: list[Agent] | None = None
+    warnings: list[str] = []
+    error: ErrorBody | None = None
+
+    def raise_for_error(self) -> Reply:
+        """This reply, or the typed MempError its `error` stands for."""
+        if self.error is not None:
+            from memp.errors import error_from_body
+
+            raise error_from_body(self.error.code, self.error.message, self.error.details)
+        return self
+
+
+# ---- AMP memory cells (`/amp`) ----
+
+MemoryType = Literal["episodic", "semantic", "procedural"]
+OwnerType = Literal["user", "agent", "organization"]
+CellStatus = Literal["active", "stale", "archived", "deleted"]
+
+
+class CellContent(Struct, kw_only=True):
+    text: str
+    metadata: dict[str, Any] = {}
+
+
+class CellIdentity(Struct, kw_only=True):
+    owner_id: str
+    owner_type: OwnerType
+    created_by: str | None = None
+    session_id: str | None = None
+
+
+class CellScoring(Struct, kw_only=True):
+    importance: float = 0.5
+    confidence: float = 1.0
+    decay_rate: float = 0.01
+    access_count: int = 0
+
+
+class CellLifecycle(Struct, kw_only=True):
+    """Times are ISO 8601 strings, as AMP writes them."""
+
+    created_at: str | None = None
+    last_accessed_at: str | None = None
+    last_updated_at: str | None = None
+    expires_at: str | None = None
+    status: CellStatus = "active"
+    stale_since: str | None = None
+    deleted_at: str | None = None
+
+
+class AccessPolicy(Struct, kw_only=True):
+    """Who besides the owner and creator may read or write a cell (`*` globs)."""
+
+    readable_by: list[str] = []
+    writable_by: list[str] = []
+    public: bool = False
+
+
+class Provenance(Struct, kw_only=True):
+    source_type: str | None = None
+    source_ref: str | None = None
+    extraction_method: str | None = None
+
+
+class MemoryCell(Struct, kw_only=True):
+    """An AMP memory cell (AMP spec section 1)."""
+
+    id: str
+    type: MemoryType
+    content: CellContent
+    identity: CellIdentity
+    amp_version: str = "0.1.0"
+    scoring: CellScoring = msgspec.field(default_factory=CellScoring)
+    lifecycle: CellLifecycle = msgspec.field(default_factory=CellLifecycle)
+    access_policy: AccessPolicy = msgspec.field(default_factory=AccessPolicy)
+    provenance: Provenance = msgspec.field(default_factory=Provenance)
+
+
+class CellHit(Struct, kw_only=True, frozen=True):
+    """A search result: the cell, its rank and its current decay score."""
+
+    cell: MemoryCell
+    score: float
+    decay_score: float
+
+
+class CellSearchPage(Struct, kw_only=True, frozen=True):
+    results: list[CellHit]
+    next_cursor: str | None = None
+
+
+class ImportRefusal(Struct, kw_only=True, frozen=True):
+    """A cell an import refused: its place in the batch, its id, and why."""
+
+    index: int
+    id: str | None
+    error: ErrorBody
+
+
+class ImportResult(Struct, kw_only=True, frozen=True):
+    imported: int
+    errors: list[ImportRefusal] = []
