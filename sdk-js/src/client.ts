@@ -1,6 +1,9 @@
 /** The client: `MEMP`, its `memory` and `keys`. */
 
+import { Agents, Messages } from './agents.js'
+import { Amp } from './amp.js'
 import { InvalidRequestError } from './errors.js'
+import { Namespaces, Schemas } from './namespaces.js'
 import {
   toAgent,
   toApiKey,
@@ -256,6 +259,11 @@ export class MEMP {
   readonly config: Config
   readonly memory: Memory
   readonly keys: Keys
+  readonly namespaces: Namespaces
+  readonly schemas: Schemas
+  readonly agents: Agents
+  readonly messages: Messages
+  readonly amp: Amp
   /** The agent registered with `register()`. */
   agent: Agent | null = null
   /** The credentials `register()` returned; the API key is shown only once. */
@@ -268,6 +276,11 @@ export class MEMP {
     this.#transport = new Transport(this.config)
     this.memory = new Memory(this.#transport, this)
     this.keys = new Keys(this.#transport)
+    this.namespaces = new Namespaces(this.#transport, this)
+    this.schemas = new Schemas(this.#transport, this)
+    this.agents = new Agents(this.#transport, this)
+    this.messages = new Messages(this.#transport, this)
+    this.amp = new Amp(this.#transport, this)
   }
 
   get namespace(): string | null {

@@ -26,6 +26,12 @@ export class MempError extends Error {
     this.status = options.status ?? null
     this.details = options.details ?? {}
   }
+
+  /** The request field the broker names as wrong (`details.field`, e.g. on `/amp`). */
+  get field(): string | null {
+    const field = this.details['field']
+    return typeof field === 'string' ? field : null
+  }
 }
 
 /** 400 or 415: the request is malformed (`code` says which check: invalid_key, invalid_ttl...). */
@@ -44,6 +50,13 @@ export class NotFoundError extends MempError {}
 export class ConflictError extends MempError {
   get winner(): Entry | null {
     return entryDetail(this.details['winner'])
+  }
+
+  /** The AMP cell's status when that forbids the change (archived cells are read-only, and
+   * only they may be deleted). */
+  get cellStatus(): string | null {
+    const status = this.details['status']
+    return typeof status === 'string' ? status : null
   }
 }
 

@@ -1,6 +1,25 @@
 /** MEMP SDK: `import { MEMP } from 'memp-sdk'` — shared, versioned memory for AI agents. */
 
 export { MEMP, Memory, Keys } from './client.js'
+export { Agents, Messages } from './agents.js'
+export type { AgentPage, Message, MessageReply } from './agents.js'
+export { Amp } from './amp.js'
+export type {
+  AccessPolicy,
+  CellHit,
+  CellPatchOptions,
+  CellSearchOptions,
+  CellSearchPage,
+  CellStatus,
+  ImportResult,
+  MemoryCell,
+  MemoryType,
+  NewCellOptions,
+  OwnerType,
+  Provenance,
+} from './amp.js'
+export { Namespaces, Schemas } from './namespaces.js'
+export type { NamespaceConfig, SchemaRecord, StoredConfig, Strategy } from './namespaces.js'
 export type {
   DeleteOptions,
   HistoryOptions,

@@ -97,7 +97,7 @@ export function resolveConfig(options: MempOptions): Config {
 /** One request. `idempotent` ones may be resent when the first try may have reached the broker
  * (reads, and writes carrying an Idempotency-Key); others only when it surely did not. */
 export interface Call {
-  method: 'GET' | 'PUT' | 'POST' | 'DELETE'
+  method: 'GET' | 'PUT' | 'POST' | 'PATCH' | 'DELETE'
   path: string
   query?: Record<string, string | number | undefined>
   headers?: Record<string, string>

@@ -1,0 +1,195 @@
+/** Namespace configuration and JSON Schemas (`client.namespaces`, `client.schemas`). */
+
+import type { MEMP } from './client.js'
+import type { CallOptions, Transport } from './transport.js'
+
+export type Strategy = 'last-write-wins' | 'agent-priority' | 'merge'
+
+/** A namespace's conflict strategies, agent priorities, retention and shares; a field left
+ * out takes the broker's default. Field names are the broker's (snake_case). */
+export interface NamespaceConfig {
+  strategy?: Strategy
+  rules?: { pattern: string; strategy: Strategy }[]
+  priorities?: { agent: string; priority: number }[]
+  default_priority?: number
+  merge_arrays?: 'replace' | 'append'
+  history_limit?: number | null
+  default_ttl_seconds?: number | null
+  shares?: { namespace: string; permissions: ('read' | 'subscribe')[] }[]
+}
+
+/** The configuration as stored, with its `revision` (pass it as `ifRevision`). */
+export interface StoredConfig extends Required<NamespaceConfig> {
+  namespace: string
+  revision: number
+  updated_at: number | null
+  updated_by: string | null
+}
+
+/** A JSON Schema registered for the keys matching `pattern`. */
+export interface SchemaRecord {
+  id: string
+  namespace: string
+  pattern: string
+  schema: Record<string, unknown> | boolean
+  enforce: boolean
+  /** The `$schema` URI the schema is validated by. */
+  draft: string
+  createdAt: number
+  createdBy: string
+}
+
+interface WireSchema {
+  id: string
+  namespace: string
+  pattern: string
+  schema: Record<string, unknown> | boolean
+  enforce: boolean
+  draft: string
+  created_at: number
+  created_by: string
+}
+
+function toSchema(wire: WireSchema): SchemaRecord {
+  return {
+    id: wire.id,
+    namespace: wire.namespace,
+    pattern: wire.pattern,
+    schema: wire.schema,
+    enforce: wire.enforce,
+    draft: wire.draft,
+    createdAt: wire.created_at,
+    createdBy: wire.created_by,
+  }
+}
+
+const CONFIG_FIELDS = [
+  'strategy',
+  'rules',
+  'priorities',
+  'default_priority',
+  'merge_arrays',
+  'history_limit',
+  'default_ttl_seconds',
+  'shares',
+] as const
+
+function path(namespace: string, ...rest: string[]): string {
+  return ['/v1/namespaces', namespace, ...rest].map((p, i) => (i ? encodeURIComponent(p) : p)).join('/')
+}
+
+/** Namespace configuration (needs `admin` on the namespace). */
+export class Namespaces {
+  constructor(
+    private readonly transport: Transport,
+    private readonly client: MEMP,
+  ) {}
+
+  /** The configuration, with its `revision` (0 and the defaults if never set). */
+  async config(options: CallOptions = {}): Promise<StoredConfig> {
+    const namespace = this.client.requireNamespace(options.namespace)
+    const reply = await this.transport.send({
+      method: 'GET',
+      path: path(namespace, 'config'),
+      idempotent: true,
+      signal: options.signal,
+    })
+    return reply.body as StoredConfig
+  }
+
+  /** Replace the configuration (fields left out take their defaults); with `ifRevision`,
+   * only while the stored one is that revision, else PreconditionFailedError. */
+  async setConfig(
+    config: NamespaceConfig,
+    options: CallOptions & { ifRevision?: number | undefined } = {},
+  ): Promise<StoredConfig> {
+    const namespace = this.client.requireNamespace(options.namespace)
+    const body: Record<string, unknown> = {}
+    for (const field of CONFIG_FIELDS) if (config[field] !== undefined) body[field] = config[field]
+    const headers: Record<string, string> = {}
+    if (options.ifRevision !== undefined) headers['If-Match'] = `"${options.ifRevision}"`
+    const reply = await this.transport.send({
+      method: 'PUT',
+      path: path(namespace, 'config'),
+      body,
+      headers,
+      idempotent: options.ifRevision === undefined,
+      signal: options.signal,
+    })
+    return reply.body as StoredConfig
+  }
+
+  /** Change only the fields given and keep the rest (re-reading if raced). */
+  async updateConfig(changes: NamespaceConfig, options: CallOptions = {}): Promise<StoredConfig> {
+    for (let attempt = 1; ; attempt++) {
+      const current = await this.config(options)
+      const merged: NamespaceConfig = {}
+      for (const field of CONFIG_FIELDS) {
+        ;(merged as Record<string, unknown>)[field] = changes[field] !== undefined ? changes[field] : current[field]
+      }
+      try {
+        return await this.setConfig(merged, { ...options, ifRevision: current.revision })
+      } catch (error) {
+        if (attempt >= 5 || (error as { code?: string }).code !== 'precondition_failed') throw error
+      }
+    }
+  }
+}
+
+/** JSON Schemas for key patterns (registering and deleting need `admin`). */
+export class Schemas {
+  constructor(
+    private readonly transport: Transport,
+    private readonly client: MEMP,
+  ) {}
+
+  /** Register (or replace) schema `id` for keys matching `pattern`. */
+  async put(
+    id: string,
+    pattern: string,
+    schema: Record<string, unknown> | boolean,
+    options: CallOptions & { enforce?: boolean | undefined } = {},
+  ): Promise<SchemaRecord> {
+    const namespace = this.client.requireNamespace(options.namespace)
+    const reply = await this.transport.send({
+      method: 'PUT',
+      path: path(namespace, 'schemas', id),
+      body: { pattern, schema, enforce: options.enforce ?? false },
+      idempotent: true,
+      signal: options.signal,
+    })
+    return toSchema(reply.body as WireSchema)
+  }
+
+  async get(id: string, options: CallOptions = {}): Promise<SchemaRecord> {
+    const namespace = this.client.requireNamespace(options.namespace)
+    const reply = await this.transport.send({
+      method: 'GET',
+      path: path(namespace, 'schemas', id),
+      idempotent: true,
+      signal: options.signal,
+    })
+    return toSchema(reply.body as WireSchema)
+  }
+
+  async delete(id: string, options: CallOptions = {}): Promise<void> {
+    const namespace = this.client.requireNamespace(options.namespace)
+    await this.transport.send({
+      method: 'DELETE',
+      path: path(namespace, 'schemas', id),
+      idempotent: false,
+      signal: options.signal,
+    })
+  }
+
+  async list(options: CallOptions = {}): Promise<SchemaRecord[]> {
+    const namespace = this.client.requireNamespace(options.namespace)
+    const reply = await this.transport.send({
+      method: 'GET',
+      path: path(namespace, 'schemas'),
+      idempotent: true,
+      signal: options.signal,
+    })
+    return (reply.body as { schemas: WireSchema[] }).schemas.map(toSchema)
+  }
+}
