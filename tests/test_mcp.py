@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import httpx
@@ -15,6 +15,7 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
@@ -32,8 +33,7 @@ LEGACY_SUBSCRIBE = pytest.mark.filterwarnings(
 
 @contextlib.asynccontextmanager
 async def connect(broker: Broker, token: str, mode: str = "auto",
-                  on_message: Callable[[Any], Awaitable[None]] | None = None
-                  ) -> AsyncIterator[Client]:
+                  on_message: MessageHandlerFnT | None = None) -> AsyncIterator[Client]:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=WAIT)
     async with http, Client(streamable_http_client(f"{broker.url}/mcp", http_client=http),
                             mode=mode, message_handler=on_message) as client:

@@ -70,7 +70,7 @@ def _protocol_error(error: MempError) -> MCPError:
     return MCPError(code, f"{error.code}: {error.message}", _plain(error))
 
 
-_FAILURES = (MempError, CorruptRecord, *STORE_DOWN)
+_FAILURES: tuple[type[Exception], ...] = (MempError, CorruptRecord, *STORE_DOWN)
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:

@@ -16,8 +16,11 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ResourceUpdated, \
-    event_to_notification
+from mcp.shared.subscriptions import (
+    SUBSCRIPTION_ID_META_KEY,
+    ResourceUpdated,
+    event_to_notification,
+)
 
 from broker.auth import Principal
 from broker.errors import MempError

@@ -1,6 +1,7 @@
 """An agent that speaks MCP uses the broker's memory over Streamable HTTP (docs/mcp.md).
 
-    MEMP_BASE_URL=http://127.0.0.1:8080 MEMP_API_KEY=memp_sk_live_... python docs/examples/mcp_http.py
+    MEMP_BASE_URL=http://127.0.0.1:8080 MEMP_API_KEY=memp_sk_live_... \
+        python docs/examples/mcp_http.py
 """
 
 from __future__ import annotations
