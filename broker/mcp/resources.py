@@ -25,14 +25,14 @@ PAGE = 100  # resources per resources/list page
 
 TEMPLATES = [
     types.ResourceTemplate(
-        name="entry", title="Memory entry", uri_template="memp://{namespace}/{+key}",
+        name="entry", title="Memory entry", uri_template=f"{SCHEME}://{{namespace}}/{{+key}}",
         mime_type=JSON,
         description="One entry of shared memory; its text is the entry's JSON value, and its "
                     "_meta.memp the version, writer and times. Subscribe to hear when it "
                     "changes."),
     types.ResourceTemplate(
         name="query", title="Entries matching a pattern",
-        uri_template="memp://{namespace}{?pattern,cursor}", mime_type=JSON,
+        uri_template=f"{SCHEME}://{{namespace}}{{?pattern,cursor}}", mime_type=JSON,
         description="The entries whose keys match a pattern ('customer/*'; '*' for all), in "
                     "key order, as JSON with next_cursor for the next page. Subscribe to hear "
                     "when any of them changes."),

@@ -41,8 +41,28 @@ COMPONENTS: dict[type[msgspec.Struct], str] = {
     models.NamespaceConfig: "NamespaceConfigFields",
     models.StoredConfig: "StoredConfig",
     models.SchemaRecord: "SchemaRecord",
+    models.AgentPage: "AgentPage",
+    models.ErrorBody: "ErrorBody",
+    models.CellContent: "CellContent",
+    models.CellIdentity: "CellIdentity",
+    models.CellScoring: "CellScoring",
+    models.CellLifecycle: "CellLifecycle",
+    models.AccessPolicy: "AccessPolicy",
+    models.Provenance: "Provenance",
+    models.MemoryCell: "MemoryCellFields",
+    models.CellHit: "CellSearchHit",
+    models.CellSearchPage: "CellSearchResults",
+    models.ImportRefusal: "CellImportError",
+    models.ImportResult: "CellImportResult",
 }
-SDK_ONLY = {models.Event}  # made from SSE frames by the subscription, not decoded as one
+SDK_ONLY = {
+    models.Event,  # made from SSE frames by the subscription, not decoded as one
+    # Messages the SDK sends (the broker's own Structs are checked against the document);
+    # one Reply for the document's three reply shapes (AckReply, ResultReply, ErrorReply).
+    models.Message, models.RegisterMessage, models.AgentGetMessage, models.AgentListMessage,
+    models.PutMessage, models.GetMessage, models.QueryMessage, models.DeleteMessage,
+    models.HistoryMessage, models.Reply,
+}
 
 
 def resolve(schema: dict[str, Any]) -> dict[str, Any]:
