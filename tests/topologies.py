@@ -228,6 +228,10 @@ class RedisCluster(LoopbackProcesses):
                 failed = {n.port for n in nodes if n.failed}
                 if failed - {p.port for p in self.processes if not p.running}:
                     return False
+                # Gossip is slower than CLUSTER REPLICATE: until it spreads, a node still sees
+                # a new replica as a primary without slots.
+                if sum(n.primary and not n.failed for n in nodes) != self.primaries:
+                    return False
         return True
 
     def wait_ok(self, timeout: float = 30) -> float:
