@@ -184,6 +184,19 @@ def _phase(procs: Processes, args: argparse.Namespace, loadgen: str, pool_dir: P
     return report.phase_result(merge(raws), cpu)
 
 
+def _at_rest(targets: list[Target], seconds: float) -> dict[str, dict[str, float]]:
+    """The share of a core each target's roles use with no load (background loops, Redis's
+    timers, the cluster bus): charged to every request of a slow phase, it is subtracted
+    where the summary derives a shard's ceiling."""
+    watch = {f"{t.name}/{name}": pid for t in targets for name, pid in t.watch.items()}
+    before = cpu_snapshot(watch)
+    time.sleep(seconds)
+    used = cpu_since(watch, before)
+    return {t.name: {role: round(cpu / seconds, 4) for role, cpu in _grouped(
+        {name.split("/", 1)[1]: cpu for name, cpu in used.items()
+         if name.startswith(f"{t.name}/")}).items()} for t in targets}
+
+
 def _measure(procs: Processes, args: argparse.Namespace, loadgen: str,
              targets: list[Target]) -> dict[str, Any]:
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {
@@ -239,7 +252,8 @@ def _check(args: argparse.Namespace, targets: list[str]) -> None:
 def _run(procs: Processes, args: argparse.Namespace, loadgen: str, names: list[str],
          started: Callable[[RedisCluster], None]) -> tuple[dict[str, Any], dict[str, Any]]:
     admin_key = f"bench-admin-{secrets.token_hex(16)}"
-    targets, layout_info = [], {}
+    targets: list[Target] = []
+    layout_info: dict[str, Any] = {}
     if "redis" in names:
         redis_url, redis_proc = start_redis(procs)
         targets.append(_start_target(procs, args, "redis", redis_url,
@@ -255,6 +269,8 @@ def _run(procs: Processes, args: argparse.Namespace, loadgen: str, names: list[s
         for name in ("cluster", "cluster-wait1"):
             if name in names:
                 targets.append(_start_target(procs, args, name, cluster.url, roles, admin_key))
+    print(f"  at rest, {args.seconds} s", flush=True)
+    layout_info["at_rest_cores"] = _at_rest(targets, args.seconds)
     return _measure(procs, args, loadgen, targets), layout_info
 
 
@@ -287,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             | {"load_generator": loadgen},
             "machine": report.machine(load_before, versions=replay.versions()),
             "started_at": started_at, "layout": layout_info, "results": results,
-            "summary": cluster_report.summary(results)})
+            "summary": cluster_report.summary(results, layout_info)})
     errors = sum(p["errors"] for r in results.values() for p in r.values())
     return 1 if errors else 0
 

@@ -18,7 +18,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
 
-def summary(results: dict[str, Any]) -> dict[str, Any]:
+def summary(results: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
     """Ratios to the one Redis (by req/s, and by the brokers' CPU per request, which moves far
     less on a shared machine), the cost of waiting for a replica, and the shard ceiling."""
     out: dict[str, Any] = {}
@@ -42,11 +42,16 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
                                          - plain["put_c1"]["p50_ms"], 3)}
     for name, result in results.items():
         primaries = _cpu(result, "put", "primaries")
-        if primaries:
-            # Every write of a namespace lands on the one primary that holds its slot.
+        rps = result["put"]["rps"]
+        if primaries and rps:
+            # Every write of a namespace lands on the one primary that holds its slot; what
+            # the primaries use at rest is not the writes' cost.
+            rest = layout.get("at_rest_cores", {}).get(name, {}).get("primaries", 0.0)
+            net = max(primaries - rest * 1e6 / rps, 1.0)
             out.setdefault("redis_per_put", {})[name] = {
-                "primaries_us": primaries, "replicas_us": _cpu(result, "put", "replicas"),
-                "shard_ceiling_puts_per_s": round(1e6 / primaries)}
+                "primaries_us": primaries, "primaries_at_rest_us": round(rest * 1e6 / rps, 1),
+                "replicas_us": _cpu(result, "put", "replicas"),
+                "shard_ceiling_puts_per_s": round(1e6 / net)}
     return out
 
 
@@ -55,7 +60,7 @@ def _pct(value: float | None) -> str:
 
 
 def table(results: dict[str, Any], layout: dict[str, Any]) -> str:
-    s = summary(results)
+    s = summary(results, layout)
     head = (f"{'':<26} {'put/s':>7} {'%redis':>6} {'p50ms':>6} {'p99ms':>7}   {'get/s':>7} "
             f"{'%redis':>6} {'p50ms':>6} {'p99ms':>7}   {'put p50ms@1':>11} {'errors':>6}")
     lines = [head, "-" * len(head)]
@@ -104,8 +109,8 @@ def table(results: dict[str, Any], layout: dict[str, Any]) -> str:
     for name, cost in s.get("redis_per_put", {}).items():
         replicas = f" (+{cost['replicas_us']:.0f} µs on replicas)" if cost["replicas_us"] else ""
         lines.append(f"{LABELS[name]}: Redis primaries spend {cost['primaries_us']:.0f} µs per "
-                     f"put{replicas}: one shard, one core, ~{cost['shard_ceiling_puts_per_s']:,} "
-                     "puts/s")
+                     f"put, {cost['primaries_at_rest_us']:.0f} of it at rest{replicas}: one "
+                     f"shard, one core, ~{cost['shard_ceiling_puts_per_s']:,} puts/s")
     for name, r in results.items():
         for phase, p in r.items():
             if p["errors"]:
