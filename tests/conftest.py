@@ -391,7 +391,8 @@ def served_serial(port: int, context: ssl.SSLContext) -> int:
 
 # Redis topologies, started once per session behind an ACL user (so every URL carries
 # `user:password@`) and stopped by pid. A test that kills a node calls heal() before it ends.
-TOPOLOGY_FIXTURES = frozenset({"redis_cluster", "redis_sentinel", "tls_redis"})
+TOPOLOGY_FIXTURES = frozenset({"redis_cluster", "redis_sentinel", "tls_redis", "tls_cluster",
+                               "tls_sentinel"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -425,6 +426,24 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
     """Redis over TLS only; `.url` is `rediss://user:pw@127.0.0.1:p/0`, `.ca_file` the CA."""
     with TlsRedis(tmp_path_factory.mktemp("tls"), credentials=Credentials()) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """`redis_cluster` speaking only TLS, on the cluster bus and to replicas too;
+    `.url_with_ca` is `redis+cluster+tls://user:pw@h:p,...?ssl_ca_certs=<the run's CA>`."""
+    with RedisCluster(tmp_path_factory.mktemp("tls-cluster"), credentials=Credentials(),
+                      tls=True) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def tls_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinel]:
+    """`redis_sentinel` speaking only TLS, the sentinels too; `.url_with_ca` is
+    `redis+sentinel+tls://user:pw@h:p,.../memp?ssl_ca_certs=<the run's CA>`."""
+    with RedisSentinel(tmp_path_factory.mktemp("tls-sentinel"), credentials=Credentials(),
+                       quick_discovery=True, tls=True) as sentinel:
+        yield sentinel
 
 
 def data_client(app: Any) -> Any:

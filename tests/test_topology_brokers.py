@@ -352,3 +352,30 @@ def test_the_broker_speaks_tls_to_redis_and_refuses_an_unverified_server(
             assert put(admin, "tls-ns", "k", 2).status_code == 503
     finally:
         untrusted.stop()
+
+
+@pytest.mark.parametrize("topology", ["tls_cluster", "tls_sentinel"])
+def test_the_broker_speaks_tls_to_a_cluster_and_to_sentinels(
+        topology: str, request: pytest.FixtureRequest) -> None:
+    """`redis+cluster+tls://` and `redis+sentinel+tls://` with `ssl_ca_certs`: every node (and
+    every sentinel) speaks only TLS, with a certificate from a CA made for the run."""
+    group: RedisCluster | RedisSentinel = request.getfixturevalue(topology)
+    trusted = start_broker("redis", group.url_with_ca)
+    try:
+        with trusted.client() as admin:
+            assert admin.get("/readyz").json()["store"] == topology.removeprefix("tls_")
+            spaces = [f"tls-{topology.replace('_', '-')}-{n}" for n in range(8)]  # 3 shards
+            for space in spaces:
+                assert put(admin, space, "k", {"over": "tls"}).status_code == 201
+            for space in spaces:
+                assert admin.get(f"/v1/namespaces/{space}/memory/k").json()["value"] == {
+                    "over": "tls"}
+    finally:
+        trusted.stop()
+    untrusted = start_broker("redis", group.url)  # the system CAs do not know this one
+    try:
+        with untrusted.client() as admin:
+            assert admin.get("/readyz").status_code == 503
+            assert put(admin, "tls-untrusted", "k", 2).status_code == 503
+    finally:
+        untrusted.stop()
