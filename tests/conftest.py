@@ -402,6 +402,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if TOPOLOGY_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.topology)
+        if item.get_closest_marker("topology") is not None:
             item.add_marker(pytest.mark.xdist_group("topology"))
 
 
