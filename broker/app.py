@@ -20,6 +20,7 @@ from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.poster import TermPoster
 from broker.amp.service import CellService
 from broker.amp.visibility import CellVisibility
+from broker.audit import AuditService
 from broker.auth import Authenticator
 from broker.changes import ChangeLog
 from broker.clock import Clock, system_clock
@@ -36,7 +37,16 @@ from broker.messages import MessageHandler
 from broker.metrics import Metrics, MetricsMiddleware
 from broker.namespaces import NamespaceRegistry
 from broker.revocation import StreamGuard
-from broker.routes import agents, api_keys, memory, messages, namespaces, subscribe, system
+from broker.routes import (
+    agents,
+    api_keys,
+    audit,
+    memory,
+    messages,
+    namespaces,
+    subscribe,
+    system,
+)
 from broker.schema_runner import SchemaRunner
 from broker.settings import Settings
 from broker.sse import AbortableApp, SendWatchdog
@@ -108,6 +118,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     # Store errors that mean it is out of reach are expected: a warning, not a traceback.
     supervisor = Supervisor(transient=(*STORE_DOWN, OSError))
     activity = AgentActivity(storage.accounts)
+    audit_service = AuditService(storage.audit, clock)
     metrics = Metrics()
     schema_runner = SchemaRunner(settings.schema_timeout_ms / 1000)
     registry = NamespaceRegistry(storage.config, settings.namespace_cache_seconds,
@@ -164,7 +175,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
 
     app = AbortableApp(
         routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *api_keys.routes,
-                *subscribe.routes, *namespaces.routes, *amp_routes.routes,
+                *subscribe.routes, *namespaces.routes, *audit.routes, *amp_routes.routes,
                 mcp.route(auth, mcp_server)],
         exception_handlers={
             MempError: _mempe_error,
@@ -191,6 +202,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.amp_purger = Purger(amp_cells, clock, settings.amp_purge_retention)
     app.state.activity = activity
     app.state.auth = auth
+    app.state.audit = audit_service
     app.state.stream_guard = stream_guard
     app.state.memory = memory_service
     app.state.agents = agent_service

@@ -37,6 +37,7 @@ class Principal:
     key_id: str | None = None
     superuser: bool = False
     expires_at: float | None = None  # a JWT's `exp` (Unix seconds)
+    request_id: str = ""  # the request's X-Request-ID (or message id), for the audit log
 
     @property
     def writer_id(self) -> str:

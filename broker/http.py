@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, TypeVar
 
@@ -28,9 +29,17 @@ def error_response(error: MempError) -> Response:
                     headers=error.headers)
 
 
+_REQUEST_ID_RE = re.compile(r"[!-~]{1,128}")
+
+
 async def authenticate(request: Request) -> Principal:
+    """The caller, carrying the request's X-Request-ID (printable ASCII, at most 128
+    characters; anything else is left out) for the audit log."""
     principal: Principal = await request.app.state.auth.authenticate(
         request.headers.get("authorization"))
+    request_id = request.headers.get("x-request-id")
+    if request_id and _REQUEST_ID_RE.fullmatch(request_id):
+        principal = dataclasses.replace(principal, request_id=request_id)
     return principal
 
 

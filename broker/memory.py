@@ -95,7 +95,9 @@ class MemoryService:
             timestamp_from_client=timestamp is not None, message_id=message_id,
             mode=_MODES[strategy], priority=state.priority_of(principal.writer_id),
             default_priority=state.config.default_priority,
-            history_limit=state.config.history_limit, **fields,
+            history_limit=state.config.history_limit, actor=principal.writer_id,
+            key_id=principal.key_id or "", request_id=principal.request_id or message_id or "",
+            **fields,
         )
 
     async def _schema_errors(self, state: NamespaceState, namespace: str, key: str, value: Any,

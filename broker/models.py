@@ -7,8 +7,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
-Permission = Literal["read", "write", "subscribe", "admin", "impersonate", "amp"]
-PERMISSIONS: tuple[str, ...] = ("read", "write", "subscribe", "admin", "impersonate", "amp")
+Permission = Literal["read", "write", "subscribe", "admin", "impersonate", "amp", "review",
+                     "audit"]
+PERMISSIONS: tuple[str, ...] = ("read", "write", "subscribe", "admin", "impersonate", "amp",
+                                "review", "audit")
 
 MAX_SAFE_INT = 2**53 - 1
 # Versions, limits and priorities a client sends fit what its JSON peers (JavaScript) and Redis's
@@ -35,6 +37,8 @@ class Entry(Struct, kw_only=True):
     deleted: bool = False
     schema_errors: Raw | UnsetType = UNSET
     conflicts: Raw | UnsetType = UNSET
+    approved_by: str | UnsetType = UNSET
+    proposal_id: str | UnsetType = UNSET
 
 
 class Agent(Struct, kw_only=True):
@@ -79,6 +83,41 @@ class Page(Struct, kw_only=True):
 
     entries: list[Entry]
     next_cursor: str | None
+
+
+class AuditRecord(Struct, kw_only=True):
+    """One audit record (docs/governance.md): who did what to which key, the versions before
+    and after, a hash of the content (never the content), and the chain link."""
+
+    id: str  # its position in the log, also the cursor
+    seq: int
+    at: int
+    action: str
+    actor: str
+    agent_id: str | None
+    key_id: str | None
+    key: str | None
+    version_before: int | None
+    version_after: int | None
+    content_hash: str | None
+    request_id: str | None
+    details: dict[str, Any]
+    prev: str
+    hash: str
+
+
+class AuditPage(Struct, kw_only=True):
+    records: list[AuditRecord]
+    next_cursor: str | None
+
+
+class AuditVerdict(Struct, kw_only=True):
+    """What `GET .../audit/verify` found: `broken` names the first bad record."""
+
+    ok: bool
+    records: int
+    head: str
+    broken: dict[str, Any] | None = None
 
 
 # ---- request bodies (REST) ----

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from broker.storage import bulletins
 from broker.storage.accounts import AccountStore
 from broker.storage.amp import CellIndexStore
+from broker.storage.audit import AuditStore
 from broker.storage.changelog import ChangeLogStore
 from broker.storage.client import Backend
 from broker.storage.config import ConfigStore
@@ -31,6 +32,7 @@ class Storage:
                                   idempotency_window_ms=idempotency_window_ms)
         self.accounts = AccountStore(backend, self.entries, idempotency_window_ms)
         self.config = ConfigStore(backend.redis)
+        self.audit = AuditStore(backend)
         self._waiting = backend.new_client()
         self.changes = ChangeLogStore(self._waiting)
 

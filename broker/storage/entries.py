@@ -3,6 +3,7 @@ script, and reads (get, key scans, history). See docs/design.md, "One write, one
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -22,22 +23,30 @@ from broker.storage.records import (
 from broker.storage.scripts import Fields
 
 # One write's keys and arguments, shared by put.lua, delete.lua and amp_commit.lua.
-WRITE_KEYS = Fields("write_keys", ("entry", "history", "index", "ttl", "log", "idem", "meta"))
+WRITE_KEYS = Fields("write_keys", ("entry", "history", "index", "ttl", "log", "idem", "meta",
+                                   "audit"))
 WRITE = Fields("write", (
     "key", "now", "agent", "ts", "ts_from_client",  # who, when, and whose clock
     "mode", "priority", "default_priority",  # the strategy: lww, priority or merge
     "if_version", "if_absent", "internal_cas",  # conditions ('' / '0' when none)
     "entry_id", "value", "ttl", "exp", "schema_errors", "conflicts",  # what a put stores
     "history_limit", "log_maxlen", "remember", "idem_window_ms", "fingerprint",
+    "actor", "key_id", "request_id", "content_hash",  # for the audit log
 ))
-NAMESPACE_KEYS = Fields("namespace_keys", ("index", "ttl", "log", "meta"))
+NAMESPACE_KEYS = Fields("namespace_keys", ("index", "ttl", "log", "meta", "audit"))
 ENTRY_KEYS = Fields("entry_keys", ("entry", "history"))
 EXPIRE = Fields("expire", ("now", "history_limit", "log_maxlen"), rest="names")
 LOG_KEYS = Fields("log_keys", ("log", "meta"))
 TRIM = Fields("trim", ("upto", "count"))
-WRITE_FILES = ("common.lua", "put_entry.lua")
+COMMON_FILES = ("sha1.lua", "audit.lua", "common.lua")
+WRITE_FILES = (*COMMON_FILES, "put_entry.lua")
 
 _history_decoder = msgspec.json.Decoder(dict[str, str])
+
+
+def content_hash(value: bytes) -> str:
+    """What the audit log keeps of a value: its SHA-256, never the value."""
+    return f"sha256:{hashlib.sha256(value).hexdigest()}" if value else ""
 
 
 def _opt(value: int | None) -> int | str:
@@ -55,11 +64,11 @@ class EntryStore:
         self.changelog_maxlen = changelog_maxlen
         self.idempotency_window_ms = max(idempotency_window_ms, 1)
         self._put = scripts.register(client, [*WRITE_FILES, "put.lua"], [WRITE_KEYS, WRITE])
-        self._delete = scripts.register(client, ["common.lua", "delete.lua"],
+        self._delete = scripts.register(client, [*WRITE_FILES, "delete_entry.lua", "delete.lua"],
                                         [WRITE_KEYS, WRITE])
-        self._expire = scripts.register(client, ["common.lua", "expire.lua"],
+        self._expire = scripts.register(client, [*COMMON_FILES, "expire.lua"],
                                         [NAMESPACE_KEYS, ENTRY_KEYS, EXPIRE])
-        self._trim = scripts.register(client, ["common.lua", "trim.lua"], [LOG_KEYS, TRIM])
+        self._trim = scripts.register(client, [*COMMON_FILES, "trim.lua"], [LOG_KEYS, TRIM])
         self._known_namespaces: set[str] = set()
         self._expiry_hints: dict[str, int] = {}
 
@@ -100,7 +109,7 @@ class EntryStore:
             log=layout.changelog(namespace),
             # Every key of a script shares the namespace's slot, the unused one too.
             idem=layout.idempotency(namespace, agent_id, message_id or ""),
-            meta=layout.meta(namespace))
+            meta=layout.meta(namespace), audit=layout.audit(namespace))
 
     def write_args(self, namespace: str, key: str, req: WriteRequest) -> list[Any]:
         """The arguments of one write (WRITE), for put.lua, delete.lua and amp_commit.lua."""
@@ -118,7 +127,9 @@ class EntryStore:
             exp=_opt(expires_at), schema_errors=req.schema_errors, conflicts=req.conflicts,
             history_limit=self.history_limit if req.history_limit is None else req.history_limit,
             log_maxlen=self.changelog_maxlen, remember="1" if req.message_id else "0",
-            idem_window_ms=self.idempotency_window_ms, fingerprint=req.fingerprint)
+            idem_window_ms=self.idempotency_window_ms, fingerprint=req.fingerprint,
+            actor=req.actor, key_id=req.key_id, request_id=req.request_id,
+            content_hash=content_hash(req.value))
 
     async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
         await self.note_namespace(namespace)
@@ -140,7 +151,8 @@ class EntryStore:
             return 0
         names = [text(k) for k in due]
         keys = NAMESPACE_KEYS.pack(index=layout.index(namespace), ttl=layout.expiries(namespace),
-                                   log=layout.changelog(namespace), meta=layout.meta(namespace))
+                                   log=layout.changelog(namespace), meta=layout.meta(namespace),
+                                   audit=layout.audit(namespace))
         for name in names:
             keys += ENTRY_KEYS.pack(entry=layout.entry(namespace, name),
                                     history=layout.history(namespace, name))

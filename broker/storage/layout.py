@@ -92,6 +92,27 @@ def meta(namespace: str) -> str:
     return f"{_ns(namespace)}:meta"
 
 
+def audit(namespace: str) -> str:
+    """Stream of the namespace's audit records, hash-chained; never trimmed by the change-log
+    limits (docs/governance.md)."""
+    return f"{_ns(namespace)}:audit"
+
+
+def proposal(namespace: str, proposal_id: str) -> str:
+    """Hash of one proposed write (pending, approved, rejected or expired)."""
+    return f"{_ns(namespace)}:prop:{proposal_id}"
+
+
+def proposals(namespace: str) -> str:
+    """Sorted set of every proposal id by creation time (ms), for listing."""
+    return f"{_ns(namespace)}:props"
+
+
+def pending_proposals(namespace: str) -> str:
+    """Sorted set of pending proposal ids by when they expire (ms), for the sweeper."""
+    return f"{_ns(namespace)}:props:due"
+
+
 def config(namespace: str) -> str:
     """The namespace's configuration (conflict strategies, priorities, shares...), as JSON."""
     return f"{_ns(namespace)}:config"

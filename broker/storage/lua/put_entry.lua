@@ -41,6 +41,8 @@ local function put(ctx, a)
     sv = a.schema_errors,
     cf = a.conflicts,
     pr = a.priority,
+    apb = ctx.approved_by or '',  -- set by an approval (proposal_decide.lua)
+    pid = ctx.proposal or '',
   }
   if not live then
     redis.call('ZADD', ctx.index_key, 0, ctx.key)  -- a live entry's key is there already
