@@ -25,17 +25,18 @@ from broker.auth import Authenticator
 from broker.changes import ChangeLog
 from broker.clock import Clock, system_clock
 from broker.errors import MempError, store_down
-from broker.http import error_response
+from broker.http import error_response, json_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
 from broker.mcp import server as mcp
 from broker.mcp.resources import Resources
 from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher
-from broker.memory import MemoryService
+from broker.memory import MemoryService, Proposed
 from broker.messages import MessageHandler
 from broker.metrics import Metrics, MetricsMiddleware
 from broker.namespaces import NamespaceRegistry
+from broker.proposals import ProposalService
 from broker.revocation import StreamGuard
 from broker.routes import (
     agents,
@@ -44,6 +45,7 @@ from broker.routes import (
     memory,
     messages,
     namespaces,
+    proposals,
     subscribe,
     system,
 )
@@ -54,7 +56,7 @@ from broker.storage import Storage
 from broker.storage.client import STORE_DOWN, StoreError
 from broker.storage.records import CorruptRecord
 from broker.supervisor import Backoff, Supervisor
-from broker.sweeper import ExpirySweeper
+from broker.sweeper import ExpirySweeper, GovernanceSweeper
 
 log = logging.getLogger("memp")
 
@@ -86,6 +88,12 @@ def _allowed_methods(request: Request) -> list[str]:
             if match == Match.FULL:
                 methods |= route.methods
     return sorted(methods)
+
+
+async def _proposed(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Proposed)
+    return json_response(exc.proposal, 202, {"Location": f"/v1/namespaces/{exc.proposal.namespace}"
+                                                          f"/proposals/{exc.proposal.id}"})
 
 
 async def _store_down(request: Request, exc: Exception) -> Response:
@@ -126,6 +134,11 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     cell_visibility = CellVisibility(settings.amp_namespace)
     memory_service = MemoryService(settings, storage.entries, registry, activity, clock,
                                    cell_visibility)
+    proposal_service = ProposalService(storage.proposals, memory_service, clock,
+                                       settings.proposal_ttl_seconds)
+    memory_service.gate = proposal_service
+    governance = GovernanceSweeper(storage.entries, proposal_service, storage.audit, clock,
+                                   settings.audit_retention_seconds * 1000)
     agent_service = AgentService(settings, storage.accounts, activity, clock)
     sweeper = ExpirySweeper(storage.entries, clock, settings.sweep_interval_seconds,
                             settings.sweep_batch, settings.changelog_max_age_seconds * 1000)
@@ -162,6 +175,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         supervisor.start("AMP term poster",
                          lambda: amp_poster.run_forever(settings.amp_post_interval_seconds))
         supervisor.start("SSE send watchdog", send_watchdog.run)
+        supervisor.every("governance sweeper", max(settings.sweep_interval_seconds, 1.0),
+                         governance.sweep_once)
         try:
             async with mcp_server.running():
                 yield
@@ -175,10 +190,12 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
 
     app = AbortableApp(
         routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *api_keys.routes,
-                *subscribe.routes, *namespaces.routes, *audit.routes, *amp_routes.routes,
+                *subscribe.routes, *namespaces.routes, *audit.routes, *proposals.routes,
+                *amp_routes.routes,
                 mcp.route(auth, mcp_server)],
         exception_handlers={
             MempError: _mempe_error,
+            Proposed: _proposed,
             HTTPException: _http_error,
             **dict.fromkeys(STORE_DOWN, _store_down),
             CorruptRecord: _corrupt,
@@ -203,10 +220,12 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.activity = activity
     app.state.auth = auth
     app.state.audit = audit_service
+    app.state.proposals = proposal_service
     app.state.stream_guard = stream_guard
     app.state.memory = memory_service
     app.state.agents = agent_service
-    app.state.messages = MessageHandler(memory_service, agent_service, clock)
+    app.state.messages = MessageHandler(memory_service, agent_service, clock,
+                                        proposal_service)
     app.state.mcp = mcp_server
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]

@@ -8,7 +8,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -21,7 +21,7 @@ from broker.errors import MempError
 from broker.grammar import compile_pattern, validate_key, validate_namespace
 from broker.idempotency import fingerprint, reused
 from broker.locks import KeyLocks
-from broker.models import Entry, Page
+from broker.models import Entry, Page, Proposal
 from broker.namespaces import NamespaceRegistry, NamespaceState
 from broker.settings import Settings
 from broker.storage.entries import EntryStore
@@ -47,6 +47,23 @@ class PutOptions:
     if_version: int | None = None
     if_absent: bool = False
     base_version: int | None = None
+    approval_required: bool = False
+
+
+class Proposed(Exception):
+    """A gated write became a proposal instead of a write (answered 202)."""
+
+    def __init__(self, proposal: Proposal) -> None:
+        super().__init__(proposal.id)
+        self.proposal = proposal
+
+
+class Gate(Protocol):
+    """Where gated writes go (broker/proposals.py)."""
+
+    async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
+                      current: Entry | None, request: WriteRequest, incoming: Any) -> Proposal:
+        ...
 
 
 _MODES = {"last-write-wins": "lww", "agent-priority": "priority", "merge": "merge"}
@@ -66,6 +83,7 @@ class MemoryService:
         self.clock = clock
         self.cells = cells
         self._merges = KeyLocks()
+        self.gate: Gate | None = None  # set by create_app: proposals
 
     def _target(self, principal: Principal, permission: str, namespace: str, key: str
                 ) -> tuple[str, str]:
@@ -128,6 +146,9 @@ class MemoryService:
         strategy = state.strategy_for(key)
         if options.ttl_seconds is None and state.config.default_ttl_seconds is not None:
             options = replace(options, ttl_seconds=state.config.default_ttl_seconds)
+        if options.approval_required or state.requires_approval(key):
+            raise Proposed(await self._propose(principal, namespace, key, decoded, options,
+                                               state, sent, strategy))
         if strategy == "merge":
             return await self._merge_put(principal, namespace, key, decoded, options, state,
                                          sent)
@@ -210,13 +231,61 @@ class MemoryService:
                      stored_agent=current.agent_id, incoming_agent=writer,
                      arrays=state.config.merge_arrays)
 
+    async def _propose(self, principal: Principal, namespace: str, key: str, incoming: Any,
+                       options: PutOptions, state: NamespaceState, sent: str, strategy: str
+                       ) -> Proposal:
+        """Hand a gated put, merge or delete (`strategy` "delete") to the gate, as the
+        request its approval will write against the current version."""
+        if self.gate is None:
+            raise MempError("internal", "approval is required but proposals are not served")
+        current = await self.store.get(namespace, key, self.clock())
+        if (options.if_absent and current is not None) or (options.if_version is not None and (
+                current is None or current.version != options.if_version)):
+            raise _precondition(current)
+        if strategy == "delete" and current is None:
+            raise MempError("not_found", f"no entry at key {key!r}", {"key": key})
+        request = await self.proposal_request(principal.writer_id, principal, namespace, key,
+                                              incoming, current, options, state, strategy)
+        request = replace(request, fingerprint=sent)
+        operation = strategy if strategy in ("delete", "merge") else "put"
+        return await self.gate.propose(principal, namespace, key, operation, current, request,
+                                       incoming)
+
+    async def proposal_request(self, writer: str, principal: Principal, namespace: str,
+                               key: str, incoming: Any, current: Entry | None,
+                               options: PutOptions, state: NamespaceState, strategy: str
+                               ) -> WriteRequest:
+        """The write a proposal stands for, against `current`: a merge is merged with it
+        (conflicts flagged against `options.base_version`), values are schema-checked."""
+        if strategy == "delete":
+            return replace(self._write_request(principal, namespace, state, "last-write-wins",
+                                               None, options.message_id), agent_id=writer)
+        value: Any = incoming
+        conflicts: list[Conflict] = []
+        if strategy == "merge" and current is not None:
+            value, conflicts = await self._merge_with(namespace, key, current, incoming, writer,
+                                                      options, state)
+        encoded = encode_value(value)
+        check_value_size(len(encoded), self.settings)
+        request = self._write_request(
+            principal, namespace, state, strategy, None, options.message_id, value=encoded,
+            entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
+            schema_errors=await self._schema_errors(state, namespace, key, value, len(encoded)),
+            conflicts=msgspec.json.encode(conflicts).decode() if conflicts else "")
+        return replace(request, agent_id=writer, priority=state.priority_of(writer))
+
     async def delete(self, principal: Principal, namespace: str, key: str, *,
                      timestamp: int | None = None, message_id: str | None = None,
-                     if_version: int | None = None) -> Entry:
+                     if_version: int | None = None, approval_required: bool = False) -> Entry:
         self._target(principal, "write", namespace, key)
         check_version(if_version)
         state = await self.namespaces.state(namespace)
         sent = fingerprint("delete", key, timestamp, if_version) if message_id else ""
+        if approval_required or state.requires_approval(key):
+            raise Proposed(await self._propose(
+                principal, namespace, key, None,
+                PutOptions(message_id=message_id, if_version=if_version), state, sent,
+                "delete"))
         request = self._write_request(principal, namespace, state, state.strategy_for(key),
                                       timestamp, message_id, if_version=if_version,
                                       fingerprint=sent)

@@ -85,6 +85,45 @@ class Page(Struct, kw_only=True):
     next_cursor: str | None
 
 
+class Proposal(Struct, kw_only=True):
+    """A gated write awaiting review (docs/governance.md); `diff` is an RFC 6902 patch from
+    the value at `base_version` to the proposed one."""
+
+    id: str
+    status: Literal["pending", "approved", "rejected", "expired"]
+    namespace: str
+    key: str
+    operation: Literal["put", "merge", "delete"]
+    value: Raw  # null for a delete
+    base_version: int
+    proposed_by: str
+    created_at: int
+    expires_at: int
+    diff: Raw
+    ttl_seconds: int | None = None
+    conflicts: Raw | UnsetType = UNSET
+    decided_by: str | None = None
+    decided_at: int | None = None
+    reason: str | None = None
+    version: int | None = None  # the entry version an approval wrote
+
+
+class ProposalPage(Struct, kw_only=True):
+    proposals: list[Proposal]
+    next_cursor: str | None
+
+
+class ApproveBody(Struct, forbid_unknown_fields=True):
+    """Body of `POST .../proposals/{id}/approve`: `base_version` approves the proposal
+    rebased onto that (current) version, after a 409 showed the key had moved."""
+
+    base_version: WireInt | None = None
+
+
+class RejectBody(Struct, forbid_unknown_fields=True):
+    reason: str = ""
+
+
 class AuditRecord(Struct, kw_only=True):
     """One audit record (docs/governance.md): who did what to which key, the versions before
     and after, a hash of the content (never the content), and the chain link."""
@@ -131,6 +170,7 @@ class PutBody(Struct, forbid_unknown_fields=True):
     ttl_seconds: int | None = None
     timestamp: int | None = None
     base_version: WireInt | None = None
+    approval_required: bool = False
 
 
 class RegisterBody(Struct, forbid_unknown_fields=True):
@@ -183,6 +223,7 @@ class PutMessage(Message, tag="memory.put"):
     if_version: WireInt | None = None
     if_absent: bool = False
     base_version: WireInt | None = None
+    approval_required: bool = False
 
 
 class GetMessage(Message, tag="memory.get"):
@@ -198,6 +239,28 @@ class QueryMessage(Message, tag="memory.query"):
 class DeleteMessage(Message, tag="memory.delete"):
     key: str
     if_version: WireInt | None = None
+    approval_required: bool = False
+
+
+class ProposalListMessage(Message, tag="proposal.list"):
+    status: str | None = None
+    key: str | None = None
+    cursor: str | None = None
+    limit: WireInt | None = None
+
+
+class ProposalGetMessage(Message, tag="proposal.get"):
+    proposal: str
+
+
+class ProposalApproveMessage(Message, tag="proposal.approve"):
+    proposal: str
+    base_version: WireInt | None = None
+
+
+class ProposalRejectMessage(Message, tag="proposal.reject"):
+    proposal: str
+    reason: str = ""
 
 
 class HistoryMessage(Message, tag="memory.history"):
@@ -214,10 +277,15 @@ AnyMessage = (
     | QueryMessage
     | DeleteMessage
     | HistoryMessage
+    | ProposalListMessage
+    | ProposalGetMessage
+    | ProposalApproveMessage
+    | ProposalRejectMessage
 )
 MESSAGE_TYPES: tuple[str, ...] = (
     "agent.register", "agent.get", "agent.list", "memory.put", "memory.get",
-    "memory.query", "memory.delete", "memory.history",
+    "memory.query", "memory.delete", "memory.history", "proposal.list", "proposal.get",
+    "proposal.approve", "proposal.reject",
 )
 
 message_decoder: msgspec.json.Decoder[AnyMessage] = msgspec.json.Decoder(AnyMessage)

@@ -34,10 +34,12 @@ Priority = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class StrategyRule(msgspec.Struct, forbid_unknown_fields=True):
-    """Use `strategy` for keys matching `pattern` (the most specific matching rule wins)."""
+    """For keys matching `pattern`: use `strategy`, and/or gate writes behind review with
+    `approval: "required"` (for each, the most specific matching rule that sets it wins)."""
 
     pattern: str
-    strategy: Strategy
+    strategy: Strategy | None = None
+    approval: Literal["required", "none"] | None = None
 
 
 class PriorityRule(msgspec.Struct, forbid_unknown_fields=True):
@@ -65,6 +67,7 @@ class NamespaceConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     history_limit: WireInt | None = None
     default_ttl_seconds: WireInt | None = None
     shares: list[Share] = []
+    allow_self_approval: bool = False
 
 
 class StoredConfig(NamespaceConfig, kw_only=True):
@@ -85,8 +88,14 @@ class NamespaceState:
     loaded_at: float = field(default_factory=time.monotonic)
 
     def strategy_for(self, key: str) -> Strategy:
-        chosen = pick_by_pattern([(r.pattern, r.strategy) for r in self.config.rules], key)
+        chosen = pick_by_pattern([(r.pattern, r.strategy) for r in self.config.rules
+                                  if r.strategy is not None], key)
         return chosen or self.config.strategy
+
+    def requires_approval(self, key: str) -> bool:
+        """Whether the most specific rule with an `approval` setting for this key requires it."""
+        rules = [(r.pattern, r.approval) for r in self.config.rules if r.approval is not None]
+        return bool(rules) and pick_by_pattern(rules, key) == "required"
 
     def priority_of(self, agent_id: str) -> int:
         rules = [(r.agent, r.priority) for r in self.config.priorities]
@@ -120,6 +129,9 @@ class NamespaceState:
 def check_config(config: NamespaceConfig, max_history: int, max_ttl_seconds: int) -> None:
     """Refuse configurations that cannot work, with the field named."""
     for rule in config.rules:
+        if rule.strategy is None and rule.approval is None:
+            raise MempError("invalid_request", "rules: each rule sets a strategy, an approval "
+                            "or both", {"pattern": rule.pattern[:200]})
         try:
             compile_pattern(rule.pattern)
         except MempError as exc:

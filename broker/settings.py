@@ -80,6 +80,8 @@ class Settings:
     amp_post_interval_seconds: float = 0.05
     amp_purge_retention: bool = False
     cors_origins: str = ""
+    proposal_ttl_seconds: int = 7 * 24 * 3600
+    audit_retention_seconds: int = 0  # 0: keep every audit record
 
     @property
     def embedded(self) -> bool:
@@ -116,7 +118,7 @@ class Settings:
             "sse_send_timeout_seconds", "max_stream_patterns", "reader_block_ms",
             "namespace_cache_seconds", "max_schema_bytes", "schema_timeout_ms",
             "schema_check_timeout_ms", "amp_lifecycle_interval_seconds",
-            "amp_post_interval_seconds",
+            "amp_post_interval_seconds", "proposal_ttl_seconds",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -42,8 +42,9 @@ class EventStream:
         self.memory = memory
         self.principal = principal
         self.request = request
-        self.subscriber = Subscriber(request.patterns, queue_size,
-                                         memory.cells.viewer(principal))
+        self.subscriber = Subscriber(
+            request.patterns, queue_size, memory.cells.viewer(principal), principal.writer_id,
+            frozenset(ns for ns in request.patterns if principal.can("review", ns)))
         self.retry_ms = retry_ms
         self.positions: dict[str, str] = {}
         self.orders: dict[str, tuple[int, int]] = {}  # the positions as numbers
@@ -139,7 +140,7 @@ class EventStream:
             return False
         self.positions[change.namespace] = change.position
         self.orders[change.namespace] = change.order
-        if self.snapshot_versions:
+        if self.snapshot_versions and change.proposer is None:
             snapshot_version = self.snapshot_versions.get((change.namespace, change.key), 0)
             if change.version <= snapshot_version:
                 return False

@@ -56,6 +56,7 @@ async def put_entry(request: Request) -> Response:
         if_version=int_header(request, "if-match"),
         if_absent=request.headers.get("if-none-match", "").strip() == "*",
         base_version=body.base_version,
+        approval_required=body.approval_required,
     )
     entry, created = await service.put(principal, request.path_params["namespace"],
                                        _key(request), body.value, options)
@@ -76,6 +77,7 @@ async def delete_entry(request: Request) -> Response:
         timestamp=int_param(request, "timestamp", "invalid_timestamp"),
         message_id=check_message_id(request.headers.get("idempotency-key")),
         if_version=int_header(request, "if-match"),
+        approval_required=request.query_params.get("approval_required") in ("true", "1"),
     )
     return _entry_response(entry)
 

@@ -18,6 +18,7 @@ from broker.storage.changelog import ChangeLogStore
 from broker.storage.client import Backend
 from broker.storage.config import ConfigStore
 from broker.storage.entries import EntryStore
+from broker.storage.proposals import ProposalStore
 
 
 class Storage:
@@ -33,6 +34,7 @@ class Storage:
         self.accounts = AccountStore(backend, self.entries, idempotency_window_ms)
         self.config = ConfigStore(backend.redis)
         self.audit = AuditStore(backend)
+        self.proposals = ProposalStore(backend, self.entries)
         self._waiting = backend.new_client()
         self.changes = ChangeLogStore(self._waiting)
 
