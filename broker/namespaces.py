@@ -33,7 +33,7 @@ log = logging.getLogger("memp.namespaces")
 Priority = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
-class StrategyRule(msgspec.Struct, forbid_unknown_fields=True):
+class StrategyRule(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """For keys matching `pattern`: use `strategy`, and/or gate writes behind review with
     `approval: "required"` (for each, the most specific matching rule that sets it wins)."""
 

@@ -232,7 +232,8 @@ class ProposalService:
         return MempError(
             "write_conflict", "the key changed since the proposal was made; approve it again "
             "with base_version set to the current version to apply it rebased",
-            {"current": current, "current_version": current.version if current else 0,
+            {"key": proposal.key, "current": current,
+             "current_version": current.version if current else 0,
              "base_version": proposal.base_version, "diff": fresh, "retryable": False})
 
     async def _rebase(self, principal: Principal, proposal: Proposal, request: WriteRequest,
@@ -305,4 +306,4 @@ class ProposalService:
 
 def _decided(proposal: Proposal) -> MempError:
     return MempError("write_conflict", f"the proposal is {proposal.status} already",
-                     {"proposal": proposal})
+                     {"key": proposal.key, "proposal": proposal})

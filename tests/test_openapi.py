@@ -346,6 +346,18 @@ STRUCTS: list[Any] = [
     pytest.param(SchemaRecord, "SchemaRecord", id="SchemaRecord"),
     pytest.param(SchemaErrorDetail, "SchemaErrorDetail", id="SchemaErrorDetail"),
     pytest.param(Conflict, "Conflict", id="Conflict"),
+    pytest.param(models.Proposal, "Proposal", id="Proposal"),
+    pytest.param(models.ProposalPage, "ProposalPage", id="ProposalPage"),
+    pytest.param(models.ApproveBody, "ApproveBody", id="ApproveBody"),
+    pytest.param(models.RejectBody, "RejectBody", id="RejectBody"),
+    pytest.param(models.AuditRecord, "AuditRecord", id="AuditRecord"),
+    pytest.param(models.AuditPage, "AuditPage", id="AuditPage"),
+    pytest.param(models.AuditVerdict, "AuditVerdict", id="AuditVerdict"),
+    pytest.param(models.ProposalListMessage, "ProposalListMessage", id="proposal.list"),
+    pytest.param(models.ProposalGetMessage, "ProposalGetMessage", id="proposal.get"),
+    pytest.param(models.ProposalApproveMessage, "ProposalApproveMessage",
+                 id="proposal.approve"),
+    pytest.param(models.ProposalRejectMessage, "ProposalRejectMessage", id="proposal.reject"),
 ]
 AMP_STRUCTS: list[Any] = [
     pytest.param(amp.MemoryCell, "MemoryCell", id="MemoryCell"),
