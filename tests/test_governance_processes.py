@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 
 import httpx
 
@@ -15,6 +16,10 @@ from tests.test_concurrency import run_all
 def _client(broker: BrokerProcess, token: str = ADMIN_KEY) -> httpx.Client:
     return httpx.Client(base_url=broker.url, headers={"Authorization": f"Bearer {token}"},
                         timeout=30)
+
+
+def _approve(client: httpx.Client, path: str) -> int:
+    return client.post(path).status_code
 
 
 def test_two_reviewers_approving_at_once_apply_once(
@@ -32,7 +37,7 @@ def test_two_reviewers_approving_at_once_apply_once(
         proposal = admin.put(f"/v1/namespaces/{ns}/memory/{key}",
                              json={"value": round_, "approval_required": True}).json()
         path = f"/v1/namespaces/{ns}/proposals/{proposal['id']}/approve"
-        statuses = run_all([lambda c=c: c.post(path).status_code for c in reviewers])
+        statuses = run_all([partial(_approve, c, path) for c in reviewers])
         assert Counter(statuses) == Counter({200: 1, 409: 1})
         entry = admin.get(f"/v1/namespaces/{ns}/memory/{key}").json()
         assert entry["version"] == 1 and entry["value"] == round_
@@ -55,7 +60,7 @@ def test_concurrent_writers_keep_one_audit_chain(
             assert client.put(f"/v1/namespaces/{ns}/memory/w{i}/{j % 3}",
                               json={"value": j}).status_code in (200, 201)
 
-    run_all([lambda i=i: writer(i) for i in range(6)])
+    run_all([partial(writer, i) for i in range(6)])
     verdict = clients[1].get(f"/v1/namespaces/{ns}/audit/verify").json()
     assert verdict["ok"] is True and verdict["records"] == 150
     seqs = [r["seq"] for r in clients[0].get(f"/v1/namespaces/{ns}/audit",

@@ -16,6 +16,7 @@ from memp._transport import AsyncTransport, Config, check_trust
 from memp.agents import AsyncAgents, AsyncMessages
 from memp.amp import AsyncAmp
 from memp.errors import NotFound, PreconditionFailed
+from memp.governance import AsyncAudit, AsyncProposals
 from memp.models import (
     Agent,
     ApiKey,
@@ -91,11 +92,11 @@ class AsyncMemory:
     async def put(self, key: str, value: Any, ttl_seconds: int | None = None, *,
                   if_version: int | None = None, if_absent: bool = False,
                   timestamp: int | datetime | None = None, base_version: int | None = None,
-                  namespace: str | None = None) -> Entry:
+                  approval_required: bool = False, namespace: str | None = None) -> Entry:
         return await self._transport.send(_calls.put(
             self._config.require_namespace(namespace), key, value, ttl_seconds=ttl_seconds,
             if_version=if_version, if_absent=if_absent, timestamp=timestamp,
-            base_version=base_version))
+            base_version=base_version, approval_required=approval_required))
 
     async def get(self, key: str, default: Any = _MISSING, *, namespace: str | None = None
                   ) -> Any:
@@ -121,11 +122,11 @@ class AsyncMemory:
             self._config.require_namespace(namespace), pattern, cursor, limit))
 
     async def delete(self, key: str, *, if_version: int | None = None,
-                     timestamp: int | datetime | None = None, namespace: str | None = None
-                     ) -> Entry:
+                     timestamp: int | datetime | None = None, approval_required: bool = False,
+                     namespace: str | None = None) -> Entry:
         return await self._transport.send(_calls.delete(
             self._config.require_namespace(namespace), key, if_version=if_version,
-            timestamp=timestamp))
+            timestamp=timestamp, approval_required=approval_required))
 
     async def history(self, key: str, limit: int | None = None, *,
                       namespace: str | None = None) -> list[Entry]:
@@ -225,6 +226,8 @@ class AsyncMEMP:
         self.keys = AsyncKeys(self._transport)
         self.agents = AsyncAgents(self._transport)
         self.messages = AsyncMessages(self._transport)
+        self.proposals = AsyncProposals(self._transport)
+        self.audit = AsyncAudit(self._transport)
         self.amp = AsyncAmp(self._transport, lambda: self.agent.id if self.agent else None)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None

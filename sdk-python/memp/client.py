@@ -17,6 +17,7 @@ from memp._transport import Config, SyncTransport, check_trust
 from memp.agents import Agents, Messages
 from memp.amp import Amp
 from memp.errors import NotFound, PreconditionFailed
+from memp.governance import Audit, Proposals
 from memp.models import (
     Agent,
     ApiKey,
@@ -113,14 +114,16 @@ class Memory:
     def put(self, key: str, value: Any, ttl_seconds: int | None = None, *,
             if_version: int | None = None, if_absent: bool = False,
             timestamp: int | datetime | None = None, base_version: int | None = None,
-            namespace: str | None = None) -> Entry:
+            approval_required: bool = False, namespace: str | None = None) -> Entry:
         """Store `value` under `key`; returns the entry written. `if_version` / `if_absent`
         make it compare-and-set (PreconditionFailed otherwise); `base_version` tells a merge
-        namespace which version the value was based on, so conflicts can be flagged."""
+        namespace which version the value was based on, so conflicts can be flagged. A write
+        that needs a reviewer's approval (`approval_required`, or the namespace's rule)
+        raises ApprovalPending with the proposal."""
         return self._transport.send(_calls.put(
             self._config.require_namespace(namespace), key, value, ttl_seconds=ttl_seconds,
             if_version=if_version, if_absent=if_absent, timestamp=timestamp,
-            base_version=base_version))
+            base_version=base_version, approval_required=approval_required))
 
     def get(self, key: str, default: Any = _MISSING, *, namespace: str | None = None) -> Any:
         """The value under `key`; raises NotFound unless a default is given."""
@@ -147,11 +150,13 @@ class Memory:
             self._config.require_namespace(namespace), pattern, cursor, limit))
 
     def delete(self, key: str, *, if_version: int | None = None,
-               timestamp: int | datetime | None = None, namespace: str | None = None) -> Entry:
-        """Delete `key`; returns the tombstone version."""
+               timestamp: int | datetime | None = None, approval_required: bool = False,
+               namespace: str | None = None) -> Entry:
+        """Delete `key`; returns the tombstone version. A delete that needs approval
+        raises ApprovalPending, as a put does."""
         return self._transport.send(_calls.delete(
             self._config.require_namespace(namespace), key, if_version=if_version,
-            timestamp=timestamp))
+            timestamp=timestamp, approval_required=approval_required))
 
     def history(self, key: str, limit: int | None = None, *, namespace: str | None = None
                 ) -> list[Entry]:
@@ -269,6 +274,8 @@ class MEMP:
         self.keys = Keys(self._transport)
         self.agents = Agents(self._transport)
         self.messages = Messages(self._transport)
+        self.proposals = Proposals(self._transport)
+        self.audit = Audit(self._transport)
         self.amp = Amp(self._transport, lambda: self.agent.id if self.agent else None)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None

@@ -33,6 +33,16 @@ class MempError(Exception):
         return field if isinstance(field, str) else None
 
 
+class ApprovalPending(MempError):
+    """202: the write needs a reviewer's approval and was not applied; `proposal` is the
+    pending proposal (`memp.Proposal`), which `proposals.get(id)` follows."""
+
+    def __init__(self, proposal: Any) -> None:
+        super().__init__(f"{proposal.key} awaits approval as proposal {proposal.id}",
+                         code="approval_pending", status=202, details={"id": proposal.id})
+        self.proposal = proposal
+
+
 class InvalidRequest(MempError):
     """400: the request is malformed (`code` says which check: invalid_key, invalid_ttl,
     invalid_schema, ...)."""
