@@ -34,6 +34,21 @@ export class MempError extends Error {
   }
 }
 
+/** 202: the write needs a reviewer's approval and was not applied; `proposal` is the pending
+ * proposal (`client.proposals.get(proposal.id)` follows it). */
+export class ApprovalPendingError extends MempError {
+  readonly proposal: any
+
+  constructor(proposal: { id: string; key: string }) {
+    super(`${proposal.key} awaits approval as proposal ${proposal.id}`, {
+      code: 'approval_pending',
+      status: 202,
+      details: { id: proposal.id },
+    })
+    this.proposal = proposal
+  }
+}
+
 /** 400 or 415: the request is malformed (`code` says which check: invalid_key, invalid_ttl...). */
 export class InvalidRequestError extends MempError {}
 

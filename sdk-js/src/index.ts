@@ -2,6 +2,17 @@
 
 export { MEMP, Memory, Keys } from './client.js'
 export { Agents, Messages } from './agents.js'
+export { Audit, Proposals } from './governance.js'
+export type {
+  Approval,
+  AuditFilter,
+  AuditPage,
+  AuditRecord,
+  AuditVerdict,
+  Proposal,
+  ProposalPage,
+  ProposalStatus,
+} from './governance.js'
 export type { AgentPage, Message, MessageReply } from './agents.js'
 export { Amp } from './amp.js'
 export type {
@@ -30,6 +41,7 @@ export type {
 } from './client.js'
 export {
   ERROR_CODES,
+  ApprovalPendingError,
   ConflictError,
   ConnectionFailedError,
   ForbiddenError,

@@ -9,13 +9,16 @@ export type Strategy = 'last-write-wins' | 'agent-priority' | 'merge'
  * out takes the broker's default. Field names are the broker's (snake_case). */
 export interface NamespaceConfig {
   strategy?: Strategy
-  rules?: { pattern: string; strategy: Strategy }[]
+  /** Per key pattern: a strategy, and/or `approval: 'required'` to gate writes behind review. */
+  rules?: { pattern: string; strategy?: Strategy | null; approval?: 'required' | 'none' | null }[]
   priorities?: { agent: string; priority: number }[]
   default_priority?: number
   merge_arrays?: 'replace' | 'append'
   history_limit?: number | null
   default_ttl_seconds?: number | null
   shares?: { namespace: string; permissions: ('read' | 'subscribe')[] }[]
+  /** Let a reviewer approve its own proposals (refused by default). */
+  allow_self_approval?: boolean
 }
 
 /** The configuration as stored, with its `revision` (pass it as `ifRevision`). */
@@ -72,6 +75,7 @@ const CONFIG_FIELDS = [
   'history_limit',
   'default_ttl_seconds',
   'shares',
+  'allow_self_approval',
 ] as const
 
 function path(namespace: string, ...rest: string[]): string {
