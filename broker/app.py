@@ -126,7 +126,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     # Store errors that mean it is out of reach are expected: a warning, not a traceback.
     supervisor = Supervisor(transient=(*STORE_DOWN, OSError))
     activity = AgentActivity(storage.accounts)
-    audit_service = AuditService(storage.audit, clock)
+    audit_service = AuditService(storage.audit, clock, storage.entries.namespaces)
     metrics = Metrics()
     schema_runner = SchemaRunner(settings.schema_timeout_ms / 1000)
     registry = NamespaceRegistry(storage.config, settings.namespace_cache_seconds,
@@ -139,7 +139,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     memory_service.gate = proposal_service
     governance = GovernanceSweeper(storage.entries, proposal_service, storage.audit, clock,
                                    settings.audit_retention_seconds * 1000)
-    agent_service = AgentService(settings, storage.accounts, activity, clock)
+    agent_service = AgentService(settings, storage.accounts, activity, clock, audit_service)
     sweeper = ExpirySweeper(storage.entries, clock, settings.sweep_interval_seconds,
                             settings.sweep_batch, settings.changelog_max_age_seconds * 1000)
     amp_cells = CellService(storage.cells(settings.amp_namespace), clock)

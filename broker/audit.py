@@ -5,7 +5,7 @@ chain. Entry writes append their records inside their own script (broker/storage
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,8 +15,8 @@ import msgspec
 from broker.auth import Principal
 from broker.clock import Clock
 from broker.errors import MempError
-from broker.grammar import validate_key, validate_namespace
-from broker.models import AuditPage, AuditRecord, AuditVerdict
+from broker.grammar import glob_match, validate_key, validate_namespace
+from broker.models import AuditPage, AuditRecord, AuditVerdict, Grant
 from broker.storage.audit import AuditStore, StoredAudit
 from broker.storage.records import CorruptRecord
 from broker.validation import check_limit
@@ -97,9 +97,22 @@ def actor_fields(principal: Principal) -> dict[str, str]:
 class AuditService:
     """Reads and appends the audit logs; reading needs `audit` (or admin) on the namespace."""
 
-    def __init__(self, store: AuditStore, clock: Clock) -> None:
+    def __init__(self, store: AuditStore, clock: Clock,
+                 namespaces: Callable[[], Awaitable[list[str]]]) -> None:
         self.store = store
         self.clock = clock
+        self.namespaces = namespaces  # every namespace holding data
+
+    async def record_for_grants(self, grants: Sequence[Grant], action: str,
+                                by: dict[str, str], details: dict[str, Any]) -> None:
+        """A key's creation or revocation, in the log of every namespace its grants reach:
+        those a grant names, and those holding data that a grant's glob matches."""
+        named = {g.namespace for g in grants if "*" not in g.namespace}
+        globs = [g.namespace for g in grants if "*" in g.namespace]
+        reached = named | ({ns for ns in await self.namespaces()
+                            if any(glob_match(glob, ns) for glob in globs)} if globs else set())
+        for namespace in sorted(reached):
+            await self.record(namespace, action, by, details=details)
 
     async def record(self, namespace: str, action: str, by: dict[str, str], *,
                      key: str = "", details: dict[str, Any] | None = None) -> None:

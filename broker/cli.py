@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import msgspec
 
+from broker.audit import AuditService, actor_fields
 from broker.auth import Principal, check_binding, check_grants, create_api_key
 from broker.clock import system_clock
 from broker.errors import MempError
@@ -23,6 +24,7 @@ from broker.storage.urls import redacted
 
 # Whoever runs the CLI holds Redis itself: it acts with the admin key's rights, as `cli`.
 _OPERATOR = Principal(subject="cli", grants=(), superuser=True)
+_OPERATOR_ACTOR = actor_fields(_OPERATOR)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -138,6 +140,7 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
                            history_limit=settings.history_limit,
                            changelog_maxlen=settings.changelog_maxlen, idempotency_window_ms=1)
     store = storage.accounts
+    audit = AuditService(storage.audit, system_clock, storage.entries.namespaces)
     try:
         await storage.upgrade()
         if args.keys_command == "create":
@@ -153,15 +156,21 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
             api_key, record = await create_api_key(
                 store, settings.key_env, grants=check_grants(grants), name=args.name,
                 agent_id=args.agent_id, created_by=_OPERATOR.subject, now=system_clock())
+            await audit.record_for_grants(record.grants, "key-create", _OPERATOR_ACTOR,
+                                          {"key": record.id, "agent": record.agent_id})
             print(json.dumps({"api_key": api_key, "key": msgspec.to_builtins(record)}))
         elif args.keys_command == "list":
             for record in await store.list_api_keys():
                 print(json.dumps(msgspec.to_builtins(record)))
         elif args.keys_command == "revoke":
+            revoked = [r for r in await store.list_api_keys() if r.id == args.key_id]
             if not await store.delete_api_key(args.key_id):
                 print(f"memp-broker: no API key {args.key_id}", file=sys.stderr)
                 return 1
             await store.announce_revocation(f"key:{args.key_id}")
+            for record in revoked:
+                await audit.record_for_grants(record.grants, "key-revoke", _OPERATOR_ACTOR,
+                                              {"key": record.id})
             print(f"revoked {args.key_id}")
     finally:
         await storage.close()

@@ -191,3 +191,26 @@ def test_a_removed_record_is_detected(admin: httpx.Client, broker: Broker, ns: s
     verdict = verify(admin, ns)
     assert verdict["ok"] is False
     assert verdict["broken"]["seq"] == (5 if which == -1 else which + 1)
+
+
+def test_configuration_schemas_keys_shares_and_agents_are_recorded(
+        admin: httpx.Client, broker: Broker, ns: str) -> None:
+    base = f"/v1/namespaces/{ns}"
+    assert admin.put(f"{base}/config", json={"history_limit": 4}).status_code == 200
+    assert admin.put(f"{base}/config", json={"shares": [
+        {"namespace": "friends-*", "permissions": ["read"]}]}).status_code == 200
+    assert admin.put(f"{base}/schemas/s1", json={"pattern": "a/*", "schema": {"type": "object"}}
+                     ).status_code == 201
+    assert admin.delete(f"{base}/schemas/s1").status_code == 204
+    _, key_id = create_key(admin, (ns, ["read"]))
+    assert admin.delete(f"/v1/keys/{key_id}").status_code == 204
+    agent = admin.post("/v1/agents", json={"name": "a", "namespace": ns}).json()
+    found = records(admin, ns)
+    actions = [r["action"] for r in reversed(found)]
+    assert actions == ["config", "config", "shares", "schema", "schema-delete", "key-create",
+                       "key-revoke", "agent-register"]
+    shares = next(r for r in found if r["action"] == "shares")
+    assert shares["details"]["after"] == [{"namespace": "friends-*", "permissions": ["read"]}]
+    assert found[0]["details"]["agent"] == agent["agent"]["id"]
+    assert all(r["actor"] == "admin" for r in found)
+    assert verify(admin, ns)["ok"] is True
