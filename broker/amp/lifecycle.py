@@ -128,7 +128,7 @@ class LifecycleEngine:
             if target is not None:
                 cell.lifecycle.status = target  # type: ignore[assignment]
                 cell.lifecycle.stale_since = iso(as_of) if target == "stale" else None
-                request = cells.request(cell, AMP_ENGINE, entry.version, now)
+                request = cells.request(cell, AMP_ENGINE, entry.version, now, f"amp-{target}")
             # Without a write, the update describes the version loaded: it must not land
             # over a write made since.
             update = index_update(cell, record.key, max(reference_ms(cell), record.ref),

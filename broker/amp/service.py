@@ -63,13 +63,15 @@ class CellService:
         self.access = AccessCounter(index)
 
     @staticmethod
-    def request(cell: MemoryCell, agent: str, version: int | None, now: int) -> WriteRequest:
+    def request(cell: MemoryCell, agent: str, version: int | None, now: int, action: str
+                ) -> WriteRequest:
         """A versioned write of the cell: compare-and-set on `version`, None for a new cell
-        (only a new entry takes the entry id given)."""
+        (only a new entry takes the entry id given); `action` names it in the audit log."""
         return WriteRequest(
             agent_id=agent, now=now, timestamp=now, timestamp_from_client=False,
             value=msgspec.json.encode(cell), entry_id="" if version else str(uuid.uuid4()),
             if_version=version, if_absent=version is None, mode="merge", internal_cas=True,
+            actor=agent, action=action,
         )
 
     async def commit(self, changes: list[tuple[IndexUpdate, WriteRequest | None]]) -> list[bool]:
@@ -116,7 +118,8 @@ class CellService:
                                 expires_at=iso(expires) if expires else None, status="active"),
         )
         update = index_update(cell, cell_key(cell), now, count=0)
-        if not (await self.commit([(update, self.request(cell, agent, None, now))]))[0]:
+        written = self.request(cell, agent, None, now, "amp-create")
+        if not (await self.commit([(update, written)]))[0]:
             raise MempError("write_conflict", "a cell with this id already exists; retry")
         return cell
 
@@ -159,7 +162,8 @@ class CellService:
             _apply(cell, patch, now)
             update = index_update(cell, record.key, max(reference_ms(cell), record.ref),
                                  recheck=status == "stale")
-            if (await self.commit([(update, self.request(cell, agent, entry.version, now))]))[0]:
+            written = self.request(cell, agent, entry.version, now, "amp-patch")
+            if (await self.commit([(update, written)]))[0]:
                 return cell
         raise MempError("write_conflict", "the cell kept changing; retry the patch")
 
@@ -178,7 +182,8 @@ class CellService:
             cell.lifecycle.status = "deleted"
             cell.lifecycle.deleted_at = iso(now)
             update = index_update(cell, record.key, max(reference_ms(cell), record.ref))
-            if (await self.commit([(update, self.request(cell, agent, entry.version, now))]))[0]:
+            written = self.request(cell, agent, entry.version, now, "amp-delete")
+            if (await self.commit([(update, written)]))[0]:
                 return cell
         raise MempError("write_conflict", "the cell kept changing; retry the delete")
 
@@ -206,7 +211,7 @@ class CellService:
         changes: list[tuple[IndexUpdate, WriteRequest | None]] = [
             (index_update(cells[at], cell_key(cells[at]), reference_ms(cells[at]),
                          count=cells[at].scoring.access_count),
-             self.request(cells[at], agent, None, now)) for at in wanted.values()]
+             self.request(cells[at], agent, None, now, "amp-import")) for at in wanted.values()]
         for at, stored in zip(wanted.values(), await self.commit(changes), strict=True):
             if not stored:
                 outcome[at] = _exists(cells[at].id)

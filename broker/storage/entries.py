@@ -31,7 +31,7 @@ WRITE = Fields("write", (
     "if_version", "if_absent", "internal_cas",  # conditions ('' / '0' when none)
     "entry_id", "value", "ttl", "exp", "schema_errors", "conflicts",  # what a put stores
     "history_limit", "log_maxlen", "remember", "idem_window_ms", "fingerprint",
-    "actor", "key_id", "request_id", "content_hash",  # for the audit log
+    "actor", "key_id", "request_id", "content_hash", "action",  # for the audit log
 ))
 NAMESPACE_KEYS = Fields("namespace_keys", ("index", "ttl", "log", "meta", "audit"))
 ENTRY_KEYS = Fields("entry_keys", ("entry", "history"))
@@ -129,7 +129,7 @@ class EntryStore:
             log_maxlen=self.changelog_maxlen, remember="1" if req.message_id else "0",
             idem_window_ms=self.idempotency_window_ms, fingerprint=req.fingerprint,
             actor=req.actor, key_id=req.key_id, request_id=req.request_id,
-            content_hash=content_hash(req.value))
+            content_hash=content_hash(req.value), action=req.action)
 
     async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
         await self.note_namespace(namespace)

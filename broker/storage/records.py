@@ -110,6 +110,7 @@ class WriteRequest:
     actor: str = ""  # who acts, for the audit log: an agent, a key, a token subject or admin
     key_id: str = ""
     request_id: str = ""
+    action: str = ""  # the audit record's action, when not the write's own (put or merge)
 
 
 _outcome_decoder = msgspec.json.Decoder(tuple[str, dict[str, str]])

@@ -34,7 +34,9 @@ local function audit_entry(ctx, entry, change_type)
     return
   end
   local action = change_type
-  if change_type == 'put' and ctx.mode == 'merge' then
+  if change_type == 'put' and ctx.action and ctx.action ~= '' then
+    action = ctx.action  -- named by the writer: an AMP cell's create, patch or transition
+  elseif change_type == 'put' and ctx.mode == 'merge' then
     action = 'merge'
   end
   local ver = tonumber(entry.ver)

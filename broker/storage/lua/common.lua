@@ -67,7 +67,7 @@ local function write_context(k, a)
     history_limit = tonumber(a.history_limit), log_maxlen = tonumber(a.log_maxlen),
     idem_window_ms = a.idem_window_ms, fingerprint = a.fingerprint or '',
     audit_key = k.audit, actor = a.actor, key_id = a.key_id, request_id = a.request_id,
-    content_hash = a.content_hash, mode = a.mode
+    content_hash = a.content_hash, mode = a.mode, action = a.action
   }
 end
 
