@@ -216,7 +216,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.namespaces = registry
     app.state.amp_cells = amp_cells
     app.state.amp_engine = amp_engine
-    app.state.amp_purger = Purger(amp_cells, clock, settings.amp_purge_retention)
+    app.state.amp_purger = Purger(amp_cells, clock, settings.amp_purge_retention,
+                                  audit_service)
     app.state.activity = activity
     app.state.auth = auth
     app.state.audit = audit_service

@@ -13,10 +13,12 @@ from broker.amp.cells import MemoryCell, iso, parse_time
 from broker.amp.index import index_update, reference_ms, terms_of
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
 from broker.amp.service import CellService, decode_cell
+from broker.audit import AuditService
 from broker.clock import Clock
 from broker.errors import MempError
 from broker.identities import AMP_ENGINE
 from broker.storage.amp import CellRecord, IndexUpdate
+from broker.storage.entries import content_hash
 from broker.storage.records import WriteRequest, live_entry
 
 log = logging.getLogger("memp.amp")
@@ -151,14 +153,18 @@ class LifecycleEngine:
 
 
 class Purger:
-    """Hard-deletes deleted cells whose 30-day window has passed, only when enabled."""
+    """Hard-deletes deleted cells whose 30-day window has passed, only when enabled, leaving
+    an erasure receipt for each in the audit log: hashes, never the text."""
 
-    def __init__(self, cells: CellService, clock: Clock, enabled: bool) -> None:
+    def __init__(self, cells: CellService, clock: Clock, enabled: bool,
+                 audit: AuditService) -> None:
         self.cells = cells
         self.clock = clock
         self.enabled = enabled
+        self.audit = audit
 
-    async def purge(self, as_of: int | None, ids: list[str] | None) -> list[str]:
+    async def purge(self, as_of: int | None, ids: list[str] | None,
+                    by: dict[str, str] | None = None) -> list[str]:
         if not self.enabled:
             raise MempError("forbidden", "purge is disabled; start the broker with "
                             "AMP_PURGE_RETENTION=1 to allow it")
@@ -175,6 +181,7 @@ class Purger:
         loaded = await cells.index.load(ids)
         refused = {}
         texts = {}
+        receipts = {}
         for cell_id in ids:
             if cell_id not in loaded:
                 refused[cell_id] = "no such cell"
@@ -191,6 +198,12 @@ class Purger:
                 refused[cell_id] = f"inside its retention window until {window_ends}"
                 continue
             texts[cell_id] = (record.key, cell.content.text)
+            receipts[cell_id] = {
+                "cell": cell_id, "version": entry.version if entry else None,
+                "content_hash": content_hash(entry.value or b"") if entry else None,
+                "text_hash": content_hash(cell.content.text.encode()),
+                "deleted_at": cell.lifecycle.deleted_at,
+                "rule": "AMP_PURGE_RETENTION: deleted more than 30 days before the purge"}
         if refused:
             raise MempError("precondition_failed", "purge refused; nothing was erased",
                             {"refused": refused})
@@ -198,4 +211,7 @@ class Purger:
             return []
         await cells.index.purge({cell_id: (key, terms_of(text))
                                  for cell_id, (key, text) in texts.items()})
+        for cell_id, receipt in sorted(receipts.items()):
+            await self.audit.record(cells.namespace, "purge", by or {"actor": "system"},
+                                    key=texts[cell_id][0], details=receipt)
         return sorted(texts)
