@@ -134,15 +134,15 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     cell_visibility = CellVisibility(settings.amp_namespace)
     memory_service = MemoryService(settings, storage.entries, registry, activity, clock,
                                    cell_visibility)
-    proposal_service = ProposalService(storage.proposals, memory_service, clock,
-                                       settings.proposal_ttl_seconds)
-    memory_service.gate = proposal_service
-    governance = GovernanceSweeper(storage.entries, proposal_service, storage.audit, clock,
-                                   settings.audit_retention_seconds * 1000)
     agent_service = AgentService(settings, storage.accounts, activity, clock, audit_service)
     sweeper = ExpirySweeper(storage.entries, clock, settings.sweep_interval_seconds,
                             settings.sweep_batch, settings.changelog_max_age_seconds * 1000)
     amp_cells = CellService(storage.cells(settings.amp_namespace), clock)
+    proposal_service = ProposalService(storage.proposals, memory_service, amp_cells, clock,
+                                       settings.proposal_ttl_seconds)
+    memory_service.gate = amp_cells.gate = proposal_service
+    governance = GovernanceSweeper(storage.entries, proposal_service, storage.audit, clock,
+                                   settings.audit_retention_seconds * 1000)
     amp_engine = LifecycleEngine(amp_cells, clock)
     amp_poster = TermPoster(amp_cells.index)
     changelog = ChangeLog(storage.changes, cell_visibility)

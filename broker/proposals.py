@@ -7,10 +7,13 @@ from __future__ import annotations
 import dataclasses
 import re
 import secrets
+import uuid
 from typing import Any
 
 import msgspec
 
+from broker.amp.cells import CellPatch, MemoryCell
+from broker.amp.service import CellService
 from broker.auth import Principal
 from broker.clock import Clock
 from broker.errors import MempError
@@ -28,7 +31,7 @@ _CURSOR_RE = re.compile(r"([0-9]{1,16}):(prop_[0-9a-f]{28})")
 STATUSES = ("pending", "approved", "rejected", "expired")
 MAX_REASON = 2000
 _REQUEST_FIELDS = ("agent_id", "value", "entry_id", "ttl_seconds", "mode", "priority",
-                   "default_priority", "history_limit", "schema_errors", "conflicts")
+                   "default_priority", "history_limit", "schema_errors", "conflicts", "action")
 
 
 _NULL = msgspec.Raw(b"null")
@@ -46,17 +49,41 @@ def _proposed(proposal: Proposal) -> Any:
 class ProposalService:
     """Makes, lists, shows and decides proposals."""
 
-    def __init__(self, store: ProposalStore, memory: MemoryService, clock: Clock,
-                 ttl_seconds: int) -> None:
+    def __init__(self, store: ProposalStore, memory: MemoryService, cells: CellService,
+                 clock: Clock, ttl_seconds: int) -> None:
         self.store = store
         self.memory = memory
+        self.cells = cells
         self.clock = clock
         self.ttl_ms = ttl_seconds * 1000
+
+    # ---- the gate of CellService (AMP cells) ----
+
+    async def requires(self, namespace: str, key: str) -> bool:
+        return (await self.memory.namespaces.state(namespace)).requires_approval(key)
+
+    async def propose_cell(self, agent: str, namespace: str, key: str, cell: MemoryCell,
+                           current: Entry | None, action: str, patch: CellPatch | None
+                           ) -> Proposal:
+        """A cell create or patch as a proposal; its approval writes the cell and indexes it."""
+        now = self.clock()
+        request = WriteRequest(
+            agent_id=agent, now=now, timestamp=now, timestamp_from_client=False,
+            value=msgspec.json.encode(cell),
+            entry_id="" if current is not None else str(uuid.uuid4()), mode="merge",
+            actor=agent, action=action)
+        return await self._propose(namespace, key, "put", current, request,
+                                   msgspec.to_builtins(patch) if patch else None, cell=True)
 
     # ---- making one (the gate of MemoryService) ----
 
     async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
                       current: Entry | None, request: WriteRequest, incoming: Any) -> Proposal:
+        return await self._propose(namespace, key, operation, current, request,
+                                   incoming if operation == "merge" else None)
+
+    async def _propose(self, namespace: str, key: str, operation: str, current: Entry | None,
+                       request: WriteRequest, incoming: Any, cell: bool = False) -> Proposal:
         now = request.now
         proposal_id = f"prop_{now:012x}{secrets.token_hex(8)}"
         value = _NULL if operation == "delete" else msgspec.Raw(request.value)
@@ -73,7 +100,8 @@ class ProposalService:
             else msgspec.UNSET)
         saved = {name: getattr(request, name) for name in _REQUEST_FIELDS}
         saved["value"] = request.value.decode()
-        saved["incoming"] = incoming if operation == "merge" else None
+        saved["incoming"] = incoming
+        saved["cell"] = cell
         verdict, reply = await self.store.propose(
             namespace, key, request, id=proposal_id, base=str(proposal.base_version),
             doc=msgspec.json.encode(proposal), req=msgspec.json.encode(saved),
@@ -195,21 +223,39 @@ class ProposalService:
                             {"proposal": proposal_id})
         saved = msgspec.json.decode(stored.req)
         incoming = saved.pop("incoming", None)
+        is_cell = bool(saved.pop("cell", False))
         fields = {**saved, "value": str(saved["value"]).encode()}
         now = self.clock()
         request = WriteRequest(now=now, timestamp=now, timestamp_from_client=False,
                                actor=principal.writer_id, key_id=principal.key_id or "",
                                request_id=principal.request_id, **fields)
-        if base_version is not None and base_version != proposal.base_version:
+        rebased = base_version is not None and base_version != proposal.base_version
+        if rebased and not is_cell:
             proposal, request = await self._rebase(principal, proposal, request, incoming,
-                                                   base_version, state)
+                                                   base_version or 0, state)
+        elif rebased:
+            proposal = await self._rebased_cell(proposal, base_version or 0)
         base = proposal.base_version
         request = dataclasses.replace(request, if_version=base or None, if_absent=base == 0)
+        cell = None
+        if is_cell and base and not rebased:
+            current = await self.memory.store.get(namespace, proposal.key, now)
+            if (current.version if current else 0) != base:
+                raise await self._moved(namespace, proposal)
+        if is_cell:
+            patch = msgspec.convert(incoming, CellPatch) if incoming is not None else None
+            value, update = await self.cells.approval(proposal.key, request.value, base, patch,
+                                                      now, rebased)
+            request = dataclasses.replace(request, value=value)
+            if rebased:
+                proposal = msgspec.structs.replace(proposal, value=msgspec.Raw(value))
+                proposal.diff = await self._diff_now(proposal)
+            cell = self.cells.index.blocks(update)
         decided = msgspec.structs.replace(proposal, status="approved",
                                           decided_by=principal.writer_id, decided_at=now,
                                           version=base + 1)
         verdict, reply = await self.store.decide(
-            namespace, proposal.key, request, id=proposal.id, decision="approve",
+            namespace, proposal.key, request, cell, id=proposal.id, decision="approve",
             operation=proposal.operation, base=str(base), decided_by=principal.writer_id,
             doc=msgspec.json.encode(decided), details="")
         if verdict == "ok":
@@ -260,6 +306,17 @@ class ProposalService:
         rebased_proposal.diff = msgspec.Raw(msgspec.json.encode(diff(
             _value(current.value if current else None), _proposed(rebased_proposal))))
         return rebased_proposal, request
+
+    async def _rebased_cell(self, proposal: Proposal, base_version: int) -> Proposal:
+        current = await self.memory.store.get(proposal.namespace, proposal.key, self.clock())
+        if (current.version if current else 0) != base_version or proposal.base_version == 0:
+            raise await self._moved(proposal.namespace, proposal)
+        return msgspec.structs.replace(proposal, base_version=base_version)
+
+    async def _diff_now(self, proposal: Proposal) -> msgspec.Raw:
+        current = await self.memory.store.get(proposal.namespace, proposal.key, self.clock())
+        return msgspec.Raw(msgspec.json.encode(diff(
+            _value(current.value if current else None), _proposed(proposal))))
 
     async def reject(self, principal: Principal, namespace: str, proposal_id: str,
                      reason: str) -> Proposal:

@@ -5,6 +5,7 @@ change is versioned and reaches MEMP subscribers."""
 from __future__ import annotations
 
 import uuid
+from typing import Protocol
 
 import msgspec
 
@@ -24,7 +25,8 @@ from broker.amp.index import index_update, reference_ms
 from broker.amp.rules import can_read, can_write
 from broker.clock import Clock
 from broker.errors import MempError
-from broker.models import Entry
+from broker.memory import Proposed
+from broker.models import Entry, Proposal
 from broker.storage.amp import CellIndexStore, CellRecord, IndexUpdate
 from broker.storage.records import RawHash, WriteRequest, live_entry
 
@@ -53,6 +55,19 @@ def decode_cell(entry: Entry) -> MemoryCell:
     return msgspec.json.decode(entry.value, type=MemoryCell)
 
 
+class CellGate(Protocol):
+    """Where a create or patch goes when the namespace's rules require approval for the cell's
+    key (broker/proposals.py)."""
+
+    async def requires(self, namespace: str, key: str) -> bool:
+        ...
+
+    async def propose_cell(self, agent: str, namespace: str, key: str, cell: MemoryCell,
+                           current: Entry | None, action: str, patch: CellPatch | None
+                           ) -> Proposal:
+        ...
+
+
 class CellService:
     """Creates and changes cells under AMP's rules, on top of the MEMP store."""
 
@@ -61,6 +76,35 @@ class CellService:
         self.namespace = index.namespace
         self.clock = clock
         self.access = AccessCounter(index)
+        self.gate: CellGate | None = None  # set by create_app: proposals
+
+    async def _gated(self, agent: str, key: str, cell: MemoryCell, current: Entry | None,
+                     action: str, patch: CellPatch | None = None) -> None:
+        """Raise Proposed (202) when the cell's key requires approval: nothing is written."""
+        if self.gate is not None and await self.gate.requires(self.namespace, key):
+            raise Proposed(await self.gate.propose_cell(agent, self.namespace, key, cell,
+                                                        current, action, patch))
+
+    async def approval(self, key: str, value: bytes, base_version: int,
+                       patch: CellPatch | None, now: int, rebase: bool
+                       ) -> tuple[bytes, IndexUpdate]:
+        """The cell an approved proposal writes (a patch re-applied to the current cell when
+        the proposal is rebased onto a later version) and its index update."""
+        cell = msgspec.json.decode(value, type=MemoryCell)
+        if base_version == 0:
+            return value, index_update(cell, key, reference_ms(cell), count=0)
+        record, current, entry = await self.load(cell.id)
+        if current.lifecycle.status == "archived":
+            raise MempError("write_conflict", "the cell is archived: archived cells cannot "
+                            "change", {"status": "archived", "key": key})
+        if entry.version != base_version:
+            raise MempError("write_conflict", "the cell changed since the proposal was made",
+                            {"key": key, "current_version": entry.version})
+        if rebase and patch is not None:
+            _apply(current, patch, now)
+            cell, value = current, msgspec.json.encode(current)
+        return value, index_update(cell, record.key, max(reference_ms(cell), record.ref),
+                                   recheck=current.lifecycle.status == "stale")
 
     @staticmethod
     def request(cell: MemoryCell, agent: str, version: int | None, now: int, action: str
@@ -117,6 +161,7 @@ class CellService:
             lifecycle=Lifecycle(created_at=stamp, last_updated_at=stamp,
                                 expires_at=iso(expires) if expires else None, status="active"),
         )
+        await self._gated(agent, cell_key(cell), cell, None, "amp-create")
         update = index_update(cell, cell_key(cell), now, count=0)
         written = self.request(cell, agent, None, now, "amp-create")
         if not (await self.commit([(update, written)]))[0]:
@@ -160,6 +205,7 @@ class CellService:
                                 "lifecycle engine and cannot be patched",
                                 {"field": "lifecycle.status", "status": status})
             _apply(cell, patch, now)
+            await self._gated(agent, record.key, cell, entry, "amp-patch", patch)
             update = index_update(cell, record.key, max(reference_ms(cell), record.ref),
                                  recheck=status == "stale")
             written = self.request(cell, agent, entry.version, now, "amp-patch")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.storage import layout, scripts
+from broker.storage.amp import CELL_INDEX_KEYS, CELL_PREFIXES, CELL_UPDATE, CellBlocks
 from broker.storage.client import Backend, text
 from broker.storage.entries import WRITE, WRITE_FILES, WRITE_KEYS, EntryStore
 from broker.storage.records import WriteRequest
@@ -40,6 +41,11 @@ class ProposalStore:
                                          [WRITE_KEYS, PROPOSAL_KEYS, WRITE, PROPOSE])
         self._decide = scripts.register(client, [*_FILES, "proposal_decide.lua"],
                                         [WRITE_KEYS, PROPOSAL_KEYS, WRITE, DECIDE])
+        self._decide_cell = scripts.register(
+            client, [*WRITE_FILES, "delete_entry.lua", "amp_index.lua", "proposal_common.lua",
+                     "proposal_decide_cell.lua"],
+            [WRITE_KEYS, PROPOSAL_KEYS, CELL_INDEX_KEYS, WRITE, DECIDE, CELL_PREFIXES,
+             CELL_UPDATE])
 
     def _keys(self, namespace: str, key: str, proposal_id: str, req: WriteRequest
               ) -> list[Any]:
@@ -60,13 +66,19 @@ class ProposalStore:
             durable=True)
         return text(raw[0]), text(raw[1])
 
-    async def decide(self, namespace: str, key: str, request: WriteRequest, **fields: Any
-                     ) -> tuple[str, str]:
-        """Approve (writing `req`), reject or expire a pending proposal (DECIDE fields)."""
-        raw = await self.backend.call(
-            self._decide, self._keys(namespace, key, fields["id"], request),
-            [*self.entries.write_args(namespace, key, request), *DECIDE.pack(**fields)],
-            durable=True)
+    async def decide(self, namespace: str, key: str, request: WriteRequest,
+                     cell: CellBlocks | None = None, **fields: Any) -> tuple[str, str]:
+        """Approve (writing `request`), reject or expire a pending proposal (DECIDE fields).
+        An AMP cell's approval also updates the cell's indexes (`cell`, from
+        CellIndexStore.blocks) in the same call."""
+        keys = self._keys(namespace, key, fields["id"], request)
+        args = [*self.entries.write_args(namespace, key, request), *DECIDE.pack(**fields)]
+        script = self._decide
+        if cell is not None:
+            index_keys, prefixes, update = cell
+            keys, args, script = [*keys, *index_keys], [*args, *prefixes, *update], \
+                self._decide_cell
+        raw = await self.backend.call(script, keys, args, durable=True)
         return text(raw[0]), text(raw[1])
 
     async def load(self, namespace: str, proposal_id: str) -> StoredProposal | None:

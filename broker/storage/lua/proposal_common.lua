@@ -18,3 +18,45 @@ local function proposal_event(ctx, kind, action, p, doc)
     details = p.details or ''
   })
 end
+
+-- Approve (writing `a`, then `after_write(entry)` if given), reject or expire the pending
+-- proposal `d` names: see proposal_decide.lua for the replies.
+local function decide_proposal(ctx, a, d, pk, after_write)
+  local stored = redis.call('HMGET', pk.record, 'status', 'by', 'exp')
+  if not stored[1] then
+    return {'missing', ''}
+  end
+  if stored[1] ~= 'pending' then
+    return {'decided', stored[1]}
+  end
+  local now = tonumber(a.now)
+  if d.decision == 'expire' and tonumber(stored[3]) > now then
+    return {'early', ''}
+  end
+  local written = ''
+  local version = ''
+  if d.decision == 'approve' then
+    ctx.approved_by, ctx.proposal = d.decided_by, d.id
+    local status, entry, with_value
+    if d.operation == 'delete' then
+      status, entry, with_value = delete(ctx, a)
+    else
+      status, entry, with_value = put(ctx, a)
+    end
+    if status ~= 'ok' then
+      return answer(ctx, status, entry, with_value, true)
+    end
+    written = answer(ctx, status, entry, false, true)[2]
+    version = entry.ver
+    if after_write then
+      after_write(entry)
+    end
+  end
+  local status = d.decision == 'approve' and 'approved' or
+    (d.decision == 'reject' and 'rejected' or 'expired')
+  redis.call('HSET', pk.record, 'status', status, 'doc', d.doc)
+  redis.call('ZREM', pk.due, d.id)
+  proposal_event(ctx, status, d.decision, {id = d.id, by = stored[2], base = d.base, now = a.now,
+                               version = version, details = d.details}, d.doc)
+  return {'ok', written}
+end

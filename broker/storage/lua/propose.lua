@@ -18,7 +18,7 @@ if version ~= p.base then
   return {'moved', version}
 end
 redis.call('HSET', pk.record, 'status', 'pending', 'doc', p.doc, 'req', p.req, 'by', p.by,
-           'exp', p.expires)
+           'exp', p.expires, 'key', ctx.key)
 redis.call('ZADD', pk.all, p.created, p.id)
 redis.call('ZADD', pk.due, p.expires, p.id)
 proposal_event(ctx, 'proposal', 'propose', {id = p.id, by = p.by, agent = a.agent, base = p.base,
