@@ -1,5 +1,5 @@
 """`memp`: the command line for a MEMP broker (put, get, query, delete, history, watch, config,
-schema, ...).
+schema, proposals, approve, reject, audit, ...).
 
 Output is JSON (one document, or one per line for lists and events) unless `--table` asks for
 a readable table. Exit codes: 0 done, 1 the broker refused (message on stderr), 2 bad usage,
@@ -20,7 +20,7 @@ import msgspec
 
 from memp._version import __version__
 from memp.client import MEMP
-from memp.errors import ConnectionFailed, MempError
+from memp.errors import ApprovalPending, ConnectionFailed, MempError
 from memp.models import Entry, Event, Grant, NamespaceConfig, to_builtins
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
@@ -85,10 +85,23 @@ def _json_value(text: str) -> Any:
         raise UsageError(f"VALUE must be JSON ({exc}); quote strings: '\"text\"'") from None
 
 
+def _pending(pending: ApprovalPending) -> None:
+    """A gated write: print its proposal; it is not an error."""
+    _out(to_builtins(pending.proposal))
+    print(f"memp: not written yet: awaits approval as proposal {pending.proposal.id}",
+          file=sys.stderr)
+
+
 def cmd_put(broker: MEMP, args: argparse.Namespace) -> None:
     text = sys.stdin.read() if args.value in (None, "-") else args.value
-    entry = broker.memory.put(args.key, _json_value(text), args.ttl, if_version=args.if_version,
-                              if_absent=args.if_absent, timestamp=args.timestamp)
+    try:
+        entry = broker.memory.put(args.key, _json_value(text), args.ttl,
+                                  if_version=args.if_version, if_absent=args.if_absent,
+                                  timestamp=args.timestamp,
+                                  approval_required=args.approval_required)
+    except ApprovalPending as pending:
+        _pending(pending)
+        return
     _out(to_builtins(entry))
 
 
@@ -107,7 +120,75 @@ def cmd_query(broker: MEMP, args: argparse.Namespace) -> None:
 
 
 def cmd_delete(broker: MEMP, args: argparse.Namespace) -> None:
-    _out(to_builtins(broker.memory.delete(args.key, if_version=args.if_version)))
+    try:
+        _out(to_builtins(broker.memory.delete(args.key, if_version=args.if_version,
+                                              approval_required=args.approval_required)))
+    except ApprovalPending as pending:
+        _pending(pending)
+
+
+def cmd_proposals(broker: MEMP, args: argparse.Namespace) -> None:
+    cursor = None
+    if args.table:
+        _line(f"{'ID':<33}  {'STATUS':<8}  {'OP':<6}  {'BY':<24}  KEY")
+    while True:
+        page = broker.proposals.list(status=args.status, key=args.key, cursor=cursor)
+        for proposal in page.proposals:
+            if args.table:
+                _line(f"{proposal.id:<33}  {proposal.status:<8}  {proposal.operation:<6}  "
+                      f"{proposal.proposed_by[:24]:<24}  {proposal.key}")
+            else:
+                _out(to_builtins(proposal))
+        cursor = page.next_cursor
+        if not cursor:
+            return
+
+
+def cmd_proposal(broker: MEMP, args: argparse.Namespace) -> None:
+    _out(to_builtins(broker.proposals.get(args.proposal_id)))
+
+
+def cmd_approve(broker: MEMP, args: argparse.Namespace) -> None:
+    _out(to_builtins(broker.proposals.approve(args.proposal_id,
+                                              base_version=args.base_version)))
+
+
+def cmd_reject(broker: MEMP, args: argparse.Namespace) -> None:
+    _out(to_builtins(broker.proposals.reject(args.proposal_id, args.reason)))
+
+
+_SPANS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def time_bound(text: str | None) -> int | str | None:
+    """`1h`, `30m`, `7d`, `45s` ago as Unix ms; anything else (ms, ISO 8601) as given."""
+    if text is None:
+        return None
+    if len(text) > 1 and text[-1] in _SPANS and text[:-1].isdigit():
+        return int(datetime.now().timestamp() * 1000) - int(text[:-1]) * _SPANS[text[-1]]
+    return text
+
+
+def cmd_audit(broker: MEMP, args: argparse.Namespace) -> None:
+    if args.what == "verify":
+        verdict = broker.audit.verify()
+        _out(to_builtins(verdict))
+        if not verdict.ok:
+            raise MempError("the audit log's hash chain is broken", code="audit_broken")
+        return
+    selection = {"since": time_bound(args.since), "until": time_bound(args.until),
+                 "actor": args.actor, "key": args.key, "action": args.action}
+    records = broker.audit.export(**selection) if args.what == "export" or args.limit is None \
+        else broker.audit.list(limit=args.limit, **selection).records
+    if args.table:
+        _line(f"{'TIME':<12}  {'ACTION':<14}  {'ACTOR':<24}  {'VERSIONS':<9}  KEY")
+        for record in records:
+            versions = f"{record.version_before or '-'}>{record.version_after or '-'}"
+            _line(f"{_clock(record.at):<12}  {record.action:<14}  {record.actor[:24]:<24}  "
+                  f"{versions:<9}  {record.key or ''}")
+    else:
+        for record in records:
+            _out(to_builtins(record))
 
 
 def cmd_history(broker: MEMP, args: argparse.Namespace) -> None:
@@ -275,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("--if-version", type=int, help="write only while the version is this")
     put.add_argument("--if-absent", action="store_true", help="write only if the key is free")
     put.add_argument("--timestamp", type=int, help="the write's time, Unix ms")
+    put.add_argument("--approval-required", action="store_true",
+                     help="make it a proposal a reviewer must approve (prints the proposal)")
 
     get = command("get", cmd_get, "print the value under a key")
     get.add_argument("key")
@@ -288,6 +371,36 @@ def build_parser() -> argparse.ArgumentParser:
     delete = command("delete", cmd_delete, "delete a key; prints the tombstone")
     delete.add_argument("key")
     delete.add_argument("--if-version", type=int, help="delete only while the version is this")
+    delete.add_argument("--approval-required", action="store_true",
+                        help="make it a proposal a reviewer must approve")
+
+    proposals = command("proposals", cmd_proposals,
+                        "list proposals (gated writes), newest first, one per line")
+    proposals.add_argument("--status", choices=["pending", "approved", "rejected", "expired"])
+    proposals.add_argument("--key")
+    proposals.add_argument("--table", action="store_true", help="print a readable table")
+    proposal = command("proposal", cmd_proposal, "print a proposal with its diff")
+    proposal.add_argument("proposal_id", metavar="ID")
+    approve = command("approve", cmd_approve,
+                      "approve a proposal, writing it (needs review); prints it and the entry")
+    approve.add_argument("proposal_id", metavar="ID")
+    approve.add_argument("--base-version", type=int,
+                         help="after a conflict: approve it rebased onto this current version")
+    reject = command("reject", cmd_reject, "reject a proposal (needs review)")
+    reject.add_argument("proposal_id", metavar="ID")
+    reject.add_argument("--reason", default="")
+
+    audit = command("audit", cmd_audit,
+                    "read the audit log, newest first (needs audit): list (default), export "
+                    "the whole selection, or verify its hash chain (exit 1 when broken)")
+    audit.add_argument("what", nargs="?", choices=["list", "export", "verify"], default="list")
+    audit.add_argument("--since", help="e.g. 1h, 30m, 7d, Unix ms or an ISO 8601 time")
+    audit.add_argument("--until", help="as --since")
+    audit.add_argument("--actor", help="an agent id, key id or admin")
+    audit.add_argument("--key")
+    audit.add_argument("--action", help="put, delete, merge, propose, approve, config, ...")
+    audit.add_argument("--limit", type=int, help="at most this many records (default: all)")
+    audit.add_argument("--table", action="store_true", help="print a readable table")
 
     history = command("history", cmd_history, "print a key's recent versions, newest first")
     history.add_argument("key")

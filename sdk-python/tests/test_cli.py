@@ -284,3 +284,36 @@ def test_watch_resumes_from_a_printed_id(env: dict[str, str], watch: Any) -> Non
     resumed.wait_open()
     assert [json.loads(x)["version"] for x in resumed.take(2)] == [2, 3]
     assert resumed.interrupt() == 130
+
+
+def test_proposals_approve_reject_and_audit(env: dict[str, str], ns: str) -> None:
+    assert memp(env, "config", "set", json.dumps({
+        "rules": [{"pattern": "facts/*", "approval": "required"}],
+        "allow_self_approval": True})).returncode == 0
+    proposed = memp(env, "put", "facts/a", '{"x": 1}')
+    assert proposed.returncode == 0 and "awaits approval" in proposed.stderr
+    proposal = json.loads(proposed.stdout)
+    assert proposal["status"] == "pending"
+    assert memp(env, "get", "facts/a").returncode == 1
+    listed = memp(env, "proposals", "--status", "pending")
+    assert [p["id"] for p in lines(listed.stdout)] == [proposal["id"]]
+    assert proposal["id"] in memp(env, "proposals", "--table").stdout
+    shown = json.loads(memp(env, "proposal", proposal["id"]).stdout)
+    assert shown["diff"] == [{"op": "add", "path": "", "value": {"x": 1}}]
+    approved = memp(env, "approve", proposal["id"])
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["entry"]["value"] == {"x": 1}
+    assert json.loads(memp(env, "get", "facts/a").stdout) == {"x": 1}
+    second = json.loads(memp(env, "delete", "facts/a").stdout)
+    rejected = memp(env, "reject", second["id"], "--reason", "keep it")
+    assert json.loads(rejected.stdout)["status"] == "rejected"
+    again = memp(env, "approve", second["id"])
+    assert again.returncode == 1 and "write_conflict" in again.stderr
+
+    records = lines(memp(env, "audit", "--since", "1h").stdout)
+    assert [r["action"] for r in records][:3] == ["reject", "propose", "approve"]
+    assert lines(memp(env, "audit", "--since", "1h", "--action", "config").stdout)
+    assert "approve" in memp(env, "audit", "--table").stdout
+    assert len(lines(memp(env, "audit", "export").stdout)) == len(records)
+    verified = memp(env, "audit", "verify")
+    assert verified.returncode == 0 and json.loads(verified.stdout)["ok"] is True
