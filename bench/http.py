@@ -88,8 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--redis-url",
                         help="use this Redis instead of starting redis-server; the run uses a "
                              "fresh namespace and deletes its keys afterwards")
-    parser.add_argument("--targets", default="floor,redis,embedded",
-                        help="comma-separated subset of floor,redis,embedded")
+    parser.add_argument("--targets", default="floor,redis,noaudit,embedded",
+                        help="comma-separated subset of floor,redis,noaudit,embedded "
+                             "(noaudit: the broker on Redis without its audit log)")
     parser.add_argument("--load-generator", choices=["auto", "wrk", "python"], default="auto",
                         help="wrk (default when installed) or bench/client.py's asyncio client")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
@@ -140,10 +141,11 @@ def _start(procs: Processes, cfg: Config, target: str, redis_pid: int | None) ->
                 "--no-access-log", "--log-level", "warning"]
         env = clean_env(BENCH_REDIS_URL=cfg.redis_url)
     else:
-        argv = [sys.executable, "-m", "broker.cli", "serve", "--host", HOST, "--port", str(port),
+        module = "bench.noaudit" if target == "noaudit" else "broker.cli"
+        argv = [sys.executable, "-m", module, "serve", "--host", HOST, "--port", str(port),
                 "--log-level", "warning"]
         env = clean_env(MEMP_ADMIN_KEY=cfg.admin_key)
-        if target == "redis":
+        if target in ("redis", "noaudit"):
             env["MEMP_REDIS_URL"] = cfg.redis_url
     proc = procs.start(target, argv, env)
     wait_started(procs, proc, port, TARGETS[target])
@@ -216,7 +218,7 @@ def _config(args: argparse.Namespace, targets: list[str]) -> Config:
     if args.value_bytes < 11 or min(args.connections, args.keys, args.seconds, args.rounds) < 1:
         raise SystemExit("bench: --value-bytes must be >= 11; --connections, --keys, --seconds "
                          "and --rounds >= 1")
-    own_redis = not args.redis_url and bool({"floor", "redis"} & set(targets))
+    own_redis = not args.redis_url and bool({"floor", "redis", "noaudit"} & set(targets))
     if own_redis:
         need_redis_server(", or pass --redis-url")
     return Config(seconds=args.seconds, rounds=args.rounds, connections=args.connections,

@@ -11,7 +11,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-TARGETS = {"floor": "floor", "redis": "broker (Redis)", "embedded": "broker (embedded)"}
+TARGETS = {"floor": "floor", "redis": "broker (Redis)", "noaudit": "broker, no audit",
+           "embedded": "broker (embedded)"}
+# The audit log may cost at most this share of a plain put's server CPU (broker on Redis with
+# it, against the same broker without it, bench/noaudit.py).
+AUDIT_COST_LIMIT = 0.15
 PHASES = ("put", "get", "put_c1")
 # The targets for one broker process on real Redis (reported for embedded too).
 PUT_RATIO_TARGET = 0.50
@@ -82,6 +86,19 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
                 if base_cpu and cpu:
                     entry[f"{phase}_cpu_ratio"] = round(base_cpu / cpu, 3)
         out[target] = entry
+    with_audit, without = results.get("redis"), results.get("noaudit")
+    if with_audit and without:
+        mine = with_audit["put"]["cpu_us_per_request"].get("server")
+        base = without["put"]["cpu_us_per_request"].get("server")
+        if mine and base:
+            cost = mine / base - 1
+            out["audit"] = {"put_server_us": round(mine, 1),
+                            "put_server_us_without": round(base, 1),
+                            "cost": round(cost, 3), "met": cost <= AUDIT_COST_LIMIT}
+            redis_mine = with_audit["put"]["cpu_us_per_request"].get("redis")
+            redis_base = without["put"]["cpu_us_per_request"].get("redis")
+            if redis_mine and redis_base:
+                out["audit"]["redis_cost"] = round(redis_mine / redis_base - 1, 3)
     return out
 
 
@@ -116,6 +133,12 @@ def table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
         checks.append(f"p50 put @1 {ratio['put_c1_p50_ms']:.2f} ms (< 2 ms) "
                       f"{verdict(ratio['put_c1_p50_met'])}")
         lines.append(f"targets, {TARGETS[target]}: " + "; ".join(checks))
+    audit = vs_floor.get("audit")
+    if audit:
+        redis_cost = f", Redis +{audit['redis_cost']:.0%}" if "redis_cost" in audit else ""
+        lines.append(f"audit log: put server {audit['put_server_us']:.0f} µs/req against "
+                     f"{audit['put_server_us_without']:.0f} without it, +{audit['cost']:.1%} "
+                     f"(<= {AUDIT_COST_LIMIT:.0%}) {verdict(audit['met'])}{redis_cost}")
     for target, label in TARGETS.items():
         for phase, p in results.get(target, {}).items():
             if p["errors"]:
