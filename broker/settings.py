@@ -127,6 +127,8 @@ class Settings:
             raise SettingsError("history_limit and idempotency_window_seconds must be >= 0")
         if self.history_limit > self.max_history_limit:
             raise SettingsError("history_limit cannot exceed max_history_limit")
+        if self.audit_retention_seconds < 0:
+            raise SettingsError("audit_retention_seconds must be >= 0 (0 = keep every record)")
         if self.changelog_max_age_seconds < 0:
             raise SettingsError("changelog_max_age_seconds must be >= 0 (0 = no age limit)")
         if self.reader_block_ms >= self.redis_timeout_seconds * 1000:

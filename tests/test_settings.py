@@ -219,7 +219,8 @@ def sample(field: dataclasses.Field[Any], kind: object) -> tuple[str, Any]:
         return ("yes", True) if default is False else ("no", False)
     if kind is int:
         assert isinstance(default, int)
-        number = default + 1 if field.name == "write_replicas" else default - 1  # >= 0
+        number = default + 1 if field.name in ("write_replicas", "audit_retention_seconds") \
+            else default - 1  # >= 0
         return str(number), number
     if kind is float:
         assert isinstance(default, float)
