@@ -186,6 +186,39 @@ def test_the_amp_bridge(broker: Broker, admin: httpx.Client) -> None:
     assert purged.json()["purged"] == ["01HQ3Z8X9Y0000000000000009"], purged.text
 
 
+def test_governance_proposals_and_the_audit_log(admin: httpx.Client, ns: str) -> None:
+    """Proposals, approvals (entries and AMP cells) and audit records across shards: every
+    script touches only its namespace's slot."""
+    spaces = [f"{ns}-g{i}" for i in range(6)]
+    for space in spaces:
+        admin.put(f"/v1/namespaces/{space}/config", json={
+            "rules": [{"pattern": "facts/*", "approval": "required"}],
+            "allow_self_approval": True})
+        proposed = put(admin, space, "facts/a", {"n": 1})
+        assert proposed.status_code == 202, proposed.text
+        assert admin.get(f"/v1/namespaces/{space}/memory/facts/a").status_code == 404
+        approve = f"/v1/namespaces/{space}/proposals/{proposed.json()['id']}/approve"
+        assert admin.post(approve).status_code == 200
+        assert admin.post(approve).status_code == 409
+        assert put(admin, space, "other", 1).status_code == 201
+        verdict = admin.get(f"/v1/namespaces/{space}/audit/verify").json()
+        assert verdict["ok"] is True and verdict["records"] == 5  # config, propose, put,
+        # approve, put
+    admin.put("/v1/namespaces/cells/config", json={
+        "rules": [{"pattern": "cells/user/u-gov/*", "approval": "required"}],
+        "allow_self_approval": True})
+    proposed = admin.post("/amp/memories", headers={"X-AMP-Agent-ID": "agent-1"}, json={
+        "type": "semantic", "content": {"text": "the user prefers rooibos"},
+        "identity": {"owner_id": "u-gov", "owner_type": "user"}})
+    assert proposed.status_code == 202, proposed.text
+    approved = admin.post(f"/v1/namespaces/cells/proposals/{proposed.json()['id']}/approve")
+    assert approved.status_code == 200, approved.text
+    cell_id = proposed.json()["value"]["id"]
+    assert admin.get(f"/amp/memories/{cell_id}",
+                     headers={"X-AMP-Agent-ID": "agent-1"}).status_code == 200
+    assert admin.get("/v1/namespaces/cells/audit/verify").json()["ok"] is True
+
+
 def test_a_revocation_reaches_a_stream_on_another_process(
         topology: Topology, broker_process: Callable[..., BrokerProcess],
         streams: Callable[..., Stream], ns: str) -> None:
