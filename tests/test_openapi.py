@@ -1643,3 +1643,48 @@ def test_amp_purge_is_403_unless_enabled(admin: httpx.Client, contract: Contract
     for body in ({}, {"ids": [UNKNOWN_CELL]}):
         refused = contract.check(admin.post("/amp/purge", json=body), 403)
         assert refused["error"]["code"] == "forbidden"
+
+
+def test_proposals_and_audit_follow_the_document(admin: httpx.Client, ns: str,
+                                                 contract: Contract) -> None:
+    config = admin.put(config_url(ns), json={
+        "rules": [{"pattern": "facts/*", "approval": "required"}], "allow_self_approval": True})
+    contract.check(config, 200)
+    gated = admin.put(f"/v1/namespaces/{ns}/memory/facts/a", json={"value": {"x": 1}})
+    proposal = contract.check(gated, 202)
+    base = f"/v1/namespaces/{ns}/proposals"
+    contract.check(admin.get(base, params={"status": "pending"}), 200)
+    contract.check(admin.get(f"{base}/{proposal['id']}"), 200)
+    contract.check(admin.get(f"{base}/prop_nope"), 404)
+    approved = contract.check(admin.post(f"{base}/{proposal['id']}/approve"), 200)
+    assert approved["entry"]["proposal_id"] == proposal["id"]
+    again = contract.check(admin.post(f"{base}/{proposal['id']}/approve"), 409)
+    assert again["error"]["details"]["proposal"]["status"] == "approved"
+    second = contract.check(admin.put(f"/v1/namespaces/{ns}/memory/facts/a",
+                                      json={"value": {"x": 2}}), 202)
+    admin.put(config_url(ns), json={"allow_self_approval": True})  # ungated: the key moves
+    contract.check(admin.put(f"/v1/namespaces/{ns}/memory/facts/a", json={"value": 3}), 200)
+    moved = contract.check(admin.post(f"{base}/{second['id']}/approve"), 409)
+    assert moved["error"]["details"]["current_version"] == 2
+    deleting = contract.check(admin.delete(f"/v1/namespaces/{ns}/memory/facts/a",
+                                           params={"approval_required": "true"}), 202)
+    contract.check(admin.post(f"{base}/{deleting['id']}/reject", json={"reason": "no"}), 200)
+    contract.check(admin.post(f"{base}/{deleting['id']}/reject", content=b"{",
+                              headers={"content-type": "application/json"}), 400)
+    records = contract.check(admin.get(f"/v1/namespaces/{ns}/audit"), 200)["records"]
+    assert records[0]["action"] == "reject"
+    contract.check(admin.get(f"/v1/namespaces/{ns}/audit", params={"since": "x"}), 400)
+    assert contract.check(admin.get(f"/v1/namespaces/{ns}/audit/verify"), 200)["ok"] is True
+
+    def send(body: Any) -> Any:
+        return contract.check(admin.post("/v1/messages", json=body), 200)
+
+    pending = send(message(ns, "memory.put", key="facts/m", value=1, approval_required=True))
+    assert pending["status"] == "pending_approval"
+    pid = pending["proposal"]["id"]
+    assert send(message(ns, "proposal.list"))["proposals"]
+    assert send(message(ns, "proposal.get", proposal=pid))["proposal"]["id"] == pid
+    assert send(message(ns, "proposal.approve", proposal=pid))["entry"]["version"] == 1
+    other = send(message(ns, "memory.delete", key="facts/m", approval_required=True))
+    assert send(message(ns, "proposal.reject", proposal=other["proposal"]["id"], reason="r"))[
+        "proposal"]["status"] == "rejected"
