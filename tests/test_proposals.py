@@ -17,6 +17,7 @@ from broker.grammar import compile_pattern
 from broker.hub import Subscriber
 from tests.conftest import Broker
 from tests.test_auth import assert_error, create_key
+from tests.test_subscribe import Stream, subscribe  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.usefixtures("broker")
 
@@ -313,3 +314,30 @@ def test_proposal_events_reach_reviewers_and_the_proposer(
     subscriber = Subscriber({"ns": [compile_pattern("*")]}, 10, Viewer(writer), writer,
                             reviews)
     assert subscriber.wants(_change("proposal", proposer)) is wanted
+
+
+def test_proposal_events_over_real_streams(admin: httpx.Client, broker: Broker, ns: str,
+                                           subscribe: Callable[..., Stream]) -> None:
+    """Reviewers and the proposer get `proposal` and `approved`; another subscriber gets only
+    the write the approval made."""
+    gate(admin, ns)
+    tokens = {}
+    for name, grants in (("proposer", ["read", "write", "subscribe"]),
+                         ("reviewer", ["read", "subscribe", "review"]),
+                         ("bystander", ["read", "subscribe"])):
+        tokens[name], _ = create_key(admin, (ns, grants))
+    streams = {name: subscribe(broker.url, ns, "*", token=token).wait_open()
+               for name, token in tokens.items()}
+    with broker.client(tokens["proposer"]) as proposer:
+        proposal = propose(proposer, ns, "facts/e", {"v": 1})
+    with broker.client(tokens["reviewer"]) as reviewer:
+        assert reviewer.post(props(ns, f"/{proposal['id']}/approve")).status_code == 200
+    for stream in streams.values():
+        stream.wait_key("facts/e", 1)
+    for name in ("proposer", "reviewer"):
+        approved = streams[name].wait_event(lambda e: e.event == "approved", "approved")
+        assert approved.data["id"] == proposal["id"] and approved.data["type"] == "approved"
+        kinds = [e.event for e in streams[name].events]
+        assert kinds.index("proposal") < kinds.index("put") < kinds.index("approved")
+        assert streams[name].events[kinds.index("proposal")].data["value"] == {"v": 1}
+    assert [e.event for e in streams["bystander"].events] == ["put"]
