@@ -317,7 +317,8 @@ def test_proposal_events_reach_reviewers_and_the_proposer(
 
 
 def test_proposal_events_over_real_streams(admin: httpx.Client, broker: Broker, ns: str,
-                                           subscribe: Callable[..., Stream]) -> None:
+                                           subscribe: Callable[..., Stream]  # noqa: F811
+                                           ) -> None:
     """Reviewers and the proposer get `proposal` and `approved`; another subscriber gets only
     the write the approval made."""
     gate(admin, ns)
