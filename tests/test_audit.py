@@ -5,6 +5,8 @@ directly in the store."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -214,3 +216,32 @@ def test_configuration_schemas_keys_shares_and_agents_are_recorded(
     assert found[0]["details"]["agent"] == agent["agent"]["id"]
     assert all(r["actor"] == "admin" for r in found)
     assert verify(admin, ns)["ok"] is True
+
+
+def test_retention_drops_old_records_and_the_chain_still_verifies(
+        broker_factory: Callable[..., Broker], ns: str) -> None:
+    handle = broker_factory("embedded", audit_retention_seconds=1, changelog_maxlen=2)
+    with handle.client() as admin:
+        for i in range(4):
+            admin.put(f"/v1/namespaces/{ns}/memory/old/{i}", json={"value": i})
+        time.sleep(1.2)
+        admin.put(f"/v1/namespaces/{ns}/memory/new", json={"value": 1})
+        deadline = time.monotonic() + 15
+        while len(records(admin, ns)) > 1:
+            assert time.monotonic() < deadline, records(admin, ns)
+            time.sleep(0.1)
+        [kept] = records(admin, ns)
+        assert kept["key"] == "new" and kept["seq"] == 5
+        assert verify(admin, ns) == {"ok": True, "records": 1, "head": kept["hash"],
+                                     "broken": None}
+
+
+def test_the_change_log_limits_never_trim_the_audit_log(
+        broker_factory: Callable[..., Broker], ns: str) -> None:
+    handle = broker_factory("embedded", changelog_maxlen=10)
+    with handle.client() as admin:
+        for i in range(300):
+            admin.put(f"/v1/namespaces/{ns}/memory/k/{i % 7}", json={"value": i})
+        assert len(admin.get(f"/v1/namespaces/{ns}/audit", params={"limit": 1000}
+                             ).json()["records"]) == 300
+        assert verify(admin, ns)["records"] == 300
