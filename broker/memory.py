@@ -130,6 +130,13 @@ class MemoryService:
                             "schema; nothing was written", {"errors": errors})
         return msgspec.json.encode(errors).decode() if errors else ""
 
+    async def check_schemas(self, namespace: str, key: str, value: bytes) -> str:
+        """The schema errors to store with `value` under today's schemas (an approval writes
+        against them); an enforcing schema's failure raises 422."""
+        state = await self.namespaces.state(namespace)
+        return await self._schema_errors(state, namespace, key, msgspec.json.decode(value),
+                                         len(value))
+
     async def put(self, principal: Principal, namespace: str, key: str, value: msgspec.Raw,
                   options: PutOptions) -> tuple[Entry, bool]:
         """Write a value; returns the entry written and whether the write created it."""

@@ -237,6 +237,9 @@ class ProposalService:
             proposal = await self._rebased_cell(proposal, base_version or 0)
         base = proposal.base_version
         request = dataclasses.replace(request, if_version=base or None, if_absent=base == 0)
+        if proposal.operation != "delete" and not is_cell:  # the schemas of today
+            request = dataclasses.replace(request, schema_errors=await self.memory.check_schemas(
+                namespace, proposal.key, request.value))
         cell = None
         if is_cell and base and not rebased:
             current = await self.memory.store.get(namespace, proposal.key, now)

@@ -342,3 +342,26 @@ def test_proposal_events_over_real_streams(admin: httpx.Client, broker: Broker, 
         assert kinds.index("proposal") < kinds.index("put") < kinds.index("approved")
         assert streams[name].events[kinds.index("proposal")].data["value"] == {"v": 1}
     assert [e.event for e in streams["bystander"].events] == ["put"]
+
+
+def test_approval_checks_the_schemas_of_the_day(admin: httpx.Client, ns: str,
+                                                people: dict[str, httpx.Client]) -> None:
+    gate(admin, ns)
+    writer, reviewer = people["writer"], people["reviewer"]
+    first = propose(writer, ns, "facts/s", {"n": "not a number"})
+    second = propose(writer, ns, "facts/t", {"n": "not a number"})
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    assert admin.put(f"/v1/namespaces/{ns}/schemas/n", json={
+        "pattern": "facts/s", "schema": schema, "enforce": True}).status_code == 201
+    assert admin.put(f"/v1/namespaces/{ns}/schemas/t", json={
+        "pattern": "facts/t", "schema": schema}).status_code == 201
+    deadline = time.monotonic() + 10
+    while True:  # each process reloads a namespace's schemas when it hears of the change
+        refused = reviewer.post(props(ns, f"/{first['id']}/approve"))
+        if refused.status_code == 422 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert_error(refused, 422, "schema_violation")
+    assert reviewer.get(props(ns, f"/{first['id']}")).json()["status"] == "pending"
+    flagged = reviewer.post(props(ns, f"/{second['id']}/approve"))
+    assert flagged.status_code == 200 and flagged.json()["entry"]["schema_violation"] is True
