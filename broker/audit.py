@@ -23,7 +23,8 @@ from broker.validation import check_limit
 
 _SCAN_BATCH = 500
 _MAX_SCAN = 10_000  # records looked at per page at most, as for queries
-_POSITION_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_POSITION_RE = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
+_ID_MAX = 2**64 - 1  # each half of a stream id
 _INT_FIELDS = ("seq", "at", "version_before", "version_after")
 _body_decoder = msgspec.json.Decoder(dict[str, Any])
 
@@ -52,6 +53,18 @@ def decode_record(stored: StoredAudit) -> AuditRecord:
             prev=str(fields.get("prev") or ""), hash=stored.hash)
     except (msgspec.DecodeError, ValueError, TypeError) as exc:
         raise CorruptRecord(f"audit record {stored.position}: {exc}") from None
+
+
+def _before(position: str) -> str | None:
+    """The stream position just before `position` (None before the first possible one)."""
+    ms, _, seq = position.partition("-")
+    if int(seq) > 0:
+        return f"{ms}-{int(seq) - 1}"
+    return f"{int(ms) - 1}-{_ID_MAX}" if int(ms) > 0 else None
+
+
+def _lowest(selection: AuditFilter) -> str:
+    return f"{min(max(selection.since, 0), _ID_MAX)}-0" if selection.since is not None else "-"
 
 
 def parse_time(text: str | None, name: str) -> int | None:
@@ -141,10 +154,12 @@ class AuditService:
         """Records matching `selection`, newest first, from before `cursor`."""
         self._readable(principal, namespace)
         limit = check_limit(limit, 100, 1000)
-        upto = self._start(selection, cursor)
-        downto = f"{selection.since}-0" if selection.since is not None else "-"
+        start = self._start(selection, cursor)
+        downto = _lowest(selection)
         found: list[AuditRecord] = []
-        scanned = 0
+        if start is None:
+            return AuditPage(records=found, next_cursor=None)
+        upto, scanned = start, 0
         while scanned < _MAX_SCAN:
             batch = await self.store.newest_first(namespace, upto, downto, _SCAN_BATCH)
             scanned += len(batch)
@@ -156,18 +171,19 @@ class AuditService:
                         more = i < len(batch) - 1 or len(batch) == _SCAN_BATCH
                         return AuditPage(records=found,
                                          next_cursor=stored.position if more else None)
-            if len(batch) < _SCAN_BATCH:
+            following = _before(batch[-1].position) if batch else None
+            if len(batch) < _SCAN_BATCH or following is None:
                 return AuditPage(records=found, next_cursor=None)
-            upto = f"({batch[-1].position}"
-        return AuditPage(records=found, next_cursor=upto[1:])
+            upto = following
+        return AuditPage(records=found, next_cursor=batch[-1].position)
 
     async def export(self, principal: Principal, namespace: str, selection: AuditFilter
                      ) -> AsyncIterator[AuditRecord]:
         """Every record of the selection, newest first (for NDJSON export)."""
         self._readable(principal, namespace)
         upto = self._start(selection, None)
-        downto = f"{selection.since}-0" if selection.since is not None else "-"
-        while True:
+        downto = _lowest(selection)
+        while upto is not None:
             batch = await self.store.newest_first(namespace, upto, downto, _SCAN_BATCH)
             for stored in batch:
                 record = decode_record(stored)
@@ -175,17 +191,20 @@ class AuditService:
                     yield record
             if len(batch) < _SCAN_BATCH:
                 return
-            upto = f"({batch[-1].position}"
+            upto = _before(batch[-1].position)
 
     @staticmethod
-    def _start(selection: AuditFilter, cursor: str | None) -> str:
+    def _start(selection: AuditFilter, cursor: str | None) -> str | None:
+        """The newest position to read from (inclusive); None when nothing can match."""
         if cursor is not None:
-            if not _POSITION_RE.fullmatch(cursor):
+            match = _POSITION_RE.fullmatch(cursor)
+            if match is None or max(int(match[1]), int(match[2])) > _ID_MAX:
                 raise MempError("invalid_request", "cursor is not one this broker issued",
                                 {"cursor": cursor[:100]})
-            return f"({cursor}"
-        return f"{selection.until}-18446744073709551615" if selection.until is not None \
-            else "+"
+            return _before(cursor)
+        if selection.until is None:
+            return "+"
+        return f"{min(selection.until, _ID_MAX)}-{_ID_MAX}" if selection.until >= 0 else None
 
     async def verify(self, principal: Principal, namespace: str) -> AuditVerdict:
         """Walk the chain from its anchor to its head: every record's hash must match its

@@ -245,3 +245,23 @@ def test_the_change_log_limits_never_trim_the_audit_log(
         assert len(admin.get(f"/v1/namespaces/{ns}/audit", params={"limit": 1000}
                              ).json()["records"]) == 300
         assert verify(admin, ns)["records"] == 300
+
+
+@pytest.mark.parametrize("params", [
+    pytest.param({"cursor": "0-0"}, id="cursor-at-the-start"),
+    pytest.param({"cursor": "0-5"}, id="cursor-low"),
+    pytest.param({"since": "0001-01-01T00:00:00Z"}, id="since-year-1"),
+    pytest.param({"until": "0001-01-01T00:00:00Z"}, id="until-year-1"),
+    pytest.param({"since": "9999999999999999"}, id="since-far-ahead"),
+    pytest.param({"until": "0", "since": "5"}, id="empty-range"),
+])
+def test_edge_ranges_are_empty_or_whole_pages_never_errors(admin: httpx.Client, ns: str,
+                                                           params: dict[str, str]) -> None:
+    admin.put(f"/v1/namespaces/{ns}/memory/a", json={"value": 1})
+    response = audit(admin, ns, **params)
+    assert response.status_code == 200, response.text
+    assert len(response.json()["records"]) <= 1
+    exported = admin.get(f"/v1/namespaces/{ns}/audit", params=params,
+                         headers={"Accept": "application/x-ndjson"})
+    assert exported.status_code == 200
+    assert_error(audit(admin, ns, cursor=f"{2**64}-0"), 400, "invalid_request")
