@@ -265,3 +265,14 @@ def test_edge_ranges_are_empty_or_whole_pages_never_errors(admin: httpx.Client, 
                          headers={"Accept": "application/x-ndjson"})
     assert exported.status_code == 200
     assert_error(audit(admin, ns, cursor=f"{2**64}-0"), 400, "invalid_request")
+
+
+def test_an_expiry_is_recorded_by_the_system(admin: httpx.Client, ns: str) -> None:
+    admin.put(f"/v1/namespaces/{ns}/memory/brief", json={"value": 1, "ttl_seconds": 1})
+    deadline = time.monotonic() + 15
+    while not (expired := records(admin, ns, action="expire")):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert expired[0]["actor"] == "system" and expired[0]["key"] == "brief"
+    assert (expired[0]["version_before"], expired[0]["version_after"]) == (1, 2)
+    assert verify(admin, ns)["ok"] is True

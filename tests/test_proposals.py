@@ -365,3 +365,16 @@ def test_approval_checks_the_schemas_of_the_day(admin: httpx.Client, ns: str,
     assert reviewer.get(props(ns, f"/{first['id']}")).json()["status"] == "pending"
     flagged = reviewer.post(props(ns, f"/{second['id']}/approve"))
     assert flagged.status_code == 200 and flagged.json()["entry"]["schema_violation"] is True
+
+
+def test_a_pending_write_is_not_in_a_snapshot(admin: httpx.Client, broker: Broker, ns: str,
+                                              subscribe: Callable[..., Stream]  # noqa: F811
+                                              ) -> None:
+    admin.put(mem(ns, "facts/kept"), json={"value": 1})
+    gate(admin, ns)
+    propose(admin, ns, "facts/kept", 2)
+    propose(admin, ns, "facts/new", 3)
+    stream = subscribe(broker.url, ns, "*", snapshot=True).wait_open()
+    stream.wait_event(lambda e: e.event == "snapshot-end", "the snapshot's end")
+    shown = [(e.data["key"], e.data["value"]) for e in stream.events if e.event == "snapshot"]
+    assert shown == [("facts/kept", 1)]
