@@ -296,7 +296,7 @@ def test_the_lifespan_runs_every_loop_under_the_supervisor(
     names = {task.get_name() for task in broker.app.state.supervisor.tasks} - {"stream recheck"}
     assert names == {"expiry sweeper", "last-seen flusher", "invalidation listener",
                      "stream guard", "AMP lifecycle engine", "AMP term poster",
-                     "SSE send watchdog"}
+                     "SSE send watchdog", "governance sweeper"}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
