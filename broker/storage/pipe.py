@@ -151,7 +151,7 @@ class AutoPipeline:
         self.timeout = timeout
         self.health_check_interval = health_check_interval
         self._conn: _Protocol | None = None
-        self._connecting: asyncio.Future[_Protocol] | None = None
+        self._preparing: asyncio.Future[_Protocol] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -162,7 +162,7 @@ class AutoPipeline:
     async def execute(self, *args: Any) -> Any:
         """Send one command in this turn's batch; its reply (errors raised as redis-py's)."""
         conn = self._conn
-        if conn is None or conn.failure is not None or (
+        if conn is None or conn.failure is not None or self._preparing is not None or (
                 not conn.waiting
                 and time.monotonic() - conn.last_reply > self.health_check_interval):
             conn = await self._ready()
@@ -173,8 +173,19 @@ class AutoPipeline:
             self._conn = None
 
     async def _ready(self) -> _Protocol:
-        """A usable connection: the current one (PINGed when idle past the interval; one that
-        fails the PING is replaced before anything else is sent on it) or a new one."""
+        """A usable connection; every command that arrives meanwhile waits for the same one."""
+        if self._preparing is None:
+            self._preparing = asyncio.ensure_future(self._prepare())
+        preparing = self._preparing
+        try:
+            return await asyncio.shield(preparing)
+        finally:
+            if self._preparing is preparing and preparing.done():
+                self._preparing = None
+
+    async def _prepare(self) -> _Protocol:
+        """The current connection once it answered a PING (it was idle past the interval),
+        or a new one if it has failed or fails the PING; nothing else was sent on it."""
         conn = self._conn
         if conn is not None and conn.failure is None:
             try:
@@ -182,14 +193,7 @@ class AutoPipeline:
                 return conn
             except (RedisConnectionError, RedisTimeoutError, OSError):
                 conn.fail(RedisConnectionError("pooled connection is no longer usable"))
-        if self._connecting is None:
-            self._connecting = asyncio.ensure_future(self._connect())
-        connecting = self._connecting
-        try:
-            return await asyncio.shield(connecting)
-        finally:
-            if self._connecting is connecting and connecting.done():
-                self._connecting = None
+        return await self._connect()
 
     async def _connect(self) -> _Protocol:
         self._loop = loop = asyncio.get_running_loop()
