@@ -178,7 +178,7 @@ def test_a_script_redis_forgot_is_loaded_and_run_once(private_redis: RedisServer
         assert await backend.call(script, ["n"], []) == 1
         await backend.redis.script_flush()
         assert await backend.call(script, ["n"], []) == 2
-        assert int(await backend.redis.get("n")) == 2
+        assert await backend.redis.get("n") == b"2"
         await backend.close()
 
     _run(main())

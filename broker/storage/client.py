@@ -215,8 +215,7 @@ class Backend:
     async def hgetall(self, key: str) -> dict[bytes, bytes]:
         """A hash's fields (the hot path's read: auto-pipelined on one server)."""
         if self.pipe is None:
-            found: dict[bytes, bytes] = await self.redis.hgetall(key)
-            return found
+            return cast(dict[bytes, bytes], await self.redis.hgetall(key))
         flat = await self.pipe.execute("HGETALL", key)
         return dict(zip(flat[::2], flat[1::2], strict=True))
 

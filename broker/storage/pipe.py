@@ -20,7 +20,8 @@ import collections
 import contextlib
 import socket
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import hiredis
@@ -30,9 +31,14 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
+# hiredis's stub types the argument as a 1-tuple; it takes a command of any length.
+_pack = cast(Callable[[tuple[Any, ...]], bytes], hiredis.pack_command)
+
+
 def _error(reply: ResponseError) -> Exception:
     """A Redis error reply as redis-py raises it (NoScriptError, ReadOnlyError, ...)."""
-    return BaseParser.parse_error(str(reply))
+    error: Exception = BaseParser.parse_error(str(reply))  # type: ignore[no-untyped-call]
+    return error
 
 
 class _Protocol(asyncio.Protocol):
@@ -166,7 +172,7 @@ class AutoPipeline:
                 not conn.waiting
                 and time.monotonic() - conn.last_reply > self.health_check_interval):
             conn = await self._ready()
-        return await conn.send(hiredis.pack_command(args))
+        return await conn.send(_pack(args))
 
     def forget(self, conn: _Protocol) -> None:
         if self._conn is conn:
@@ -189,7 +195,7 @@ class AutoPipeline:
         conn = self._conn
         if conn is not None and conn.failure is None:
             try:
-                await conn.send(hiredis.pack_command(("PING",)))
+                await conn.send(_pack(("PING",)))
                 return conn
             except (RedisConnectionError, RedisTimeoutError, OSError):
                 conn.fail(RedisConnectionError("pooled connection is no longer usable"))
@@ -204,9 +210,9 @@ class AutoPipeline:
                                                        self.port)
                 if self.password is not None:
                     auth = (self.username, self.password) if self.username else (self.password,)
-                    await conn.send(hiredis.pack_command(("AUTH", *auth)))
+                    await conn.send(_pack(("AUTH", *auth)))
                 if self.db:
-                    await conn.send(hiredis.pack_command(("SELECT", self.db)))
+                    await conn.send(_pack(("SELECT", str(self.db))))
         except BaseException as exc:
             if conn is not None:
                 conn.fail(RedisConnectionError(f"connection setup failed: {exc}"))
