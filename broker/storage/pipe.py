@@ -30,7 +30,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-
 # hiredis's stub types the argument as a 1-tuple; it takes a command of any length.
 _pack = cast(Callable[[tuple[Any, ...]], bytes], hiredis.pack_command)
 
