@@ -108,10 +108,11 @@ def _key_route(path: str, endpoint: Callable[[Request], Awaitable[Response]], me
     return route
 
 
+# The hot routes first: the router tries routes in order, a few microseconds each.
 routes = [
-    Route("/v1/namespaces/{namespace}/memory", query_entries, methods=["GET"]),
-    _key_route("/v1/namespaces/{namespace}/memory/{key:path}", get_entry, "GET"),
     _key_route("/v1/namespaces/{namespace}/memory/{key:path}", put_entry, "PUT"),
+    _key_route("/v1/namespaces/{namespace}/memory/{key:path}", get_entry, "GET"),
     _key_route("/v1/namespaces/{namespace}/memory/{key:path}", delete_entry, "DELETE"),
+    Route("/v1/namespaces/{namespace}/memory", query_entries, methods=["GET"]),
     _key_route("/v1/namespaces/{namespace}/history/{key:path}", entry_history, "GET"),
 ]
