@@ -38,11 +38,12 @@ def _service(request: Request) -> MemoryService:
 
 
 def _entry_response(entry: Entry, status: int = 200) -> Response:
-    headers = {"ETag": f'"{entry.version}"'}
+    response = json_response(entry, status)
+    response.raw_headers.append((b"etag", b'"%d"' % entry.version))
     warnings = entry_warnings(entry)
     if warnings:
-        headers["MEMP-Warning"] = ", ".join(warnings)
-    return json_response(entry, status, headers)
+        response.raw_headers.append((b"memp-warning", ", ".join(warnings).encode()))
+    return response
 
 
 async def put_entry(request: Request) -> Response:
