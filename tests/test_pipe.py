@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import socket
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -182,3 +184,16 @@ def test_a_script_redis_forgot_is_loaded_and_run_once(private_redis: RedisServer
         await backend.close()
 
     _run(main())
+
+
+def test_a_pipe_used_again_from_another_event_loop_connects_anew(
+    private_redis: RedisServer,
+) -> None:
+    pipe = AutoPipeline(private_redis.url, timeout=2)
+    with warnings.catch_warnings():
+        # A closed loop cannot close its sockets any more; collected here, not in a later test.
+        warnings.simplefilter("ignore", ResourceWarning)
+        for _ in range(2):  # the first loop, and its connection, are gone by the second run
+            assert asyncio.run(asyncio.wait_for(pipe.execute("PING"), 10)) == b"PONG"
+        asyncio.run(pipe.close())
+        gc.collect()

@@ -167,11 +167,20 @@ class AutoPipeline:
     async def execute(self, *args: Any) -> Any:
         """Send one command in this turn's batch; its reply (errors raised as redis-py's)."""
         conn = self._conn
+        if conn is not None and self._loop is not asyncio.get_running_loop():
+            self._abandon()  # made by an event loop that is gone (tests run several)
+            conn = None
         if conn is None or conn.failure is not None or self._preparing is not None or (
                 not conn.waiting
                 and time.monotonic() - conn.last_reply > self.health_check_interval):
             conn = await self._ready()
         return await conn.send(_pack(args))
+
+    def _abandon(self) -> None:
+        conn, self._conn, self._preparing = self._conn, None, None
+        if conn is not None and conn.transport is not None:
+            with contextlib.suppress(RuntimeError):  # its loop is closed
+                conn.transport.abort()
 
     def forget(self, conn: _Protocol) -> None:
         if self._conn is conn:
@@ -228,4 +237,5 @@ class AutoPipeline:
     async def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None and conn.transport is not None:
-            conn.transport.close()
+            with contextlib.suppress(RuntimeError):  # its event loop is closed
+                conn.transport.close()
