@@ -197,20 +197,9 @@ class Backend:
         if len(calls) == 1 and not wait:  # a call of its own costs less than a pipeline
             script, keys, args = calls[0]
             if self.pipe is not None:
-                return [await self._auto_pipelined(script, keys, args)]
+                return [await _auto_pipelined(self.pipe, script, keys, args)]
             return [await script(keys, args)]
         return await self._pipelined(calls, wait)
-
-    async def _auto_pipelined(self, script: AsyncScript, keys: list[Any], args: list[Any]
-                              ) -> Any:
-        """One script call in this turn's batch; a script Redis does not know (a restart or
-        SCRIPT FLUSH emptied its cache) did not run, and is sent again once loaded."""
-        assert self.pipe is not None
-        try:
-            return await self.pipe.execute("EVALSHA", script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await self.pipe.execute("SCRIPT", "LOAD", script.script)
-            return await self.pipe.execute("EVALSHA", script.sha, len(keys), *keys, *args)
 
     async def hgetall(self, key: str) -> dict[bytes, bytes]:
         """A hash's fields (the hot path's read: auto-pipelined on one server)."""
@@ -300,6 +289,17 @@ class Backend:
             raise count
         if int(count) < self.replicas:
             raise NotReplicated(int(count), self.replicas, self.wait_ms)
+
+
+async def _auto_pipelined(pipe: AutoPipeline, script: AsyncScript, keys: list[Any],
+                          args: list[Any]) -> Any:
+    """One script call in this turn's batch; a script Redis does not know (a restart or SCRIPT
+    FLUSH emptied its cache) did not run, and is sent again once loaded."""
+    try:
+        return await pipe.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        await pipe.execute("SCRIPT", "LOAD", script.script)
+        return await pipe.execute("EVALSHA", script.sha, len(keys), *keys, *args)
 
 
 async def read_stream(client: Redis, key: str, position: str, count: int, block_ms: int
