@@ -197,3 +197,20 @@ def test_a_pipe_used_again_from_another_event_loop_connects_anew(
             assert asyncio.run(asyncio.wait_for(pipe.execute("PING"), 10)) == b"PONG"
         asyncio.run(pipe.close())
         gc.collect()
+
+
+def test_a_failed_connect_is_not_the_answer_to_later_commands(
+    private_redis: RedisServer,
+) -> None:
+    async def main() -> None:
+        pipe = AutoPipeline(private_redis.url, timeout=2)
+        assert await pipe.execute("PING") == b"PONG"
+        private_redis.stop()
+        results = await asyncio.gather(*(pipe.execute("PING") for _ in range(3)),
+                                       return_exceptions=True)
+        assert all(isinstance(r, RedisConnectionError) for r in results), results
+        private_redis.start()
+        assert await _count_each_once(pipe, 4) == [1, 2, 3, 4]
+        await pipe.close()
+
+    _run(main())

@@ -170,7 +170,9 @@ class AutoPipeline:
         if conn is not None and self._loop is not asyncio.get_running_loop():
             self._abandon()  # made by an event loop that is gone (tests run several)
             conn = None
-        if conn is None or conn.failure is not None or self._preparing is not None or (
+        preparing = self._preparing
+        if conn is None or conn.failure is not None or (
+                preparing is not None and not preparing.done()) or (
                 not conn.waiting
                 and time.monotonic() - conn.last_reply > self.health_check_interval):
             conn = await self._ready()
@@ -188,8 +190,10 @@ class AutoPipeline:
 
     async def _ready(self) -> _Protocol:
         """A usable connection; every command that arrives meanwhile waits for the same one."""
-        if self._preparing is None:
+        if self._preparing is None or self._preparing.done():  # done: its waiters all left
             self._preparing = asyncio.ensure_future(self._prepare())
+            # its waiters take any error; if all of them were cancelled, nobody must
+            self._preparing.add_done_callback(lambda done: done.cancelled() or done.exception())
         preparing = self._preparing
         try:
             return await asyncio.shield(preparing)
