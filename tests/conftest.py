@@ -221,7 +221,7 @@ def broker_process(redis_url: str) -> Iterator[Callable[..., BrokerProcess]]:
     """Start `memp-broker serve` processes on the test Redis; stopped after the test."""
     started: list[BrokerProcess] = []
 
-    def factory(*args: str, **env: str) -> BrokerProcess:
+    def factory(*args: str, start_timeout: float = 20.0, **env: str) -> BrokerProcess:
         """`args` go to `serve` (such as `--workers auto`), `env` to its environment."""
         port = free_port()
         environment = {**os.environ, "MEMP_REDIS_URL": redis_url, "MEMP_ADMIN_KEY": ADMIN_KEY,
@@ -230,7 +230,7 @@ def broker_process(redis_url: str) -> Iterator[Callable[..., BrokerProcess]]:
             [sys.executable, "-m", "broker.cli", "serve", "--log-level", "warning", *args],
             env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        wait_for_port(port, timeout=20)
+        wait_for_port(port, timeout=start_timeout)
         handle = BrokerProcess(f"http://127.0.0.1:{port}", port, process)
         started.append(handle)
         return handle

@@ -135,7 +135,8 @@ def serve_process() -> Iterator[Callable[..., tuple[subprocess.Popen[str], list[
 
 def test_serve_workers_auto_runs_a_worker_per_core_on_redis(
         broker_process: Callable[..., BrokerProcess], ns: str) -> None:
-    check_workers_auto(broker_process("--workers", "auto"), ns)
+    # Worker processes each import the broker before the port answers: slow on a busy host.
+    check_workers_auto(broker_process("--workers", "auto", start_timeout=120), ns)
 
 
 def test_serve_workers_auto_on_the_embedded_store_is_one_process(

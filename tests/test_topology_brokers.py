@@ -204,7 +204,8 @@ def test_a_revocation_reaches_a_stream_on_another_process(
 
 def test_serve_workers_auto_runs_a_worker_per_core(
         topology: Topology, broker_process: Callable[..., BrokerProcess], ns: str) -> None:
-    check_workers_auto(broker_process("--workers", "auto", MEMP_REDIS_URL=topology.url), ns)
+    check_workers_auto(broker_process("--workers", "auto", start_timeout=120,
+                                      MEMP_REDIS_URL=topology.url), ns)
 
 
 # ---- a primary killed under load ----
