@@ -230,9 +230,9 @@ def broker_process(redis_url: str) -> Iterator[Callable[..., BrokerProcess]]:
             [sys.executable, "-m", "broker.cli", "serve", "--log-level", "warning", *args],
             env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        wait_for_port(port, timeout=start_timeout)
         handle = BrokerProcess(f"http://127.0.0.1:{port}", port, process)
-        started.append(handle)
+        started.append(handle)  # stopped after the test even if it never listens
+        wait_for_port(port, timeout=start_timeout)
         return handle
 
     yield factory
