@@ -8,11 +8,12 @@ from importlib import resources
 
 import yaml
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from broker.errors import unavailable
 from broker.http import error_response, json_response
+from broker.metrics import CONTENT_TYPE
 from broker.storage.client import StoreError
 
 
@@ -37,8 +38,7 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    return PlainTextResponse(request.app.state.metrics.render(),
-                             media_type="text/plain; version=0.0.4")
+    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
 
 
 async def openapi_yaml(request: Request) -> Response:
