@@ -36,6 +36,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # what each means.
 CLOSE_REASONS = ("overflow", "send_timeout", "reset", "revoked", "shutdown", "client_gone",
                  "error")
+AMP_TRANSITIONS = ("expired", "stale", "active", "archived")  # what a lifecycle pass counts
 _REQUEST_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
 _REDIS_BUCKETS = (.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 5)
 _PASS_BUCKETS = (.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
@@ -100,6 +101,8 @@ class Metrics:
             "the status they moved to.", ["to"], registry=r)
         for reason in CLOSE_REASONS:
             self.stream_closes.labels(reason)  # present at 0 from the start
+        for status in AMP_TRANSITIONS:
+            self.amp_transitions.labels(status)
         if self.multiprocess is None:
             ProcessCollector(registry=r)
         self._requests: dict[tuple[str, str, int], Any] = {}

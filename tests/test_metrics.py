@@ -174,3 +174,20 @@ def test_every_scrape_adds_up_every_worker(workers: str, ns: str) -> None:
         for stream in streams:
             stream.close()
     eventually(lambda: value(scrape(workers), "memp_subscribers") == 0, "no subscribers")
+
+
+def test_the_grafana_dashboard_uses_only_metrics_the_broker_serves(broker: Broker) -> None:
+    import json
+    import re
+
+    dashboard = json.loads((Path(__file__).parent.parent / "deploy" / "grafana" /
+                            "memp-broker.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\b((?:memp|process)_[a-z_]+)", e)}
+    httpx.get(f"{broker.url}/healthz", timeout=10)
+    served = names(scrape(broker.url))
+    for metric in sorted(used):
+        assert metric in served or f"{metric}_count" in served or any(
+            n.startswith(metric) for n in served), metric
+    assert {"memp_subscribers", "memp_events_delivered_total", "memp_stream_closes_total",
+            "memp_redis_errors_total"} <= used
