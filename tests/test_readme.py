@@ -7,6 +7,7 @@ reads as it says."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -51,10 +52,8 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
         out, err = process.communicate(timeout=90)
     finally:
         # Whatever the script left running (the broker, if it failed before `kill`).
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     assert process.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
     assert '"plan":"pro"' in out.replace(" ", "")  # the put and the get
     assert "event: snapshot" in out and "event: snapshot-end" in out  # the stream
