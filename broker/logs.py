@@ -4,6 +4,7 @@ line per request; and `Throttle`, which keeps a repeating warning to one line a 
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import logging.config
@@ -26,8 +27,13 @@ _ACCEPTED_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
 access = logging.getLogger("memp.access")
 
 
+_PREFIX = secrets.token_hex(4)  # this process's; a counter after it is cheaper than randomness
+_COUNTER = itertools.count(1)
+
+
 def new_request_id() -> str:
-    return secrets.token_hex(8)
+    """16 hex digits: 8 random per process, then a counter (unique across processes, cheap)."""
+    return f"{_PREFIX}{next(_COUNTER) & 0xFFFFFFFF:08x}"
 
 
 class RequestIdFilter(logging.Filter):
@@ -124,13 +130,14 @@ class RequestIdMiddleware:
         rid = given if given is not None and _ACCEPTED_ID.fullmatch(given) else \
             new_request_id()
         token = request_id.set(rid)
-        started = time.perf_counter()
+        logged = access.isEnabledFor(logging.INFO)
+        started = time.perf_counter() if logged else 0.0
         header = (b"x-request-id", rid.encode())
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", ()), header]
-                if access.isEnabledFor(logging.INFO):
+                if logged:
                     _access_line(scope, message["status"], started)
             await send(message)
 
