@@ -174,7 +174,8 @@ def bind(host: str, port: int) -> socket.socket:
                             "broker) is listening there; stop it, or choose another port with "
                             "--port or MEMP_PORT") from None
         raise SettingsError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(2048)  # connections wait in the backlog until the app has started
+    # Not listening yet: until the app (every worker's) has started, a connection is refused
+    # rather than left waiting, so a port that accepts means a broker that answers.
     sock.set_inheritable(True)
     return sock
 
