@@ -19,7 +19,7 @@ import pytest
 from broker.cli import usable_cores
 from tests.conftest import (
     Broker,
-    BrokerProcess,
+    ServeProcesses,
     check_workers_auto,
     free_port,
     wait_for_port,
@@ -134,9 +134,9 @@ def serve_process() -> Iterator[Callable[..., tuple[subprocess.Popen[str], list[
 
 
 def test_serve_workers_auto_runs_a_worker_per_core_on_redis(
-        broker_process: Callable[..., BrokerProcess], ns: str) -> None:
+        serve_processes: ServeProcesses, ns: str) -> None:
     # Worker processes each import the broker before the port answers: slow on a busy host.
-    check_workers_auto(broker_process("--workers", "auto", start_timeout=120), ns)
+    check_workers_auto(serve_processes.start(1, {}, ("--workers", "auto"), timeout=120)[0], ns)
 
 
 def test_serve_workers_auto_on_the_embedded_store_is_one_process(

@@ -54,7 +54,7 @@ async def subscribe(request: Request) -> Response:
     stream = EventStream(
         state.hub, state.changelog, state.memory, principal,
         StreamRequest(targets, parse_cursor(cursor_text), snapshot),
-        settings.subscriber_queue_size, settings.sse_retry_ms,
+        settings.subscriber_queue_size, settings.sse_retry_ms, state.metrics,
     )
     lost = await stream.open()
     guard: StreamGuard = state.stream_guard
@@ -66,6 +66,7 @@ async def subscribe(request: Request) -> Response:
 
     return EventStreamResponse(
         stream.frames(lost), ping=settings.heartbeat_seconds, watchdog=state.send_watchdog,
+        metrics=state.metrics, ending=lambda: stream.ended,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         shutdown_event=state.hub.shutdown_event(), shutdown_grace_period=1.0,
         background=BackgroundTask(close),

@@ -59,7 +59,12 @@ from memp.models import (
     StoredConfig,
     StrategyRule,
 )
-from memp.subscription import AsyncSubscription, Subscription
+from memp.subscription import (
+    AsyncSubscription,
+    ConnectionState,
+    OpenTimeout,
+    Subscription,
+)
 
 __all__ = [
     "MEMP",
@@ -82,6 +87,7 @@ __all__ = [
     "Conflict",
     "ConflictError",
     "ConnectionFailed",
+    "ConnectionState",
     "CreatedKey",
     "Credentials",
     "DeleteMessage",
@@ -99,6 +105,7 @@ __all__ = [
     "MempError",
     "NamespaceConfig",
     "NotFound",
+    "OpenTimeout",
     "Page",
     "PayloadTooLarge",
     "PreconditionFailed",
