@@ -56,3 +56,9 @@ def time_commands(client: Any, observer: CommandObserver) -> None:
         return pipe
 
     client.pipeline = pipeline
+
+
+def time_auto_pipeline(pipe: Any, observer: CommandObserver) -> None:
+    """The same for the auto-pipelined connection (`pipe.py`): each command it sends, from
+    the request's turn to its reply."""
+    pipe.execute = _timed(pipe.execute, _name, observer)
