@@ -4,7 +4,7 @@ script, and reads (get, key scans, history). See docs/design.md, "One write, one
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
@@ -13,7 +13,6 @@ from broker.models import Entry
 from broker.storage import layout, scripts
 from broker.storage.client import Backend, text
 from broker.storage.records import (
-    RawHash,
     WriteOutcome,
     WriteRequest,
     entry_from_fields,
@@ -182,8 +181,8 @@ class EntryStore:
     # ---- reads ----
 
     async def get(self, namespace: str, key: str, now: int) -> Entry | None:
-        fields = await self.redis.hgetall(layout.entry(namespace, key))
-        return live_entry(namespace, key, cast(RawHash, fields), now)
+        fields = await self.backend.hgetall(layout.entry(namespace, key))
+        return live_entry(namespace, key, fields, now)
 
     async def scan_keys(self, namespace: str, pattern: Pattern, after: str | None,
                         count: int) -> tuple[list[str], bool]:
