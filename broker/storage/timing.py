@@ -58,7 +58,6 @@ def time_commands(client: Any, observer: CommandObserver) -> None:
     client.pipeline = pipeline
 
 
-def time_auto_pipeline(pipe: Any, observer: CommandObserver) -> None:
-    """The same for the auto-pipelined connection (`pipe.py`): each command it sends, from
-    the request's turn to its reply."""
+def time_pipe(pipe: Any, observer: CommandObserver) -> None:
+    """Wrap the auto-pipelined connection's `execute` (`broker.storage.pipe`) the same way."""
     pipe.execute = _timed(pipe.execute, _name, observer)
