@@ -14,6 +14,11 @@ class Metrics:
     def __init__(self) -> None:
         self.requests: defaultdict[tuple[str, int], int] = defaultdict(int)
         self.seconds: defaultdict[tuple[str, int], float] = defaultdict(float)
+        self.refusals: defaultdict[tuple[str, str, str], int] = defaultdict(int)
+
+    def count_refusal(self, code: str, limit: str, scope: str) -> None:
+        """A request refused by fair share (`rate_limited` or `quota_exceeded`)."""
+        self.refusals[(code, limit, scope)] += 1
 
     def render(self) -> str:
         lines = [
@@ -29,6 +34,21 @@ class Metrics:
         for (method, status), total in sorted(self.seconds.items()):
             labels = f'method="{method}",status="{status}"'
             lines.append(f"memp_http_request_seconds_total{{{labels}}} {total:.6f}")
+        lines += [
+            "# HELP memp_rate_limited_total Requests refused for going over a rate.",
+            "# TYPE memp_rate_limited_total counter",
+        ]
+        for (code, limit, scope), count in sorted(self.refusals.items()):
+            if code == "rate_limited":
+                lines.append(f'memp_rate_limited_total{{limit="{limit}",scope="{scope}"}} '
+                             f"{count}")
+        lines += [
+            "# HELP memp_quota_exceeded_total Writes and streams refused for going over a quota.",
+            "# TYPE memp_quota_exceeded_total counter",
+        ]
+        for (code, limit, _), count in sorted(self.refusals.items()):
+            if code == "quota_exceeded":
+                lines.append(f'memp_quota_exceeded_total{{limit="{limit}"}} {count}')
         return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,160 @@
+"""Fair share: a namespace's `limits` (rates and quotas), every agent's default rates, and the
+refusals when a request goes over them. The counting happens in Redis, inside the write
+scripts or one rate script (broker/storage/fairshare.py); see docs/limits.md."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import msgspec
+
+from broker.auth import Principal
+from broker.errors import MempError
+from broker.metrics import Metrics
+from broker.models import MAX_SAFE_INT
+from broker.settings import Settings
+from broker.storage.fairshare import OPEN, FairShareStore, Gate, Rate
+from broker.storage.records import WriteOutcome
+
+MAX_RATE = 1_000_000  # requests per second; a bucket's interval stays a sane double
+PerSecond = Annotated[float, msgspec.Meta(gt=0, le=MAX_RATE)]
+Burst = Annotated[int, msgspec.Meta(ge=1, le=MAX_RATE)]
+Quota = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)]
+_KINDS = {"w": ("writes_per_second", "write"), "r": ("reads_per_second", "read")}
+
+
+class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """A namespace's rates (per second, with a burst: the requests admitted at once; default
+    the rate, at least 1) and quotas. Every field is optional; a missing one is no limit."""
+
+    writes_per_second: PerSecond | None = None
+    write_burst: Burst | None = None
+    reads_per_second: PerSecond | None = None
+    read_burst: Burst | None = None
+    max_keys: Quota | None = None
+    max_bytes: Quota | None = None
+    max_streams: Quota | None = None
+
+
+def check_limits(limits: Limits | None) -> None:
+    """Refuse a burst given without its rate (it would mean nothing)."""
+    if limits is None:
+        return
+    for rate, burst in (("writes_per_second", "write_burst"), ("reads_per_second", "read_burst")):
+        if getattr(limits, burst) is not None and getattr(limits, rate) is None:
+            raise MempError("invalid_request", f"limits: {burst} needs {rate}",
+                            {"field": f"limits.{burst}"})
+
+
+def rate(per_second: float | None, burst: int | None) -> Rate | None:
+    """A Rate, its burst defaulting to the rate (at least 1); None when `per_second` is off."""
+    if not per_second:
+        return None
+    return Rate(per_second, burst or max(1, math.ceil(per_second)))
+
+
+class AgentDefaults(msgspec.Struct, kw_only=True):
+    """The limits every agent and credential has from the broker's settings (null: none)."""
+
+    writes_per_second: float | None
+    write_burst: int | None
+    reads_per_second: float | None
+    read_burst: int | None
+    max_streams_per_token: int | None
+
+
+class UsageReport(msgspec.Struct, kw_only=True):
+    """`GET /v1/namespaces/{ns}/usage`: what the namespace uses against its limits."""
+
+    namespace: str
+    limits: Limits
+    usage: dict[str, int]
+    agent_defaults: AgentDefaults
+
+
+class FairShare:
+    """Builds each request's gate and turns the store's refusals into errors (and metrics).
+    The broker's admin key (MEMP_ADMIN_KEY) is exempt from rates; quotas hold for everyone."""
+
+    def __init__(self, settings: Settings, store: FairShareStore, metrics: Metrics) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.agent_rates = {
+            "w": rate(settings.agent_writes_per_second, settings.agent_write_burst),
+            "r": rate(settings.agent_reads_per_second, settings.agent_read_burst),
+        }
+        writes, reads = self.agent_rates["w"], self.agent_rates["r"]
+        self.defaults = AgentDefaults(
+            writes_per_second=writes.per_second if writes else None,
+            write_burst=writes.burst if writes else None,
+            reads_per_second=reads.per_second if reads else None,
+            read_burst=reads.burst if reads else None,
+            max_streams_per_token=settings.max_streams_per_token or None)
+
+    async def report(self, namespace: str, limits: Limits | None, now: int) -> UsageReport:
+        """The namespace's usage (keys, bytes of values, open streams) beside its limits."""
+        used = await self.store.usage(namespace, now)
+        return UsageReport(namespace=namespace, limits=limits or Limits(),
+                           usage={"keys": used.keys, "bytes": used.bytes,
+                                  "streams": used.streams},
+                           agent_defaults=self.defaults)
+
+    def gate(self, principal: Principal, kind: str, limits: Limits | None, cost: int = 1
+             ) -> Gate:
+        """What one request of `kind` ("w" or "r") by `principal` is held to."""
+        agent_rate = None if principal.superuser else self.agent_rates[kind]
+        namespace_rate = None
+        if limits is not None and not principal.superuser:
+            field, short = _KINDS[kind]
+            namespace_rate = rate(getattr(limits, field), getattr(limits, f"{short}_burst"))
+        max_keys = limits.max_keys if limits is not None and kind == "w" else None
+        max_bytes = limits.max_bytes if limits is not None and kind == "w" else None
+        if agent_rate is None and namespace_rate is None and max_keys is None \
+                and max_bytes is None:
+            return OPEN
+        return Gate(agent=principal.writer_id, kind=kind, agent_rate=agent_rate,
+                    namespace_rate=namespace_rate, max_keys=max_keys, max_bytes=max_bytes,
+                    cost=cost)
+
+    async def check_read(self, principal: Principal, namespace: str, limits: Limits | None,
+                         now: int) -> None:
+        """Take a read's tokens (one script call, only when a read rate applies)."""
+        gate = self.gate(principal, "r", limits)
+        if gate is OPEN:
+            return
+        refused = await self.store.admit(namespace, gate, now)
+        if refused is not None:
+            raise self._rate_limited(gate, *refused)
+
+    def check_write(self, outcome: WriteOutcome, gate: Gate) -> None:
+        """Raise the refusal a write script answered (nothing was written), if any."""
+        if outcome.status == "rate_limited":
+            raise self._rate_limited(gate, outcome.record["scope"], outcome.record["retry_ms"])
+        if outcome.status == "quota_exceeded":
+            record = outcome.record
+            raise self.quota_exceeded(record["limit"], int(record["max"]), int(record["used"]),
+                                      int(record["requested"]))
+
+    def _rate_limited(self, gate: Gate, scope: str, retry_ms: str) -> MempError:
+        field = _KINDS[gate.kind][0]
+        limit = gate.agent_rate if scope == "agent" else gate.namespace_rate
+        wait_ms = int(retry_ms)
+        seconds = max(1, math.ceil(wait_ms / 1000))
+        self.metrics.count_refusal("rate_limited", field, scope)
+        whose = "this agent" if scope == "agent" else "the namespace"
+        done = "nothing was written" if gate.kind == "w" else "nothing was read"
+        details: dict[str, object] = {"limit": field, "scope": scope, "retry_after": seconds,
+                                      "retry_after_ms": wait_ms}
+        if limit is not None:
+            details |= {"rate": limit.per_second, "burst": limit.burst}
+        return MempError("rate_limited", f"{whose} is over its {field}; {done}: retry after "
+                         f"{seconds} s", details, headers={"Retry-After": str(seconds)})
+
+    def quota_exceeded(self, limit: str, maximum: int, used: int, requested: int
+                       ) -> MempError:
+        self.metrics.count_refusal("quota_exceeded", limit, "")
+        return MempError("quota_exceeded", f"the namespace is at its {limit} ({used} of "
+                         f"{maximum} used, {requested} more asked); nothing was written",
+                         {"limit": limit, "max": maximum, "used": used,
+                          "requested": requested})
