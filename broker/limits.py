@@ -64,12 +64,20 @@ class AgentDefaults(msgspec.Struct, kw_only=True):
     max_streams_per_token: int | None
 
 
+class Usage(msgspec.Struct, kw_only=True):
+    """Live keys, bytes of stored values and open streams, on every broker process."""
+
+    keys: int
+    bytes: int
+    streams: int
+
+
 class UsageReport(msgspec.Struct, kw_only=True):
     """`GET /v1/namespaces/{ns}/usage`: what the namespace uses against its limits."""
 
     namespace: str
     limits: Limits
-    usage: dict[str, int]
+    usage: Usage
     agent_defaults: AgentDefaults
 
 
@@ -96,8 +104,8 @@ class FairShare:
         """The namespace's usage (keys, bytes of values, open streams) beside its limits."""
         used = await self.store.usage(namespace, now)
         return UsageReport(namespace=namespace, limits=limits or Limits(),
-                           usage={"keys": used.keys, "bytes": used.bytes,
-                                  "streams": used.streams},
+                           usage=Usage(keys=used.keys, bytes=used.bytes,
+                                       streams=used.streams),
                            agent_defaults=self.defaults)
 
     def gate(self, principal: Principal, kind: str, limits: Limits | None, cost: int = 1

@@ -66,7 +66,7 @@ class NamespaceConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     history_limit: WireInt | None = None
     default_ttl_seconds: WireInt | None = None
     shares: list[Share] = []
-    limits: Limits | None = None
+    limits: Limits = msgspec.field(default_factory=Limits)
 
 
 class StoredConfig(NamespaceConfig, kw_only=True):

@@ -12,6 +12,7 @@ from memp.errors import (
     NotFound,
     PayloadTooLarge,
     PreconditionFailed,
+    QuotaExceeded,
     RateLimited,
     SchemaViolation,
     SchemaViolationWarning,
@@ -21,6 +22,7 @@ from memp.errors import (
 from memp.models import (
     AccessPolicy,
     Agent,
+    AgentDefaults,
     AgentGetMessage,
     AgentListMessage,
     AgentPage,
@@ -44,6 +46,7 @@ from memp.models import (
     HistoryMessage,
     ImportRefusal,
     ImportResult,
+    Limits,
     MemoryCell,
     NamespaceConfig,
     Page,
@@ -58,6 +61,8 @@ from memp.models import (
     Share,
     StoredConfig,
     StrategyRule,
+    Usage,
+    UsageReport,
 )
 from memp.subscription import AsyncSubscription, Subscription
 
@@ -65,6 +70,7 @@ __all__ = [
     "MEMP",
     "AccessPolicy",
     "Agent",
+    "AgentDefaults",
     "AgentGetMessage",
     "AgentListMessage",
     "AgentPage",
@@ -95,6 +101,7 @@ __all__ = [
     "ImportRefusal",
     "ImportResult",
     "InvalidRequest",
+    "Limits",
     "MemoryCell",
     "MempError",
     "NamespaceConfig",
@@ -107,6 +114,7 @@ __all__ = [
     "PutMessage",
     "QueryMessage",
     "QueryResult",
+    "QuotaExceeded",
     "RateLimited",
     "RegisterMessage",
     "Reply",
@@ -120,5 +128,7 @@ __all__ = [
     "Subscription",
     "Unauthorized",
     "Unavailable",
+    "Usage",
+    "UsageReport",
     "__version__",
 ]
