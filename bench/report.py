@@ -11,7 +11,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-TARGETS = {"floor": "floor", "redis": "broker (Redis)", "embedded": "broker (embedded)"}
+TARGETS = {"floor": "floor", "redis": "broker (Redis)", "limited": "broker (limits on)",
+           "embedded": "broker (embedded)"}
+# What fair share's checks may cost an agent under its limits: a share of a put's server CPU.
+CHECK_COST_TARGET = 0.05
 PHASES = ("put", "get", "put_c1")
 # The targets for one broker process on real Redis (reported for embedded too).
 PUT_RATIO_TARGET = 0.50
@@ -64,7 +67,7 @@ def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
     floor = results.get("floor")
     out: dict[str, Any] = {}
-    for target in ("redis", "embedded"):
+    for target in ("redis", "limited", "embedded"):
         mine = results.get(target)
         if not mine:
             continue
@@ -82,6 +85,16 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
                 if base_cpu and cpu:
                     entry[f"{phase}_cpu_ratio"] = round(base_cpu / cpu, 3)
         out[target] = entry
+    plain, limited = results.get("redis"), results.get("limited")
+    if plain and limited:
+        for phase in ("put", "get"):
+            base = plain[phase]["cpu_us_per_request"].get("server")
+            cost = limited[phase]["cpu_us_per_request"].get("server")
+            if base and cost:
+                out["limited"][f"{phase}_check_cost"] = round(cost / base - 1, 3)
+        if "put_check_cost" in out["limited"]:
+            out["limited"]["put_check_cost_met"] = \
+                out["limited"]["put_check_cost"] <= CHECK_COST_TARGET
     return out
 
 
@@ -116,6 +129,12 @@ def table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
         checks.append(f"p50 put @1 {ratio['put_c1_p50_ms']:.2f} ms (< 2 ms) "
                       f"{verdict(ratio['put_c1_p50_met'])}")
         lines.append(f"targets, {TARGETS[target]}: " + "; ".join(checks))
+    limited = vs_floor.get("limited", {})
+    if "put_check_cost" in limited:
+        lines.append(
+            f"fair share, limits on vs off by server CPU: put +{limited['put_check_cost']:.1%} "
+            f"(target {CHECK_COST_TARGET:.0%}: {verdict(limited['put_check_cost_met'])}), "
+            f"get +{limited.get('get_check_cost', 0):.1%} (a rate script per read)")
     for target, label in TARGETS.items():
         for phase, p in results.get(target, {}).items():
             if p["errors"]:
