@@ -115,7 +115,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     registry = NamespaceRegistry(storage.config, settings.namespace_cache_seconds,
                                  runner=schema_runner)
     cell_visibility = CellVisibility(settings.amp_namespace)
-    fair_share = FairShare(settings, storage.fair_share, metrics)
+    fair_share = FairShare(settings, storage.fair_share, metrics, clock)
     stream_leases = StreamLeases(settings, fair_share, registry, supervisor, clock)
     memory_service = MemoryService(settings, storage.entries, registry, activity, clock,
                                    cell_visibility, fair_share)

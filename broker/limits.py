@@ -10,6 +10,7 @@ from typing import Annotated
 import msgspec
 
 from broker.auth import Principal
+from broker.clock import Clock
 from broker.errors import MempError
 from broker.metrics import Metrics
 from broker.models import MAX_SAFE_INT
@@ -21,6 +22,7 @@ MAX_RATE = 1_000_000  # requests per second; a bucket's interval stays a sane do
 PerSecond = Annotated[float, msgspec.Meta(gt=0, le=MAX_RATE)]
 Burst = Annotated[int, msgspec.Meta(ge=1, le=MAX_RATE)]
 Quota = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)]
+_MAX_CLOSED = 100_000  # buckets remembered as closed, per process
 _KINDS = {"w": ("writes_per_second", "write"), "r": ("reads_per_second", "read")}
 
 
@@ -83,11 +85,19 @@ class UsageReport(msgspec.Struct, kw_only=True):
 
 class FairShare:
     """Builds each request's gate and turns the store's refusals into errors (and metrics).
-    The broker's admin key (MEMP_ADMIN_KEY) is exempt from rates; quotas hold for everyone."""
+    The broker's admin key (MEMP_ADMIN_KEY) is exempt from rates; quotas hold for everyone.
 
-    def __init__(self, settings: Settings, store: FairShareStore, metrics: Metrics) -> None:
+    A bucket that refused a request admits nothing before the wait it named (its time only
+    moves on), so this process remembers that and refuses the bucket's requests until then
+    without asking Redis: a flood that is over its rate costs no round trip. The memory is
+    keyed by the bucket's rate too, so a changed limit is asked about afresh."""
+
+    def __init__(self, settings: Settings, store: FairShareStore, metrics: Metrics,
+                 clock: Clock) -> None:
         self.store = store
         self.metrics = metrics
+        self.clock = clock
+        self._closed: dict[tuple[str, str, str, Rate], int] = {}  # bucket -> ms it reopens
         self.agent_rates = {
             "w": rate(settings.agent_writes_per_second, settings.agent_write_burst),
             "r": rate(settings.agent_reads_per_second, settings.agent_read_burst),
@@ -131,18 +141,48 @@ class FairShare:
         gate = self.gate(principal, "r", limits)
         if gate is OPEN:
             return
+        self.check_closed(namespace, gate, now)
         refused = await self.store.admit(namespace, gate, now)
         if refused is not None:
-            raise self._rate_limited(gate, *refused)
+            raise self._refusal(namespace, gate, *refused, now=now)
 
-    def check_write(self, outcome: WriteOutcome, gate: Gate) -> None:
+    def check_closed(self, namespace: str, gate: Gate, now: int) -> None:
+        """Refuse at once when one of the gate's buckets refused before and has not reopened."""
+        if not self._closed or not gate.cost:
+            return
+        for scope in ("agent", "namespace"):
+            bucket = self._bucket(namespace, gate, scope)
+            reopens = self._closed.get(bucket) if bucket else None
+            if reopens is not None and reopens > now:
+                raise self._rate_limited(gate, scope, str(reopens - now))
+
+    def check_write(self, namespace: str, outcome: WriteOutcome, gate: Gate, now: int) -> None:
         """Raise the refusal a write script answered (nothing was written), if any."""
         if outcome.status == "rate_limited":
-            raise self._rate_limited(gate, outcome.record["scope"], outcome.record["retry_ms"])
+            raise self._refusal(namespace, gate, outcome.record["scope"],
+                                outcome.record["retry_ms"], now=now)
         if outcome.status == "quota_exceeded":
             record = outcome.record
             raise self.quota_exceeded(record["limit"], int(record["max"]), int(record["used"]),
                                       int(record["requested"]))
+
+    @staticmethod
+    def _bucket(namespace: str, gate: Gate, scope: str) -> tuple[str, str, str, Rate] | None:
+        rate = gate.agent_rate if scope == "agent" else gate.namespace_rate
+        if rate is None:
+            return None
+        return namespace, gate.kind, gate.agent if scope == "agent" else "", rate
+
+    def _refusal(self, namespace: str, gate: Gate, scope: str, retry_ms: str, *, now: int
+                 ) -> MempError:
+        """A bucket's refusal: remembered until the bucket reopens, then raised."""
+        bucket = self._bucket(namespace, gate, scope)
+        if bucket is not None:
+            if len(self._closed) >= _MAX_CLOSED:
+                self._closed = {b: t for b, t in self._closed.items() if t > now}
+            if len(self._closed) < _MAX_CLOSED:
+                self._closed[bucket] = now + int(retry_ms)
+        return self._rate_limited(gate, scope, retry_ms)
 
     def _rate_limited(self, gate: Gate, scope: str, retry_ms: str) -> MempError:
         field = _KINDS[gate.kind][0]

@@ -176,6 +176,20 @@ def test_a_batch_crossing_the_rate_gets_the_error_in_each_message_over(
     assert_rate_limited(single, "namespace", "writes_per_second")
 
 
+def test_a_raised_rate_admits_at_once(admin: httpx.Client, agent: httpx.Client,
+                                      ns: str) -> None:
+    """A process remembers a refusing bucket until it reopens; a changed limit is a new one."""
+    set_limits(admin, ns, writes_per_second=SLOW, write_burst=1)
+    assert agent.put(mem(ns, "a"), json={"value": 1}).status_code == 201
+    for _ in range(3):
+        assert_rate_limited(agent.put(mem(ns, "b"), json={"value": 2}), "namespace",
+                            "writes_per_second")
+    set_limits(admin, ns, writes_per_second=1000, write_burst=1000)
+    assert agent.put(mem(ns, "b"), json={"value": 2}).status_code == 201
+    set_limits(admin, ns)
+    assert agent.put(mem(ns, "c"), json={"value": 3}).status_code == 201
+
+
 def test_reads_over_the_rate_get_429(admin: httpx.Client, agent: httpx.Client,
                                      ns: str) -> None:
     assert admin.put(mem(ns, "a"), json={"value": 1}).status_code == 201

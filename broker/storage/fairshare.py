@@ -35,6 +35,10 @@ class Rate:
     def interval_ms(self) -> str:
         return repr(1000.0 / self.per_second)
 
+    @property
+    def terms(self) -> str:
+        return f"{self.per_second!r}/{self.burst}"
+
 
 @dataclass(frozen=True, slots=True)
 class Gate:
@@ -51,8 +55,13 @@ class Gate:
 
     def keys(self, namespace: str) -> list[str]:
         # Both buckets are in the namespace's slot, the unused ones too.
-        return GATE_KEYS.pack(agent_rate=layout.rate(namespace, self.kind, f"a:{self.agent}"),
-                              namespace_rate=layout.rate(namespace, self.kind, ""))
+        def terms(rate: Rate | None) -> str:
+            return rate.terms if rate else ""
+
+        return GATE_KEYS.pack(
+            agent_rate=layout.rate(namespace, self.kind, terms(self.agent_rate),
+                                   f"a:{self.agent}"),
+            namespace_rate=layout.rate(namespace, self.kind, terms(self.namespace_rate), ""))
 
     def args(self) -> list[Any]:
         def rate(r: Rate | None) -> tuple[str, int | str]:

@@ -98,10 +98,11 @@ def usage(namespace: str) -> str:
     return f"{_ns(namespace)}:usage"
 
 
-def rate(namespace: str, kind: str, who: str) -> str:
+def rate(namespace: str, kind: str, terms: str, who: str) -> str:
     """A rate bucket (GCRA: the theoretical arrival time, ms) of `kind` (`w` writes, `r`
-    reads), for the whole namespace (`who` empty) or one agent in it."""
-    return f"{_ns(namespace)}:rate:{kind}:{who}"
+    reads) under `terms` (its rate and burst: a changed limit starts a fresh bucket), for the
+    whole namespace (`who` empty) or one agent in it."""
+    return f"{_ns(namespace)}:rate:{kind}:{terms}:{who}"
 
 
 def streams(namespace: str) -> str:
