@@ -15,7 +15,7 @@ from broker.errors import MempError
 from broker.metrics import Metrics
 from broker.models import MAX_SAFE_INT
 from broker.settings import Settings
-from broker.storage.fairshare import OPEN, FairShareStore, Gate, Rate
+from broker.storage.fairshare import FairShareStore, Gate, Rate, open_gate
 from broker.storage.records import WriteOutcome
 
 MAX_RATE = 1_000_000  # requests per second; a bucket's interval stays a sane double
@@ -23,10 +23,12 @@ PerSecond = Annotated[float, msgspec.Meta(gt=0, le=MAX_RATE)]
 Burst = Annotated[int, msgspec.Meta(ge=1, le=MAX_RATE)]
 Quota = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)]
 _MAX_CLOSED = 100_000  # buckets remembered as closed, per process
+_MAX_GATES = 100_000  # gates kept for reuse, per process
 _KINDS = {"w": ("writes_per_second", "write"), "r": ("reads_per_second", "read")}
 
 
-class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True,
+             frozen=True):
     """A namespace's rates (per second, with a burst: the requests admitted at once; default
     the rate, at least 1) and quotas. Every field is optional; a missing one is no limit."""
 
@@ -98,6 +100,7 @@ class FairShare:
         self.metrics = metrics
         self.clock = clock
         self._closed: dict[tuple[str, str, str, Rate], int] = {}  # bucket -> ms it reopens
+        self._gates: dict[tuple[object, ...], Gate] = {}
         self.agent_rates = {
             "w": rate(settings.agent_writes_per_second, settings.agent_write_burst),
             "r": rate(settings.agent_reads_per_second, settings.agent_read_burst),
@@ -118,9 +121,20 @@ class FairShare:
                                        streams=used.streams),
                            agent_defaults=self.defaults)
 
-    def gate(self, principal: Principal, kind: str, limits: Limits | None, cost: int = 1
-             ) -> Gate:
-        """What one request of `kind` ("w" or "r") by `principal` is held to."""
+    def gate(self, principal: Principal, namespace: str, kind: str, limits: Limits | None,
+             cost: int = 1) -> Gate:
+        """What one request of `kind` ("w" or "r") by `principal` in `namespace` is held to;
+        the same gate every time for the same terms (it packs its script arguments once)."""
+        terms = (namespace, kind, principal.writer_id, principal.superuser, limits, cost)
+        gate = self._gates.get(terms)
+        if gate is None:
+            if len(self._gates) >= _MAX_GATES:
+                self._gates.clear()
+            gate = self._gates[terms] = self._make_gate(principal, namespace, kind, limits, cost)
+        return gate
+
+    def _make_gate(self, principal: Principal, namespace: str, kind: str,
+                   limits: Limits | None, cost: int) -> Gate:
         agent_rate = None if principal.superuser else self.agent_rates[kind]
         namespace_rate = None
         if limits is not None and not principal.superuser:
@@ -130,36 +144,36 @@ class FairShare:
         max_bytes = limits.max_bytes if limits is not None and kind == "w" else None
         if agent_rate is None and namespace_rate is None and max_keys is None \
                 and max_bytes is None:
-            return OPEN
-        return Gate(agent=principal.writer_id, kind=kind, agent_rate=agent_rate,
-                    namespace_rate=namespace_rate, max_keys=max_keys, max_bytes=max_bytes,
-                    cost=cost)
+            return open_gate(namespace)
+        return Gate(namespace=namespace, agent=principal.writer_id, kind=kind,
+                    agent_rate=agent_rate, namespace_rate=namespace_rate, max_keys=max_keys,
+                    max_bytes=max_bytes, cost=cost)
 
     async def check_read(self, principal: Principal, namespace: str, limits: Limits | None,
                          now: int) -> None:
         """Take a read's tokens (one script call, only when a read rate applies)."""
-        gate = self.gate(principal, "r", limits)
-        if gate is OPEN:
+        gate = self.gate(principal, namespace, "r", limits)
+        if not gate.closed:
             return
-        self.check_closed(namespace, gate, now)
-        refused = await self.store.admit(namespace, gate, now)
+        self.check_closed(gate, now)
+        refused = await self.store.admit(gate, now)
         if refused is not None:
-            raise self._refusal(namespace, gate, *refused, now=now)
+            raise self._refusal(gate, *refused, now=now)
 
-    def check_closed(self, namespace: str, gate: Gate, now: int) -> None:
+    def check_closed(self, gate: Gate, now: int) -> None:
         """Refuse at once when one of the gate's buckets refused before and has not reopened."""
         if not self._closed or not gate.cost:
             return
         for scope in ("agent", "namespace"):
-            bucket = self._bucket(namespace, gate, scope)
+            bucket = self._bucket(gate, scope)
             reopens = self._closed.get(bucket) if bucket else None
             if reopens is not None and reopens > now:
                 raise self._rate_limited(gate, scope, str(reopens - now))
 
-    def check_write(self, namespace: str, outcome: WriteOutcome, gate: Gate, now: int) -> None:
+    def check_write(self, outcome: WriteOutcome, gate: Gate, now: int) -> None:
         """Raise the refusal a write script answered (nothing was written), if any."""
         if outcome.status == "rate_limited":
-            raise self._refusal(namespace, gate, outcome.record["scope"],
+            raise self._refusal(gate, outcome.record["scope"],
                                 outcome.record["retry_ms"], now=now)
         if outcome.status == "quota_exceeded":
             record = outcome.record
@@ -167,16 +181,15 @@ class FairShare:
                                       int(record["requested"]))
 
     @staticmethod
-    def _bucket(namespace: str, gate: Gate, scope: str) -> tuple[str, str, str, Rate] | None:
+    def _bucket(gate: Gate, scope: str) -> tuple[str, str, str, Rate] | None:
         rate = gate.agent_rate if scope == "agent" else gate.namespace_rate
         if rate is None:
             return None
-        return namespace, gate.kind, gate.agent if scope == "agent" else "", rate
+        return gate.namespace, gate.kind, gate.agent if scope == "agent" else "", rate
 
-    def _refusal(self, namespace: str, gate: Gate, scope: str, retry_ms: str, *, now: int
-                 ) -> MempError:
+    def _refusal(self, gate: Gate, scope: str, retry_ms: str, *, now: int) -> MempError:
         """A bucket's refusal: remembered until the bucket reopens, then raised."""
-        bucket = self._bucket(namespace, gate, scope)
+        bucket = self._bucket(gate, scope)
         if bucket is not None:
             if len(self._closed) >= _MAX_CLOSED:
                 self._closed = {b: t for b, t in self._closed.items() if t > now}

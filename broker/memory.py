@@ -131,8 +131,8 @@ class MemoryService:
         check_version(options.if_version)
         check_version(options.base_version)
         state = await self.namespaces.state(namespace)
-        gate = self.fair_share.gate(principal, "w", state.config.limits)
-        self.fair_share.check_closed(namespace, gate, self.clock())
+        gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
+        self.fair_share.check_closed(gate, self.clock())
         strategy = state.strategy_for(key)
         if options.ttl_seconds is None and state.config.default_ttl_seconds is not None:
             options = replace(options, ttl_seconds=state.config.default_ttl_seconds)
@@ -148,7 +148,7 @@ class MemoryService:
             fingerprint=sent,
         )
         outcome = await self.store.put(namespace, key, request, gate)
-        self.fair_share.check_write(namespace, outcome, gate, request.now)
+        self.fair_share.check_write(outcome, gate, request.now)
         return _settle(outcome, namespace, key, encoded, options.message_id), outcome.created
 
     async def _merge_put(self, principal: Principal, namespace: str, key: str,
@@ -190,10 +190,10 @@ class MemoryService:
                 fingerprint=sent,
             )
             # A retry after a lost race is the same write: its tokens were taken once.
-            gate = self.fair_share.gate(principal, "w", state.config.limits,
+            gate = self.fair_share.gate(principal, namespace, "w", state.config.limits,
                                         cost=1 if attempt == 1 else 0)
             outcome = await self.store.put(namespace, key, request, gate)
-            self.fair_share.check_write(namespace, outcome, gate, request.now)
+            self.fair_share.check_write(outcome, gate, request.now)
             if outcome.status != "precondition_failed" or outcome.replayed:
                 return _settle(outcome, namespace, key, encoded, options.message_id), \
                     outcome.created
@@ -233,10 +233,10 @@ class MemoryService:
         request = self._write_request(principal, namespace, state, state.strategy_for(key),
                                       timestamp, message_id, if_version=if_version,
                                       fingerprint=sent)
-        gate = self.fair_share.gate(principal, "w", state.config.limits)
-        self.fair_share.check_closed(namespace, gate, request.now)
+        gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
+        self.fair_share.check_closed(gate, request.now)
         outcome = await self.store.delete(namespace, key, request, gate)
-        self.fair_share.check_write(namespace, outcome, gate, request.now)
+        self.fair_share.check_write(outcome, gate, request.now)
         return _settle(outcome, namespace, key, None, message_id)
 
     async def get(self, principal: Principal, namespace: str, key: str) -> Entry:

@@ -13,7 +13,14 @@ from broker.grammar import Pattern
 from broker.models import Entry
 from broker.storage import layout, scripts
 from broker.storage.client import Backend, text
-from broker.storage.fairshare import GATE, GATE_FILES, GATE_KEYS, OPEN, FairShareStore, Gate
+from broker.storage.fairshare import (
+    GATE,
+    GATE_FILES,
+    GATE_KEYS,
+    FairShareStore,
+    Gate,
+    open_gate,
+)
 from broker.storage.records import (
     RawHash,
     WriteOutcome,
@@ -125,18 +132,18 @@ class EntryStore:
             log_maxlen=self.changelog_maxlen, remember="1" if req.message_id else "0",
             idem_window_ms=self.idempotency_window_ms, fingerprint=req.fingerprint)
 
-    async def put(self, namespace: str, key: str, req: WriteRequest, gate: Gate = OPEN
+    async def put(self, namespace: str, key: str, req: WriteRequest, gate: Gate | None = None
                   ) -> WriteOutcome:
         """One put, held to `gate`. A namespace whose byte count is not exact yet is counted
         first; a write over a key or byte quota is tried once more after expiring the
         namespace's due entries (expiries free quota at once, not at the sweeper's next run),
         without taking its tokens again."""
         await self.note_namespace(namespace)
-        keys = [*self.write_keys(namespace, key, req.message_id, req.agent_id),
-                *gate.keys(namespace)]
+        gate = gate or open_gate(namespace)
+        keys = [*self.write_keys(namespace, key, req.message_id, req.agent_id), *gate.keys]
         args = self.write_args(namespace, key, req)
         outcome = WriteOutcome.decode(
-            await self.backend.call(self._put, keys, [*args, *gate.args()], durable=True))
+            await self.backend.call(self._put, keys, [*args, *gate.args], durable=True))
         if outcome.status == "uncounted":
             await self.fair_share.recount(namespace)
         elif not (outcome.status == "quota_exceeded"
@@ -144,14 +151,15 @@ class EntryStore:
             return outcome
         retry = replace(gate, cost=0)
         return WriteOutcome.decode(
-            await self.backend.call(self._put, keys, [*args, *retry.args()], durable=True))
+            await self.backend.call(self._put, keys, [*args, *retry.args], durable=True))
 
-    async def delete(self, namespace: str, key: str, req: WriteRequest, gate: Gate = OPEN
+    async def delete(self, namespace: str, key: str, req: WriteRequest, gate: Gate | None = None
                      ) -> WriteOutcome:
+        gate = gate or open_gate(namespace)
         raw = await self.backend.call(
             self._delete, [*self.write_keys(namespace, key, req.message_id, req.agent_id),
-                           *gate.keys(namespace)],
-            [*self.write_args(namespace, key, req), *gate.args()], durable=True)
+                           *gate.keys],
+            [*self.write_args(namespace, key, req), *gate.args], durable=True)
         return WriteOutcome.decode(raw)
 
     async def expire_due(self, namespace: str, now: int, batch: int) -> int:

@@ -4,8 +4,9 @@ all broker processes sharing the store share one budget. See docs/limits.md."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker.storage import layout, scripts
@@ -42,9 +43,12 @@ class Rate:
 
 @dataclass(frozen=True, slots=True)
 class Gate:
-    """What a request is held to: the agent's and the namespace's rate (None when off), the
-    namespace's quotas (None when off), and the request's cost in tokens (0: rates skipped)."""
+    """What a request in `namespace` is held to: the agent's and the namespace's rate (None
+    when off), the namespace's quotas (None when off), and the request's cost in tokens (0:
+    rates skipped). Its script keys and arguments are packed once, when it is made: gates are
+    reused (FairShare keeps them), so a put pays for none of this."""
 
+    namespace: str
     agent: str
     kind: str  # "w" for writes, "r" for reads: each has buckets of its own
     agent_rate: Rate | None = None
@@ -52,31 +56,42 @@ class Gate:
     max_keys: int | None = None
     max_bytes: int | None = None
     cost: int = 1
+    keys: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    args: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
-    def keys(self, namespace: str) -> list[str]:
-        # Both buckets are in the namespace's slot, the unused ones too.
-        def terms(rate: Rate | None) -> str:
-            return rate.terms if rate else ""
+    def __post_init__(self) -> None:
+        # Both buckets are in the namespace's slot; a bucket that is off is never read, and
+        # names the namespace's usage hash instead of a key of its own.
+        unused = layout.usage(self.namespace)
 
-        return GATE_KEYS.pack(
-            agent_rate=layout.rate(namespace, self.kind, terms(self.agent_rate),
-                                   f"a:{self.agent}"),
-            namespace_rate=layout.rate(namespace, self.kind, terms(self.namespace_rate), ""))
+        def bucket(rate: Rate | None, who: str) -> str:
+            return layout.rate(self.namespace, self.kind, rate.terms, who) if rate else unused
 
-    def args(self) -> list[Any]:
-        def rate(r: Rate | None) -> tuple[str, int | str]:
-            return (r.interval_ms, r.burst) if r else ("", "")
+        def terms(rate: Rate | None) -> tuple[str, int | str]:
+            return (rate.interval_ms, rate.burst) if rate else ("", "")
 
-        agent_interval, agent_burst = rate(self.agent_rate)
-        namespace_interval, namespace_burst = rate(self.namespace_rate)
-        return GATE.pack(agent_interval=agent_interval, agent_burst=agent_burst,
-                         namespace_interval=namespace_interval, namespace_burst=namespace_burst,
-                         max_keys="" if self.max_keys is None else self.max_keys,
-                         max_bytes="" if self.max_bytes is None else self.max_bytes,
-                         cost=self.cost)
+        object.__setattr__(self, "keys", tuple(GATE_KEYS.pack(
+            agent_rate=bucket(self.agent_rate, f"a:{self.agent}"),
+            namespace_rate=bucket(self.namespace_rate, ""))))
+        agent_interval, agent_burst = terms(self.agent_rate)
+        namespace_interval, namespace_burst = terms(self.namespace_rate)
+        object.__setattr__(self, "args", tuple(GATE.pack(
+            agent_interval=agent_interval, agent_burst=agent_burst,
+            namespace_interval=namespace_interval, namespace_burst=namespace_burst,
+            max_keys="" if self.max_keys is None else self.max_keys,
+            max_bytes="" if self.max_bytes is None else self.max_bytes, cost=self.cost)))
+
+    @property
+    def closed(self) -> bool:
+        """Whether the gate holds the request to anything at all."""
+        return bool(self.cost and (self.agent_rate or self.namespace_rate)) \
+            or self.max_keys is not None or self.max_bytes is not None
 
 
-OPEN = Gate(agent="", kind="w", cost=0)  # no rate, no quota: what a gate-less write passes
+@functools.lru_cache(maxsize=4096)
+def open_gate(namespace: str) -> Gate:
+    """The gate of a request held to nothing: no rate, no quota."""
+    return Gate(namespace=namespace, agent="", kind="w", cost=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +112,10 @@ class FairShareStore:
         self._count = scripts.register(client, ["usage_count.lua"], [USAGE_KEYS, RECOUNT])
         self._lease = scripts.register(client, ["lease.lua"], [LEASE_KEYS, LEASE])
 
-    async def admit(self, namespace: str, gate: Gate, now: int) -> tuple[str, str] | None:
+    async def admit(self, gate: Gate, now: int) -> tuple[str, str] | None:
         """Take a read's tokens: None when admitted, else (scope, retry_ms)."""
-        reply = await self.backend.call(self._rate, gate.keys(namespace),
-                                        [*CLOCK.pack(now=now), *gate.args()])
+        reply = await self.backend.call(self._rate, list(gate.keys),
+                                        [*CLOCK.pack(now=now), *gate.args])
         if text(reply[0]) == "ok":
             return None
         return text(reply[1]), text(reply[2])
