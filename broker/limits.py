@@ -156,7 +156,7 @@ class FairShare:
         if not gate.closed:
             return
         self.check_closed(gate, now)
-        refused = await self.store.admit(gate, now)
+        refused = await self.store.admit(gate)
         if refused is not None:
             raise self._refusal(gate, *refused, now=now)
 

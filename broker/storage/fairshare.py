@@ -17,7 +17,6 @@ from broker.storage.scripts import Fields
 GATE_KEYS = Fields("gate_keys", ("agent_rate", "namespace_rate"))
 GATE = Fields("gate", ("agent_interval", "agent_burst", "namespace_interval", "namespace_burst",
                        "max_keys", "max_bytes", "cost"))
-CLOCK = Fields("clock", ("now",))
 USAGE_KEYS = Fields("usage_keys", ("index", "usage"))
 RECOUNT = Fields("recount", ("entry_prefix",))
 LEASE_KEYS = Fields("lease_keys", ("set",))
@@ -107,15 +106,13 @@ class FairShareStore:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.redis = client = backend.redis
-        self._rate = scripts.register(client, [*GATE_FILES, "rate.lua"],
-                                      [GATE_KEYS, CLOCK, GATE])
+        self._rate = scripts.register(client, [*GATE_FILES, "rate.lua"], [GATE_KEYS, GATE])
         self._count = scripts.register(client, ["usage_count.lua"], [USAGE_KEYS, RECOUNT])
         self._lease = scripts.register(client, ["lease.lua"], [LEASE_KEYS, LEASE])
 
-    async def admit(self, gate: Gate, now: int) -> tuple[str, str] | None:
+    async def admit(self, gate: Gate) -> tuple[str, str] | None:
         """Take a read's tokens: None when admitted, else (scope, retry_ms)."""
-        reply = await self.backend.call(self._rate, list(gate.keys),
-                                        [*CLOCK.pack(now=now), *gate.args])
+        reply = await self.backend.call(self._rate, list(gate.keys), list(gate.args))
         if text(reply[0]) == "ok":
             return None
         return text(reply[1]), text(reply[2])

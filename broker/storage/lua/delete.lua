@@ -8,7 +8,7 @@ if first then
   return first
 end
 local now = tonumber(a.now)
-local refused = admit(read_gate_keys(KEYS, key_at), read_gate(ARGV, at), now)
+local refused = admit(read_gate_keys(KEYS, key_at), read_gate(ARGV, at))
 if refused then
   return answer(ctx, 'rate_limited', refused, false, true)
 end

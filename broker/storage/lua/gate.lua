@@ -29,11 +29,22 @@ local function keep(key, tat, now)
   end
 end
 
+-- Now, in ms, by the Redis server's clock: every broker process shares it, and it is read
+-- when the script runs, not when a (maybe long queued) request arrived at its broker.
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+
 -- Take the request's tokens from the agent's bucket and the namespace's, or from neither
 -- (the agent's is asked first, so a runaway agent never spends the namespace's budget).
 -- nil when admitted, else the refusal: {scope, retry_ms}.
-local function admit(gk, g, now)
+local function admit(gk, g)
   local cost = tonumber(g.cost)
+  if cost == 0 or (g.agent_interval == '' and g.namespace_interval == '') then
+    return nil
+  end
+  local now = server_ms()
   local wait, agent_tat = bucket(gk.agent_rate, g.agent_interval, g.agent_burst, now, cost)
   if wait > 0 then
     return {scope = 'agent', retry_ms = int(math.ceil(wait))}

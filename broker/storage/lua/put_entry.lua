@@ -9,7 +9,7 @@ local function put(ctx, a)
   end
   local now = tonumber(a.now)
   if ctx.gate then
-    local refused = admit(ctx.gate_keys, ctx.gate, now)
+    local refused = admit(ctx.gate_keys, ctx.gate)
     if refused then
       return 'rate_limited', refused, false
     end
