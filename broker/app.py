@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -27,7 +28,7 @@ from broker.errors import MempError, store_down
 from broker.http import error_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
-from broker.limits import FairShare
+from broker.limits import FairShare, RateLimited
 from broker.mcp import server as mcp
 from broker.mcp.resources import Resources
 from broker.mcp.tools import Toolbox
@@ -56,6 +57,8 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_la
 
 async def _mempe_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, MempError)
+    if isinstance(exc, RateLimited) and exc.hold_ms:
+        await asyncio.sleep(exc.hold_ms / 1000)  # a flood's refusals come late (limits.py)
     return error_response(exc)
 
 

@@ -24,6 +24,7 @@ Burst = Annotated[int, msgspec.Meta(ge=1, le=MAX_RATE)]
 Quota = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)]
 _MAX_CLOSED = 100_000  # buckets remembered as closed, per process
 _MAX_GATES = 100_000  # gates kept for reuse, per process
+_FLOOD = 10  # requests refused by a closed bucket before the next ones are held
 _KINDS = {"w": ("writes_per_second", "write"), "r": ("reads_per_second", "read")}
 
 
@@ -39,6 +40,18 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
     max_keys: Quota | None = None
     max_bytes: Quota | None = None
     max_streams: Quota | None = None
+
+
+class RateLimited(MempError):
+    """`rate_limited`. `hold_ms`: how long to hold the answer before sending it. A client that
+    keeps sending while its bucket is closed (it ignores Retry-After: a flood) gets its
+    refusals late, so each of its connections sends at most one request per hold and the
+    flood stops eating the process's time (nginx's limit_req delays excess the same way)."""
+
+    def __init__(self, message: str, details: dict[str, object], *, headers: dict[str, str],
+                 hold_ms: int = 0) -> None:
+        super().__init__("rate_limited", message, details, headers)
+        self.hold_ms = hold_ms
 
 
 def check_limits(limits: Limits | None) -> None:
@@ -99,7 +112,9 @@ class FairShare:
         self.store = store
         self.metrics = metrics
         self.clock = clock
-        self._closed: dict[tuple[str, str, str, Rate], int] = {}  # bucket -> ms it reopens
+        # bucket -> [ms it reopens, requests refused here since it closed]
+        self._closed: dict[tuple[str, str, str, Rate], list[int]] = {}
+        self.hold_ms = settings.rate_limit_hold_ms
         self._gates: dict[tuple[object, ...], Gate] = {}
         self.agent_rates = {
             "w": rate(settings.agent_writes_per_second, settings.agent_write_burst),
@@ -166,9 +181,12 @@ class FairShare:
             return
         for scope in ("agent", "namespace"):
             bucket = self._bucket(gate, scope)
-            reopens = self._closed.get(bucket) if bucket else None
-            if reopens is not None and reopens > now:
-                raise self._rate_limited(gate, scope, str(reopens - now))
+            closed = self._closed.get(bucket) if bucket else None
+            if closed is not None and closed[0] > now:
+                closed[1] += 1
+                wait = closed[0] - now
+                hold = min(wait, self.hold_ms) if closed[1] > _FLOOD else 0
+                raise self._rate_limited(gate, scope, str(wait), hold_ms=hold)
 
     def check_write(self, outcome: WriteOutcome, gate: Gate, now: int) -> None:
         """Raise the refusal a write script answered (nothing was written), if any."""
@@ -192,12 +210,13 @@ class FairShare:
         bucket = self._bucket(gate, scope)
         if bucket is not None:
             if len(self._closed) >= _MAX_CLOSED:
-                self._closed = {b: t for b, t in self._closed.items() if t > now}
+                self._closed = {b: c for b, c in self._closed.items() if c[0] > now}
             if len(self._closed) < _MAX_CLOSED:
-                self._closed[bucket] = now + int(retry_ms)
+                self._closed[bucket] = [now + int(retry_ms), 1]
         return self._rate_limited(gate, scope, retry_ms)
 
-    def _rate_limited(self, gate: Gate, scope: str, retry_ms: str) -> MempError:
+    def _rate_limited(self, gate: Gate, scope: str, retry_ms: str, hold_ms: int = 0
+                      ) -> MempError:
         field = _KINDS[gate.kind][0]
         limit = gate.agent_rate if scope == "agent" else gate.namespace_rate
         wait_ms = int(retry_ms)
@@ -209,8 +228,8 @@ class FairShare:
                                       "retry_after_ms": wait_ms}
         if limit is not None:
             details |= {"rate": limit.per_second, "burst": limit.burst}
-        return MempError("rate_limited", f"{whose} is over its {field}; {done}: retry after "
-                         f"{seconds} s", details, headers={"Retry-After": str(seconds)})
+        return RateLimited(f"{whose} is over its {field}; {done}: retry after {seconds} s",
+                           details, headers={"Retry-After": str(seconds)}, hold_ms=hold_ms)
 
     def quota_exceeded(self, limit: str, maximum: int, used: int, requested: int
                        ) -> MempError:

@@ -88,6 +88,7 @@ class Settings:
     agent_read_burst: int = 0
     max_streams_per_token: int = 0
     stream_lease_seconds: float = 30.0
+    rate_limit_hold_ms: int = 1000  # a flood over its rate gets its 429s this late, at most
 
     @property
     def embedded(self) -> bool:
@@ -134,6 +135,8 @@ class Settings:
             if not 0 <= getattr(self, name) <= 1_000_000:
                 raise SettingsError(f"{name} must be between 0 (no limit) and 1000000, "
                                     f"not {getattr(self, name)}")
+        if not 0 <= self.rate_limit_hold_ms <= 10_000:
+            raise SettingsError("rate_limit_hold_ms must be between 0 (off) and 10000")
         if not 3 <= self.stream_lease_seconds <= 3600:
             raise SettingsError("stream_lease_seconds must be between 3 and 3600")
         if self.history_limit < 0 or self.idempotency_window_seconds < 0:

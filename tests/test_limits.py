@@ -190,6 +190,21 @@ def test_a_raised_rate_admits_at_once(admin: httpx.Client, agent: httpx.Client,
     assert agent.put(mem(ns, "c"), json={"value": 3}).status_code == 201
 
 
+def test_a_flood_over_its_rate_keeps_getting_429(
+        broker_factory: Callable[..., Broker], ns: str) -> None:
+    """Past ten refusals of a closed bucket, each refusal is held (here 10 ms) before it is
+    sent: still a 429 with its Retry-After, and nothing written."""
+    broker = broker_factory("embedded", rate_limit_hold_ms=10)
+    with broker.client() as admin:
+        set_limits(admin, ns, writes_per_second=SLOW, write_burst=1)
+        with broker.client(agent_key(admin, ns)) as agent:
+            assert agent.put(mem(ns, "a"), json={"value": 1}).status_code == 201
+            for i in range(15):
+                assert_rate_limited(agent.put(mem(ns, f"f{i}"), json={"value": i}),
+                                    "namespace", "writes_per_second")
+        assert usage(admin, ns)["keys"] == 1
+
+
 def test_reads_over_the_rate_get_429(admin: httpx.Client, agent: httpx.Client,
                                      ns: str) -> None:
     assert admin.put(mem(ns, "a"), json={"value": 1}).status_code == 201
