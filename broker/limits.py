@@ -24,7 +24,8 @@ Burst = Annotated[int, msgspec.Meta(ge=1, le=MAX_RATE)]
 Quota = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)]
 _MAX_CLOSED = 100_000  # buckets remembered as closed, per process
 _MAX_GATES = 100_000  # gates kept for reuse, per process
-_FLOOD = 10  # requests refused by a closed bucket before the next ones are held
+_FLOOD = 10  # requests a bucket refused in a row before the next refusals are held
+_FLOOD_GAP_MS = 500  # a bucket open longer than this before its next refusal ends a flood
 _KINDS = {"w": ("writes_per_second", "write"), "r": ("reads_per_second", "read")}
 
 
@@ -184,9 +185,8 @@ class FairShare:
             closed = self._closed.get(bucket) if bucket else None
             if closed is not None and closed[0] > now:
                 closed[1] += 1
-                wait = closed[0] - now
-                hold = min(wait, self.hold_ms) if closed[1] > _FLOOD else 0
-                raise self._rate_limited(gate, scope, str(wait), hold_ms=hold)
+                raise self._rate_limited(gate, scope, str(closed[0] - now),
+                                         hold_ms=self._hold(closed))
 
     def check_write(self, outcome: WriteOutcome, gate: Gate, now: int) -> None:
         """Raise the refusal a write script answered (nothing was written), if any."""
@@ -212,8 +212,16 @@ class FairShare:
             if len(self._closed) >= _MAX_CLOSED:
                 self._closed = {b: c for b, c in self._closed.items() if c[0] > now}
             if len(self._closed) < _MAX_CLOSED:
-                self._closed[bucket] = [now + int(retry_ms), 1]
+                # Refusals that follow each other closely (the bucket reopened less than
+                # _FLOOD_GAP_MS ago) are one flood: their count goes on.
+                before = self._closed.get(bucket)
+                count = before[1] + 1 if before and now - before[0] < _FLOOD_GAP_MS else 1
+                closed = self._closed[bucket] = [now + int(retry_ms), count]
+                return self._rate_limited(gate, scope, retry_ms, hold_ms=self._hold(closed))
         return self._rate_limited(gate, scope, retry_ms)
+
+    def _hold(self, closed: list[int]) -> int:
+        return self.hold_ms if closed[1] > _FLOOD else 0
 
     def _rate_limited(self, gate: Gate, scope: str, retry_ms: str, hold_ms: int = 0
                       ) -> MempError:
