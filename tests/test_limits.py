@@ -176,6 +176,17 @@ def test_a_batch_crossing_the_rate_gets_the_error_in_each_message_over(
     assert_rate_limited(single, "namespace", "writes_per_second")
 
 
+def test_a_batch_crossing_a_quota(admin: httpx.Client, agent: httpx.Client, ns: str) -> None:
+    set_limits(admin, ns, max_keys=2)
+    batch = [{"memp": "1.0", "type": "memory.put", "namespace": ns, "key": key, "value": 1}
+             for key in ("a", "b", "c", "a", "d")]
+    replies = agent.post("/v1/messages", json=batch).json()
+    assert [r["type"] for r in replies] == ["ack", "ack", "error", "ack", "error"]
+    assert replies[2]["error"]["code"] == "quota_exceeded"
+    assert replies[2]["error"]["details"]["used"] == 2
+    assert usage(admin, ns)["keys"] == 2
+
+
 def test_a_raised_rate_admits_at_once(admin: httpx.Client, agent: httpx.Client,
                                       ns: str) -> None:
     """A process remembers a refusing bucket until it reopens; a changed limit is a new one."""
@@ -347,7 +358,7 @@ def test_data_from_before_the_count_is_counted_exactly(broker: Broker, admin: ht
 # ---- streams ----
 
 
-def open_stream(broker: Broker, token: str, ns: str) -> Any:
+def open_stream(broker: Broker | BrokerProcess, token: str, ns: str) -> Any:
     client = httpx.Client(base_url=broker.url, timeout=15,
                           headers={"Authorization": f"Bearer {token}"})
     stream = client.stream("GET", "/v1/subscribe", params={"namespace": ns, "pattern": "*"})
@@ -418,3 +429,29 @@ def test_two_processes_share_one_budget(
                                   range(20)))
         assert codes.count(201) == 5 and codes.count(429) == 15
         assert usage(admin, ns)["keys"] == 12
+        # reads, bytes and streams: one budget too
+        set_limits(admin, ns)
+        assert _put(brokers[0].url, ADMIN_KEY, ns, "q0") in (200, 201)
+        set_limits(admin, ns, reads_per_second=SLOW, read_burst=3, max_bytes=usage(admin, ns)
+                   ["bytes"] + 5, max_streams=2)
+        reads = [httpx.get(f"{brokers[i % 2].url}{mem(ns, 'q0')}", timeout=15,
+                           headers={"Authorization": f"Bearer {token}"}).status_code
+                 for i in range(6)]
+        assert reads.count(200) == 3 and reads.count(429) == 3
+        assert _put(brokers[1].url, ADMIN_KEY, ns, "q0") == 200  # same size: no growth
+        sizes = [_put(brokers[i].url, ADMIN_KEY, ns, f"zz{i}") for i in range(2)]  # 5 bytes
+        assert sorted(sizes) == [201, 429]
+        opened = [open_stream(broker, token, ns) for broker in brokers]
+        try:
+            assert [o[2].status_code for o in opened] == [200, 200]
+            for broker in brokers:
+                client, stream, refused = open_stream(broker, token, ns)
+                refused.read()
+                assert refused.status_code == 429
+                assert refused.json()["error"]["details"]["limit"] == "max_streams"
+                stream.__exit__(None, None, None)
+                client.close()
+        finally:
+            for client, stream, _ in opened:
+                stream.__exit__(None, None, None)
+                client.close()
