@@ -18,8 +18,10 @@ from broker.settings import Settings
 from broker.storage.fairshare import FairShareStore, Gate, Rate, open_gate
 from broker.storage.records import WriteOutcome
 
-MAX_RATE = 1_000_000  # requests per second; a bucket's interval stays a sane double
-PerSecond = Annotated[float, msgspec.Meta(gt=0, le=MAX_RATE)]
+# Requests per second. A bucket's interval and its key's expiry (up to burst / rate seconds,
+# 31 years at the extremes) stay within what Redis and a double hold.
+MIN_RATE, MAX_RATE = 0.001, 1_000_000
+PerSecond = Annotated[float, msgspec.Meta(ge=MIN_RATE, le=MAX_RATE)]
 Burst = Annotated[int, msgspec.Meta(ge=1, le=MAX_RATE)]
 Quota = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)]
 _MAX_CLOSED = 100_000  # buckets remembered as closed, per process

@@ -135,6 +135,9 @@ class Settings:
             if not 0 <= getattr(self, name) <= 1_000_000:
                 raise SettingsError(f"{name} must be between 0 (no limit) and 1000000, "
                                     f"not {getattr(self, name)}")
+        for name in ("agent_writes_per_second", "agent_reads_per_second"):
+            if 0 < getattr(self, name) < 0.001:
+                raise SettingsError(f"{name} must be 0 (no limit) or at least 0.001")
         if not 0 <= self.rate_limit_hold_ms <= 10_000:
             raise SettingsError("rate_limit_hold_ms must be between 0 (off) and 10000")
         if not 3 <= self.stream_lease_seconds <= 3600:

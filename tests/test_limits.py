@@ -88,6 +88,7 @@ def test_limits_are_recorded_in_the_config_and_the_usage(admin: httpx.Client, ns
 @pytest.mark.parametrize("limits", [
     pytest.param({"writes_per_second": 0}, id="zero-rate"),
     pytest.param({"writes_per_second": -5}, id="negative-rate"),
+    pytest.param({"writes_per_second": 1e-300}, id="vanishing-rate"),
     pytest.param({"reads_per_second": 1e12}, id="huge-rate"),
     pytest.param(b'{"writes_per_second": 1e400}', id="infinite-rate"),
     pytest.param(b'{"writes_per_second": NaN}', id="nan-rate"),
