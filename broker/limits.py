@@ -5,6 +5,7 @@ scripts or one rate script (broker/storage/fairshare.py); see docs/limits.md."""
 from __future__ import annotations
 
 import math
+import random
 from typing import Annotated
 
 import msgspec
@@ -223,7 +224,9 @@ class FairShare:
         return self._rate_limited(gate, scope, retry_ms)
 
     def _hold(self, closed: list[int]) -> int:
-        return self.hold_ms if closed[1] > _FLOOD else 0
+        """How long to hold a refusal: none before a flood; in one, half to all of the hold,
+        at random, so the flood's connections come back spread out rather than together."""
+        return random.randint(self.hold_ms // 2, self.hold_ms) if closed[1] > _FLOOD else 0
 
     def _rate_limited(self, gate: Gate, scope: str, retry_ms: str, hold_ms: int = 0
                       ) -> MempError:
