@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import os
 import secrets
+import socket
 import sys
 from dataclasses import replace
+from typing import Any
 
 import msgspec
 
 from broker.auth import Principal, check_binding, check_grants, create_api_key
 from broker.clock import system_clock
 from broker.errors import MempError
+from broker.logs import FORMATS, LEVELS
 from broker.models import PERMISSIONS, Grant
 from broker.settings import Settings, SettingsError
 from broker.storage import Storage
@@ -53,7 +57,14 @@ def _parser() -> argparse.ArgumentParser:
                             "the --tls-cert file")
     serve.add_argument("--workers", type=int, default=1,
                        help="uvicorn worker processes (needs Redis when more than 1)")
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--log-level", choices=LEVELS, type=str.lower,
+                       default=os.environ.get("MEMP_LOG_LEVEL", "info").lower(),
+                       help="least severe level logged (MEMP_LOG_LEVEL, default info; "
+                            "info includes one access line per request)")
+    serve.add_argument("--log-format", choices=FORMATS, type=str.lower,
+                       default=os.environ.get("MEMP_LOG_FORMAT", "text").lower(),
+                       help="text lines, or one JSON object per line (MEMP_LOG_FORMAT, "
+                            "default text)")
 
     keys = commands.add_parser("keys", help="manage API keys (needs MEMP_REDIS_URL)")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
@@ -71,14 +82,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        for value, choices, variable in ((args.log_level, LEVELS, "MEMP_LOG_LEVEL"),
+                                         (args.log_format, FORMATS, "MEMP_LOG_FORMAT")):
+            if value not in choices:
+                parser.error(f"{variable} must be one of {', '.join(choices)}, not {value!r}")
     try:
         if args.command == "serve":
             settings = Settings.from_env(host=args.host, port=args.port,
                                          redis_url=args.redis_url, tls_cert=args.tls_cert,
                                          tls_key=args.tls_key)
-            return serve(settings, args.workers, args.log_level)
+            return serve(settings, args.workers, args.log_level, args.log_format)
         return asyncio.run(manage_keys(Settings.from_env(), args))
+    except PortTaken as exc:
+        print(f"memp-broker: {exc}", file=sys.stderr)
+        return 1
     except (SettingsError, MempError) as exc:
         message = exc.message if isinstance(exc, MempError) else str(exc)
         print(f"memp-broker: {message}", file=sys.stderr)
@@ -88,44 +108,83 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def serve(settings: Settings, workers: int, log_level: str) -> int:
+def serve(settings: Settings, workers: int, log_level: str, log_format: str) -> int:
+    from broker import logs
+
+    if workers > 1:
+        if settings.embedded:
+            raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per "
+                                "process")
+        from broker.metrics import prepare_multiprocess, remove_multiprocess
+
+        # Before the app (and prometheus_client) is imported: the workers add up their metrics.
+        metrics_dir = prepare_multiprocess()
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     from broker.app import create_app
     from broker.gc_tuning import tune_for_server
     from broker.tls import CertificateFiles
 
+    log_config = logs.configure(log_level, log_format)
     certificates = CertificateFiles.of(settings)
     if certificates is not None:
         certificates.load()  # a missing file or a mismatched pair stops here, with its reason
-    if workers > 1 and settings.embedded:
-        raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per process")
     if not settings.production and not settings.admin_key:
         # The embedded quick start: nothing outlives the run, so a key made up for it is safe
         # to show. In production mode no key is ever made up or printed.
         settings = replace(settings, admin_key=f"memp_admin_{secrets.token_urlsafe(24)}")
         print(f"memp-broker: admin key for this run: {settings.admin_key}", flush=True)
+    options: dict[str, Any] = dict(
+        host=settings.host, port=settings.port, log_config=log_config, log_level=log_level,
+        access_log=False, proxy_headers=False, timeout_graceful_shutdown=10,
+        ssl_context_factory=certificates)
+    if workers > 1:
+        # Every worker process builds its own listening context from the files (`broker.tls`).
+        _hand_down(settings)
+        config = uvicorn.Config("broker.asgi:build", factory=True, workers=workers, **options)
+    else:
+        config = uvicorn.Config(create_app(settings), **options)
+        tune_for_server()
+    listener = bind(settings.host, settings.port)
     where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
         else f"in Redis at {redacted(settings.redis_url or '')}"
     scheme = "https" if certificates else "http"
     print(f"memp-broker: listening on {scheme}://{settings.host}:{settings.port}; "
           f"data lives {where}", flush=True)
-    # Access lines are logged at info; above it uvicorn would still format each one's fields.
-    access_log = log_level.lower() in ("trace", "debug", "info")
-    # Every worker process builds its own listening context from the files (`broker.tls`).
     if workers > 1:
-        _hand_down(settings)
-        uvicorn.run("broker.asgi:build", factory=True, host=settings.host, port=settings.port,
-                    workers=workers, access_log=access_log,
-                    log_level=log_level, proxy_headers=False,
-                    timeout_graceful_shutdown=10, ssl_context_factory=certificates)
+        try:
+            Multiprocess(config, sockets=[listener]).run()
+        finally:
+            remove_multiprocess(metrics_dir)
     else:
-        app = create_app(settings)
-        tune_for_server()
-        uvicorn.run(app, host=settings.host, port=settings.port,
-                    access_log=access_log, log_level=log_level, proxy_headers=False,
-                    timeout_graceful_shutdown=10, ssl_context_factory=certificates)
+        uvicorn.Server(config).run(sockets=[listener])
     return 0
+
+
+class PortTaken(SettingsError):
+    """The address to listen on is in use."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything says it listens; a port in use is said
+    plainly instead of as `[Errno 98]`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortTaken(f"port {port} on {host} is taken: another program (perhaps another "
+                            "broker) is listening there; stop it, or choose another port with "
+                            "--port or MEMP_PORT") from None
+        raise SettingsError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    # Not listening yet: until the app (every worker's) has started, a connection is refused
+    # rather than left waiting, so a port that accepts means a broker that answers.
+    sock.set_inheritable(True)
+    return sock
 
 
 def _hand_down(settings: Settings) -> None:

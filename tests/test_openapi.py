@@ -568,7 +568,7 @@ def test_system_endpoints(broker: Broker, contract: Contract) -> None:
         assert contract.check(client.get("/healthz"), 200) == {"status": "ok"}
         ready = contract.check(client.get("/readyz"), 200)
         assert ready["store"] == broker.backend
-        assert "memp_http_requests_total" in contract.check(client.get("/metrics"), 200)
+        assert "memp_http_request_duration_seconds" in contract.check(client.get("/metrics"), 200)
 
 
 # ---- the running broker against the document ----

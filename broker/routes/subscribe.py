@@ -59,7 +59,8 @@ async def subscribe(request: Request) -> Response:
     lease = await leases.take(principal, list(targets))
     try:
         stream = EventStream(state.hub, state.changelog, state.memory, principal, wanted,
-                             settings.subscriber_queue_size, settings.sse_retry_ms)
+                             settings.subscriber_queue_size, settings.sse_retry_ms,
+                             state.metrics)
         lost = await stream.open()
     except BaseException:
         leases.drop(lease)
@@ -81,6 +82,7 @@ async def subscribe(request: Request) -> Response:
 
     return EventStreamResponse(
         frames(), ping=settings.heartbeat_seconds, watchdog=state.send_watchdog,
+        metrics=state.metrics, ending=lambda: stream.ended,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         shutdown_event=state.hub.shutdown_event(), shutdown_grace_period=1.0,
         background=BackgroundTask(close),

@@ -17,6 +17,7 @@ from broker.storage.changelog import ChangeLogStore
 from broker.storage.client import Backend
 from broker.storage.config import ConfigStore
 from broker.storage.entries import EntryStore
+from broker.storage.timing import CommandObserver, time_commands
 
 
 class Storage:
@@ -45,6 +46,10 @@ class Storage:
                                wait_ms=write_replicas_timeout_ms)
         return cls(backend, history_limit=history_limit, changelog_maxlen=changelog_maxlen,
                    idempotency_window_ms=idempotency_window_ms)
+
+    def observe(self, observer: CommandObserver) -> None:
+        """Report every command of the shared client (its time, or its failure)."""
+        time_commands(self.backend.redis, observer)
 
     @property
     def embedded(self) -> bool:

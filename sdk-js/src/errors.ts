@@ -10,6 +10,8 @@ export class MempError extends Error {
   readonly code: string
   readonly status: number | null
   readonly details: Record<string, unknown>
+  /** The broker's id for the request (its `X-Request-ID`), to quote when reporting a problem. */
+  readonly requestId: string | null
 
   constructor(
     message: string,
@@ -18,6 +20,7 @@ export class MempError extends Error {
       status?: number | null
       details?: Record<string, unknown>
       cause?: unknown
+      requestId?: string | null
     } = {},
   ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause })
@@ -25,6 +28,7 @@ export class MempError extends Error {
     this.code = options.code ?? 'internal'
     this.status = options.status ?? null
     this.details = options.details ?? {}
+    this.requestId = options.requestId ?? null
   }
 
   /** The request field the broker names as wrong (`details.field`, e.g. on `/amp`). */
@@ -131,6 +135,14 @@ export class UnavailableError extends MempError {}
 /** The broker could not be reached, or the connection broke, after every retry. */
 export class ConnectionFailedError extends MempError {}
 
+/** A browser page's origin is not in the broker's MEMP_CORS_ORIGINS: the broker answers, but
+ * the browser hides its replies from this page. Retrying cannot help. */
+export class CorsRefusedError extends ConnectionFailedError {}
+
+/** `Subscription.open({ timeout })` passed without the stream opening; `cause` is the last
+ * error. */
+export class OpenTimeoutError extends ConnectionFailedError {}
+
 type MempErrorOptions = ConstructorParameters<typeof MempError>[1]
 type ErrorClass = new (message: string, options: MempErrorOptions) => MempError
 
@@ -205,18 +217,25 @@ const BY_STATUS: Record<number, [ErrorClass, string]> = {
 }
 
 /** The error for a broker's error reply, from its `{"error": {...}}` body when it has one. */
-export function errorFromReply(status: number, statusText: string, body: unknown): MempError {
+export function errorFromReply(
+  status: number,
+  statusText: string,
+  body: unknown,
+  headers?: Headers,
+): MempError {
   let [kind, code] = BY_STATUS[status] ?? [MempError, status >= 500 ? 'internal' : 'http_error']
   let message = statusText || `HTTP ${status}`
   let details: Record<string, unknown> = {}
+  let requestId = headers?.get('x-request-id') ?? null
   const error = isObject(body) ? body['error'] : undefined
   if (isObject(error)) {
     if (typeof error['code'] === 'string') code = error['code']
     if (typeof error['message'] === 'string') message = error['message']
     if (isObject(error['details'])) details = error['details']
+    if (typeof error['request_id'] === 'string') requestId = error['request_id']
     if (Object.hasOwn(BY_CODE, code)) kind = BY_CODE[code as ErrorCode]
   }
-  return new kind(message, { code, status, details })
+  return new kind(message, { code, status, details, requestId })
 }
 
 function entryDetail(raw: unknown): Entry | null {

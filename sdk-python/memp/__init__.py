@@ -64,7 +64,12 @@ from memp.models import (
     Usage,
     UsageReport,
 )
-from memp.subscription import AsyncSubscription, Subscription
+from memp.subscription import (
+    AsyncSubscription,
+    ConnectionState,
+    OpenTimeout,
+    Subscription,
+)
 
 __all__ = [
     "MEMP",
@@ -88,6 +93,7 @@ __all__ = [
     "Conflict",
     "ConflictError",
     "ConnectionFailed",
+    "ConnectionState",
     "CreatedKey",
     "Credentials",
     "DeleteMessage",
@@ -106,6 +112,7 @@ __all__ = [
     "MempError",
     "NamespaceConfig",
     "NotFound",
+    "OpenTimeout",
     "Page",
     "PayloadTooLarge",
     "PreconditionFailed",

@@ -95,9 +95,13 @@ class Config:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def stream_timeouts(self) -> httpx.Timeout:
-        """A stream waits longer between frames than a request (heartbeats come every 15 s)."""
-        return httpx.Timeout(self.timeout, read=self.stream_timeout)
+    def stream_timeouts(self, deadline: float | None = None) -> httpx.Timeout:
+        """A stream waits longer between frames than a request (heartbeats come every 15 s);
+        before a `deadline` (monotonic), connecting waits no longer than the time left."""
+        connect = self.timeout
+        if deadline is not None:
+            connect = max(min(connect, deadline - time.monotonic()), 0.05)
+        return httpx.Timeout(self.timeout, connect=connect, read=self.stream_timeout)
 
 
 def _resendable(call: Call[T], exc: httpx.TransportError) -> bool:

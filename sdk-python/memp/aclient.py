@@ -30,7 +30,7 @@ from memp.models import (
     StoredConfig,
     UsageReport,
 )
-from memp.subscription import AsyncSubscription, StreamState, targets
+from memp.subscription import AsyncSubscription, StateListener, StreamState, targets
 
 _MISSING: Any = object()
 
@@ -255,10 +255,10 @@ class AsyncMEMP:
         return registration.agent
 
     def subscribe(self, pattern: str | Sequence[str] = "*", *, snapshot: bool = False,
-                  namespace: str | None = None, last_event_id: str | None = None
-                  ) -> AsyncSubscription:
+                  namespace: str | None = None, last_event_id: str | None = None,
+                  on_state: StateListener | None = None) -> AsyncSubscription:
         state = StreamState(targets(self.config.require_namespace(namespace), pattern),
-                            snapshot, last_event_id)
+                            snapshot, last_event_id, on_state)
         subscription = AsyncSubscription(self._transport, state)
         self._subscriptions.add(subscription)
         return subscription

@@ -31,7 +31,7 @@ from memp.models import (
     StoredConfig,
     UsageReport,
 )
-from memp.subscription import StreamState, Subscription, targets
+from memp.subscription import StateListener, StreamState, Subscription, targets
 
 _MISSING: Any = object()
 
@@ -300,12 +300,14 @@ class MEMP:
         return registration.agent
 
     def subscribe(self, pattern: str | Sequence[str] = "*", *, snapshot: bool = False,
-                  namespace: str | None = None, last_event_id: str | None = None
-                  ) -> Subscription:
+                  namespace: str | None = None, last_event_id: str | None = None,
+                  on_state: StateListener | None = None) -> Subscription:
         """Events for keys matching `pattern`, live, reconnecting and resuming by itself.
-        `snapshot=True` starts with the current entries, then a `snapshot-end` event."""
+        `snapshot=True` starts with the current entries, then a `snapshot-end` event;
+        `on_state` is called with each ConnectionState (connecting, connected, reconnecting
+        with the error and attempt, closed)."""
         state = StreamState(targets(self.config.require_namespace(namespace), pattern),
-                            snapshot, last_event_id)
+                            snapshot, last_event_id, on_state)
         subscription = Subscription(self._transport, state)
         self._subscriptions.add(subscription)
         return subscription

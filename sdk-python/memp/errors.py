@@ -15,12 +15,13 @@ class MempError(Exception):
     from reaching it (`code` "connection_error", `status` None)."""
 
     def __init__(self, message: str, *, code: str = "internal", status: int | None = None,
-                 details: dict[str, Any] | None = None) -> None:
+                 details: dict[str, Any] | None = None, request_id: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.status = status
         self.details: dict[str, Any] = details or {}
+        self.request_id = request_id  # the broker's id of the request, to quote in a report
 
     def __str__(self) -> str:
         status = f" {self.status}" if self.status is not None else ""
@@ -196,6 +197,7 @@ def error_from_response(response: httpx.Response) -> MempError:
     kind, code = _BY_STATUS.get(response.status_code, (MempError, "internal"))
     message = response.reason_phrase or f"HTTP {response.status_code}"
     details: dict[str, Any] = {}
+    request_id = response.headers.get("x-request-id")
     try:
         body = msgspec.json.decode(response.content)
     except msgspec.DecodeError:
@@ -206,4 +208,7 @@ def error_from_response(response: httpx.Response) -> MempError:
         message = str(error.get("message", message))
         details = error.get("details") if isinstance(error.get("details"), dict) else {}
         kind = ERROR_CLASSES.get(code, kind)
-    return kind(message, code=code, status=response.status_code, details=details)
+        if isinstance(error.get("request_id"), str):
+            request_id = error["request_id"]
+    return kind(message, code=code, status=response.status_code, details=details,
+                request_id=request_id)

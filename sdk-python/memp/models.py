@@ -346,6 +346,7 @@ class ErrorBody(Struct, kw_only=True, frozen=True):
     code: str
     message: str
     details: dict[str, Any] = {}
+    request_id: str | None = None
 
 
 class Reply(Struct, kw_only=True, frozen=True):
