@@ -172,7 +172,7 @@ class FairShare:
                          now: int) -> None:
         """Take a read's tokens (one script call, only when a read rate applies)."""
         gate = self.gate(principal, namespace, "r", limits)
-        if not gate.closed:
+        if not gate.binds:
             return
         self.check_closed(gate, now)
         refused = await self.store.admit(gate)

@@ -81,7 +81,7 @@ class Gate:
             max_bytes="" if self.max_bytes is None else self.max_bytes, cost=self.cost)))
 
     @property
-    def closed(self) -> bool:
+    def binds(self) -> bool:
         """Whether the gate holds the request to anything at all."""
         return bool(self.cost and (self.agent_rate or self.namespace_rate)) \
             or self.max_keys is not None or self.max_bytes is not None
