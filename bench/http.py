@@ -27,7 +27,7 @@ from typing import Any
 
 from bench import client, report
 from bench.replay import measure_phase
-from bench.report import TARGETS
+from bench.report import FLOORS, TARGETS
 from bench.servers import (
     Processes,
     choose_loadgen,
@@ -55,6 +55,7 @@ class Config:
     keys: int
     namespace: str
     loadgen: str
+    workers: int = 2
     redis_url: str = ""
     own_redis: bool = True
     admin_key: str = field(default_factory=lambda: f"bench-admin-{secrets.token_hex(16)}")
@@ -92,8 +93,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--redis-url",
                         help="use this Redis instead of starting redis-server; the run uses a "
                              "fresh namespace and deletes its keys afterwards")
-    parser.add_argument("--targets", default="floor,redis,embedded",
-                        help="comma-separated subset of floor,redis,limited,embedded")
+    parser.add_argument("--targets", default="floor,blind,redis,embedded",
+                        help="comma-separated subset of floor,blind,redis,workers,limited,"
+                             "embedded (default floor,blind,redis,embedded); workers is the "
+                             "broker on Redis with --workers processes, limited the broker on "
+                             "Redis with every fair-share limit set far above the load")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="worker processes of the workers target (default 2)")
     parser.add_argument("--load-generator", choices=["auto", "wrk", "python"], default="auto",
                         help="wrk (default when installed) or bench/client.py's asyncio client")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
@@ -146,16 +152,19 @@ def _drive(procs: Processes, cfg: Config, server: Server, method: str, connectio
 
 def _start(procs: Processes, cfg: Config, target: str, redis_pid: int | None) -> Server:
     port = free_port()
-    if target == "floor":
-        argv = [sys.executable, "-m", "uvicorn", "--factory", "bench.floor:create_app",
+    if target in FLOORS:
+        factory = "create_app" if target == "floor" else "create_blind_app"
+        argv = [sys.executable, "-m", "uvicorn", "--factory", f"bench.floor:{factory}",
                 "--host", HOST, "--port", str(port), "--loop", "uvloop", "--http", "httptools",
                 "--no-access-log", "--log-level", "warning"]
         env = clean_env(BENCH_REDIS_URL=cfg.redis_url)
     else:
         argv = [sys.executable, "-m", "broker.cli", "serve", "--host", HOST, "--port", str(port),
                 "--log-level", "warning"]
+        if target == "workers":
+            argv += ["--workers", str(cfg.workers)]
         env = clean_env(MEMP_ADMIN_KEY=cfg.admin_key)
-        if target in ("redis", "limited"):
+        if target != "embedded":
             env["MEMP_REDIS_URL"] = cfg.redis_url
         if target == "limited":
             env.update(AGENT_RATES)
@@ -165,7 +174,7 @@ def _start(procs: Processes, cfg: Config, target: str, redis_pid: int | None) ->
     if redis_pid is not None and target != "embedded":
         watch["redis"] = redis_pid
     server = Server(target, proc, port, watch, _namespace(cfg, target))
-    if target != "floor":
+    if target not in FLOORS:
         credentials = client.register_agent(HOST, port, cfg.admin_key, server.namespace)
         server.token, server.key_id = credentials["api_key"], credentials["key_id"]
     if target == "limited":
@@ -241,16 +250,19 @@ def _measure(procs: Processes, cfg: Config, servers: list[Server]) -> dict[str, 
 
 
 def _config(args: argparse.Namespace, targets: list[str]) -> Config:
-    if args.value_bytes < 11 or min(args.connections, args.keys, args.seconds, args.rounds) < 1:
-        raise SystemExit("bench: --value-bytes must be >= 11; --connections, --keys, --seconds "
-                         "and --rounds >= 1")
-    own_redis = not args.redis_url and bool({"floor", "redis", "limited"} & set(targets))
+    if args.value_bytes < 11 or min(args.connections, args.keys, args.seconds, args.rounds,
+                                    args.workers) < 1:
+        raise SystemExit("bench: --value-bytes must be >= 11; --connections, --keys, --seconds, "
+                         "--rounds and --workers >= 1")
+    own_redis = not args.redis_url and bool({"floor", "blind", "redis", "workers", "limited"}
+                                            & set(targets))
     if own_redis:
         need_redis_server(", or pass --redis-url")
     return Config(seconds=args.seconds, rounds=args.rounds, connections=args.connections,
                   value_bytes=args.value_bytes, keys=args.keys,
                   namespace="bench" if not args.redis_url else f"bench-{secrets.token_hex(4)}",
-                  loadgen=choose_loadgen(args.load_generator), redis_url=args.redis_url or "",
+                  loadgen=choose_loadgen(args.load_generator), workers=args.workers,
+                  redis_url=args.redis_url or "",
                   own_redis=own_redis)
 
 
@@ -270,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(f"bench: {cfg.connections} connections, {cfg.rounds} rounds of {cfg.seconds} s per "
           f"phase, {cfg.value_bytes}-byte values over {cfg.keys} keys, load generator "
-          f"{cfg.loadgen}, {os.cpu_count()} CPUs, load average {load_before:.2f}", flush=True)
+          f"{cfg.loadgen}, {os.cpu_count()} CPUs, load average {load_before:.2f}"
+          + (f"; xN: {cfg.workers} workers" if "workers" in targets else ""), flush=True)
     try:
         redis_pid = None
         if cfg.own_redis:
@@ -302,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             "config": {"seconds": cfg.seconds, "rounds": cfg.rounds,
                        "connections": cfg.connections, "value_bytes": cfg.value_bytes,
                        "keys": cfg.keys, "load_generator": cfg.loadgen,
+                       "workers": cfg.workers if "workers" in targets else None,
                        "redis": "own redis-server" if cfg.own_redis else "--redis-url"},
             "machine": report.machine(load_before,
                                       versions=report.versions("fakeredis", "lupa")),

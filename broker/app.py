@@ -189,7 +189,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             schema_runner.close()
 
     app = AbortableApp(
-        routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *api_keys.routes,
+        # Memory first: no other route matches its paths, and it serves most requests.
+        routes=[*memory.routes, *system.routes, *agents.routes, *messages.routes, *api_keys.routes,
                 *subscribe.routes, *namespaces.routes, *amp_routes.routes,
                 mcp.route(auth, mcp_server)],
         exception_handlers={

@@ -6,11 +6,13 @@ import argparse
 import asyncio
 import errno
 import json
+import math
 import os
 import secrets
 import socket
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -55,8 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", metavar="PEM",
                        help="the certificate's private key (MEMP_TLS_KEY); default: the key in "
                             "the --tls-cert file")
-    serve.add_argument("--workers", type=int, default=1,
-                       help="uvicorn worker processes (needs Redis when more than 1)")
+    serve.add_argument("--workers", type=_workers, default=1,
+                       help="worker processes: a number, or 'auto' for one per core this "
+                            "process may use (CPU affinity and a cgroup CPU quota count); "
+                            "more than 1 needs Redis, and 'auto' on the embedded store is 1. "
+                            "'auto' is the choice for production")
     serve.add_argument("--log-level", choices=LEVELS, type=str.lower,
                        default=os.environ.get("MEMP_LOG_LEVEL", "info").lower(),
                        help="least severe level logged (MEMP_LOG_LEVEL, default info; "
@@ -79,6 +84,41 @@ def _parser() -> argparse.ArgumentParser:
     revoke = key_commands.add_parser("revoke", help="revoke an API key by id")
     revoke.add_argument("key_id")
     return parser
+
+
+def _workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a number from 1, or auto, not {text!r}")
+    return int(text)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota
+    (a container limited to 2 CPUs on a 16-core host gets 2), at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(cores, 1)
+
+
+def _worker_count(workers: int | str, settings: Settings) -> int:
+    """--workers as a number: `auto` is one per usable core (one on the embedded store)."""
+    if isinstance(workers, int):
+        return workers
+    count = 1 if settings.embedded else usable_cores()
+    note = " (the embedded store is per process)" if settings.embedded else ""
+    print(f"memp-broker: --workers auto: {count} worker process{'es' if count > 1 else ''}"
+          f"{note}", flush=True)
+    return count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,9 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def serve(settings: Settings, workers: int, log_level: str, log_format: str) -> int:
+def serve(settings: Settings, requested: int | str, log_level: str, log_format: str) -> int:
     from broker import logs
 
+    workers = _worker_count(requested, settings)
     if workers > 1:
         if settings.embedded:
             raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per "

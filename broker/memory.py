@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import random
 import time
-import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,6 +26,7 @@ from broker.namespaces import NamespaceRegistry, NamespaceState
 from broker.settings import Settings
 from broker.storage.entries import EntryStore
 from broker.storage.records import WriteOutcome, WriteRequest
+from broker.uuids import uuid4
 from broker.validation import (
     check_limit,
     check_message_id,
@@ -141,7 +141,7 @@ class MemoryService:
                                          sent)
         request = self._write_request(
             principal, namespace, state, strategy, options.timestamp, options.message_id,
-            value=encoded, entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
+            value=encoded, entry_id=uuid4(), ttl_seconds=options.ttl_seconds,
             if_version=options.if_version, if_absent=options.if_absent,
             schema_errors=await self._schema_errors(state, namespace, key, decoded,
                                                     len(encoded)),
@@ -181,7 +181,7 @@ class MemoryService:
             check_value_size(len(encoded), self.settings)
             request = self._write_request(
                 principal, namespace, state, "merge", options.timestamp, options.message_id,
-                value=encoded, entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
+                value=encoded, entry_id=uuid4(), ttl_seconds=options.ttl_seconds,
                 if_version=current.version if current else None, if_absent=current is None,
                 internal_cas=True,
                 schema_errors=await self._schema_errors(state, namespace, key, merged,

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_KEY, Broker, BrokerProcess, start_broker
+from tests.conftest import ADMIN_KEY, Broker, BrokerProcess, check_workers_auto, start_broker
 from tests.test_subscribe import Stream
 from tests.topologies import RedisCluster, RedisSentinel, TlsRedis
 
@@ -230,6 +230,11 @@ def test_a_revocation_reaches_a_stream_on_another_process(
     event = stream.wait_event(lambda e: e.event == "revoked", "the revoked event", timeout=5)
     assert time.monotonic() - started < 2.5
     assert event.data["reason"] == "the API key was revoked"
+
+
+def test_serve_workers_auto_runs_a_worker_per_core(
+        topology: Topology, broker_process: Callable[..., BrokerProcess], ns: str) -> None:
+    check_workers_auto(broker_process("--workers", "auto", MEMP_REDIS_URL=topology.url), ns)
 
 
 # ---- a primary killed under load ----

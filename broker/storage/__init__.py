@@ -17,7 +17,7 @@ from broker.storage.changelog import ChangeLogStore
 from broker.storage.client import Backend
 from broker.storage.config import ConfigStore
 from broker.storage.entries import EntryStore
-from broker.storage.timing import CommandObserver, time_commands
+from broker.storage.timing import CommandObserver, time_commands, time_pipe
 
 
 class Storage:
@@ -50,6 +50,8 @@ class Storage:
     def observe(self, observer: CommandObserver) -> None:
         """Report every command of the shared client (its time, or its failure)."""
         time_commands(self.backend.redis, observer)
+        if self.backend.pipe is not None:
+            time_pipe(self.backend.pipe, observer)
 
     @property
     def embedded(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
@@ -22,7 +22,6 @@ from broker.storage.fairshare import (
     open_gate,
 )
 from broker.storage.records import (
-    RawHash,
     WriteOutcome,
     WriteRequest,
     entry_from_fields,
@@ -213,8 +212,8 @@ class EntryStore:
     # ---- reads ----
 
     async def get(self, namespace: str, key: str, now: int) -> Entry | None:
-        fields = await self.redis.hgetall(layout.entry(namespace, key))
-        return live_entry(namespace, key, cast(RawHash, fields), now)
+        fields = await self.backend.hgetall(layout.entry(namespace, key))
+        return live_entry(namespace, key, fields, now)
 
     async def scan_keys(self, namespace: str, pattern: Pattern, after: str | None,
                         count: int) -> tuple[list[str], bool]:

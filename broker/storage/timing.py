@@ -56,3 +56,8 @@ def time_commands(client: Any, observer: CommandObserver) -> None:
         return pipe
 
     client.pipeline = pipeline
+
+
+def time_pipe(pipe: Any, observer: CommandObserver) -> None:
+    """Wrap the auto-pipelined connection's `execute` (`broker.storage.pipe`) the same way."""
+    pipe.execute = _timed(pipe.execute, _name, observer)
