@@ -1,17 +1,20 @@
 """HTTP benchmark of the MEMP broker against its floor: `python -m bench.http --help`.
 
-Starts redis-server (unless --redis-url) and three uvicorn processes: the floor (bench/floor.py),
-the broker on that Redis and the broker on its embedded store. It fills --keys keys in each, then
-drives PUTs and GETs over HTTP from wrk (or bench/client.py) one target at a time, phase by
-phase, for --rounds rounds, and prints the median figures side by side with the ratio to the
-floor. Measuring the targets back to back, round after round, keeps a busy machine's noise
-from landing on one target only.
+Starts redis-server (unless --redis-url) and up to four uvicorn processes: the floor
+(bench/floor.py), the broker on that Redis, the broker on that Redis with fair-share limits in
+force (target `limited`: namespace rates, quotas and per-agent rates all set far above the load,
+so every request pays for the checks and none is refused) and the broker on its embedded store.
+It fills --keys keys in each, then drives PUTs and GETs over HTTP from wrk (or
+bench/client.py) one target at a time, phase by phase, for --rounds rounds, and prints the
+median figures side by side with the ratio to the floor. Measuring the targets back to back,
+round after round, keeps a busy machine's noise from landing on one target only.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import secrets
 import signal
@@ -66,6 +69,7 @@ class Server:
     proc: subprocess.Popen[bytes]
     port: int
     watch: dict[str, int]
+    namespace: str = ""
     token: str = ""
     key_id: str = ""
 
@@ -90,9 +94,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="use this Redis instead of starting redis-server; the run uses a "
                              "fresh namespace and deletes its keys afterwards")
     parser.add_argument("--targets", default="floor,blind,redis,embedded",
-                        help="comma-separated subset of floor,blind,redis,workers,embedded "
-                             "(default floor,blind,redis,embedded); workers is the broker on "
-                             "Redis with --workers processes")
+                        help="comma-separated subset of floor,blind,redis,workers,limited,"
+                             "embedded (default floor,blind,redis,embedded); workers is the "
+                             "broker on Redis with --workers processes, limited the broker on "
+                             "Redis with every fair-share limit set far above the load")
     parser.add_argument("--workers", type=int, default=2,
                         help="worker processes of the workers target (default 2)")
     parser.add_argument("--load-generator", choices=["auto", "wrk", "python"], default="auto",
@@ -104,25 +109,33 @@ def _parser() -> argparse.ArgumentParser:
 # ---- load generation ----
 
 
-def _path(cfg: Config, i: int) -> str:
-    return f"/v1/namespaces/{cfg.namespace}/memory/bench/key-{i:05d}"
+# Fair share for the `limited` target: every limit set, none reachable by the load.
+LIMITS = {"writes_per_second": 1_000_000, "write_burst": 1_000_000,
+          "reads_per_second": 1_000_000, "read_burst": 1_000_000,
+          "max_keys": 1_000_000_000, "max_bytes": 10**12, "max_streams": 1_000}
+AGENT_RATES = {"MEMP_AGENT_WRITES_PER_SECOND": "1000000", "MEMP_AGENT_READS_PER_SECOND": "1000000"}
 
 
-def _requests(cfg: Config, method: str, token: str) -> list[bytes]:
+def _path(namespace: str, i: int) -> str:
+    return f"/v1/namespaces/{namespace}/memory/bench/key-{i:05d}"
+
+
+def _requests(cfg: Config, server: Server, method: str) -> list[bytes]:
     body = client.put_body(cfg.value_bytes) if method == "PUT" else None
-    return [client.build_request(method, _path(cfg, i), token, body) for i in range(cfg.keys)]
+    return [client.build_request(method, _path(server.namespace, i), server.token, body)
+            for i in range(cfg.keys)]
 
 
 def _wrk(procs: Processes, cfg: Config, server: Server, method: str, connections: int
          ) -> dict[str, Any]:
     return run_wrk(procs, WRK_SCRIPT, f"http://{HOST}:{server.port}", connections, cfg.seconds,
-                   [method, cfg.namespace, str(cfg.keys), str(cfg.value_bytes), server.token])
+                   [method, server.namespace, str(cfg.keys), str(cfg.value_bytes), server.token])
 
 
 def _drive(procs: Processes, cfg: Config, server: Server, method: str, connections: int
            ) -> dict[str, Any]:
     """One measured phase, with the CPU used meanwhile by the server, Redis and the load."""
-    requests = _requests(cfg, method, server.token) if cfg.loadgen == "python" else []
+    requests = _requests(cfg, server, method) if cfg.loadgen == "python" else []
 
     def drive() -> dict[str, Any]:
         if cfg.loadgen == "wrk":
@@ -153,21 +166,35 @@ def _start(procs: Processes, cfg: Config, target: str, redis_pid: int | None) ->
         env = clean_env(MEMP_ADMIN_KEY=cfg.admin_key)
         if target != "embedded":
             env["MEMP_REDIS_URL"] = cfg.redis_url
+        if target == "limited":
+            env.update(AGENT_RATES)
     proc = procs.start(target, argv, env)
     wait_started(procs, proc, port, TARGETS[target])
     watch = {"server": proc.pid}
     if redis_pid is not None and target != "embedded":
         watch["redis"] = redis_pid
-    server = Server(target, proc, port, watch)
+    server = Server(target, proc, port, watch, _namespace(cfg, target))
     if target not in FLOORS:
-        credentials = client.register_agent(HOST, port, cfg.admin_key, cfg.namespace)
+        credentials = client.register_agent(HOST, port, cfg.admin_key, server.namespace)
         server.token, server.key_id = credentials["api_key"], credentials["key_id"]
+    if target == "limited":
+        body = json.dumps({"limits": LIMITS}).encode()
+        path = f"/v1/namespaces/{server.namespace}/config"
+        status, reply = client.run(lambda: client.request_once(
+            HOST, port, client.build_request("PUT", path, cfg.admin_key, body)))
+        if status != 200:
+            raise RuntimeError(f"setting the limits failed: {status} {reply[:300]!r}")
     return server
+
+
+def _namespace(cfg: Config, target: str) -> str:
+    """The limited target has a namespace of its own: limits are per namespace."""
+    return f"{cfg.namespace}-limited" if target == "limited" else cfg.namespace
 
 
 def _fill(cfg: Config, server: Server) -> None:
     print(f"  {TARGETS[server.target]}: writing {cfg.keys} keys", flush=True)
-    puts = _requests(cfg, "PUT", server.token)
+    puts = _requests(cfg, server, "PUT")
     client.run(lambda: client.fill(HOST, server.port, puts, min(cfg.connections, 32)))
 
 
@@ -189,11 +216,13 @@ def _forget(cfg: Config) -> None:
 
     try:
         with redis.Redis.from_url(cfg.redis_url) as conn:
-            for prefix in (f"memp:{{{cfg.namespace}}}:", f"floor:{{{cfg.namespace}}}:"):
+            limited = _namespace(cfg, "limited")
+            for prefix in (f"memp:{{{cfg.namespace}}}:", f"floor:{{{cfg.namespace}}}:",
+                           f"memp:{{{limited}}}:"):
                 batch = list(conn.scan_iter(match=prefix + "*", count=1000))
                 for i in range(0, len(batch), 1000):
                     conn.unlink(*batch[i:i + 1000])
-            conn.srem("memp:namespaces", cfg.namespace)
+            conn.srem("memp:namespaces", cfg.namespace, limited)
     except redis.RedisError as exc:
         print(f"bench: could not clean up Redis: {exc}", file=sys.stderr)
 
@@ -225,7 +254,8 @@ def _config(args: argparse.Namespace, targets: list[str]) -> Config:
                                     args.workers) < 1:
         raise SystemExit("bench: --value-bytes must be >= 11; --connections, --keys, --seconds, "
                          "--rounds and --workers >= 1")
-    own_redis = not args.redis_url and bool({"floor", "blind", "redis", "workers"} & set(targets))
+    own_redis = not args.redis_url and bool({"floor", "blind", "redis", "workers", "limited"}
+                                            & set(targets))
     if own_redis:
         need_redis_server(", or pass --redis-url")
     return Config(seconds=args.seconds, rounds=args.rounds, connections=args.connections,

@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 TARGETS = {"floor": "floor", "blind": "floor, JSON-blind", "redis": "broker (Redis)",
-           "workers": "broker (Redis) xN", "embedded": "broker (embedded)"}
+           "workers": "broker (Redis) xN", "limited": "broker (limits on)",
+           "embedded": "broker (embedded)"}
 FLOORS = ("floor", "blind")
-BROKERS = ("redis", "workers", "embedded")
+BROKERS = ("redis", "workers", "limited", "embedded")
+# What fair share's checks may cost an agent under its limits: a share of a put's server CPU.
+CHECK_COST_TARGET = 0.05
 PHASES = ("put", "get", "put_c1")
 # Targets for one broker process on real Redis (reported for the others too): throughput
 # against the floor (the first release's), server CPU per request against the JSON-blind floor
@@ -109,6 +112,16 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
                     if base else 0.0
                 entry[f"{phase}_workers_met"] = entry[f"{phase}_x_one_worker"] >= WORKERS_TARGET
         out[target] = entry
+    plain, limited = results.get("redis"), results.get("limited")
+    if plain and limited:
+        for phase in ("put", "get"):
+            base = plain[phase]["cpu_us_per_request"].get("server")
+            cost = limited[phase]["cpu_us_per_request"].get("server")
+            if base and cost:
+                out["limited"][f"{phase}_check_cost"] = round(cost / base - 1, 3)
+        if "put_check_cost" in out["limited"]:
+            out["limited"]["put_check_cost_met"] = \
+                out["limited"]["put_check_cost"] <= CHECK_COST_TARGET
     return out
 
 
@@ -135,6 +148,12 @@ def table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
         ratio = vs_floor.get(target)
         if ratio:
             lines.append(f"targets, {TARGETS[target]}: " + "; ".join(_checks(ratio)))
+    limited = vs_floor.get("limited", {})
+    if "put_check_cost" in limited:
+        lines.append(
+            f"fair share, limits on vs off by server CPU: put +{limited['put_check_cost']:.1%} "
+            f"(target {CHECK_COST_TARGET:.0%}: {verdict(limited['put_check_cost_met'])}), "
+            f"get +{limited.get('get_check_cost', 0):.1%} (a rate script per read)")
     for target, label in TARGETS.items():
         for phase, p in results.get(target, {}).items():
             if p["errors"]:

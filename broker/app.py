@@ -28,6 +28,7 @@ from broker.errors import MempError, store_down
 from broker.http import error_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
+from broker.limits import FairShare, RateLimited
 from broker.logs import RequestIdMiddleware, Throttle
 from broker.mcp import server as mcp
 from broker.mcp.resources import Resources
@@ -45,6 +46,7 @@ from broker.sse import AbortableApp, SendWatchdog
 from broker.storage import Storage
 from broker.storage.client import STORE_DOWN, StoreError
 from broker.storage.records import CorruptRecord
+from broker.stream_leases import StreamLeases
 from broker.supervisor import Backoff, Supervisor
 from broker.sweeper import ExpirySweeper
 
@@ -57,6 +59,8 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_la
 
 async def _mempe_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, MempError)
+    if isinstance(exc, RateLimited) and exc.hold_ms:
+        await asyncio.sleep(exc.hold_ms / 1000)  # a flood's refusals come late (limits.py)
     return error_response(exc)
 
 
@@ -128,8 +132,10 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     registry = NamespaceRegistry(storage.config, settings.namespace_cache_seconds,
                                  runner=schema_runner)
     cell_visibility = CellVisibility(settings.amp_namespace)
+    fair_share = FairShare(settings, storage.fair_share, metrics, clock)
+    stream_leases = StreamLeases(settings, fair_share, registry, supervisor, clock)
     memory_service = MemoryService(settings, storage.entries, registry, activity, clock,
-                                   cell_visibility)
+                                   cell_visibility, fair_share)
     agent_service = AgentService(settings, storage.accounts, activity, clock)
     sweeper = ExpirySweeper(storage.entries, clock, settings.sweep_interval_seconds,
                             settings.sweep_batch, settings.changelog_max_age_seconds * 1000)
@@ -167,12 +173,15 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         supervisor.start("AMP term poster",
                          lambda: amp_poster.run_forever(settings.amp_post_interval_seconds))
         supervisor.start("SSE send watchdog", send_watchdog.run)
+        supervisor.start("stream lease renewer", stream_leases.run)
         supervisor.start("store watch", lambda: _watch_store(storage, outage))
         try:
             async with mcp_server.running():
                 yield
         finally:
             await hub.close()
+            with contextlib.suppress(*StoreError, OSError):
+                await stream_leases.release_all()
             await supervisor.close()
             with contextlib.suppress(*StoreError, OSError):
                 await activity.flush()
@@ -212,6 +221,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.auth = auth
     app.state.stream_guard = stream_guard
     app.state.memory = memory_service
+    app.state.fair_share = fair_share
+    app.state.stream_leases = stream_leases
     app.state.agents = agent_service
     app.state.messages = MessageHandler(memory_service, agent_service, clock)
     app.state.mcp = mcp_server

@@ -34,7 +34,14 @@ _OPERATOR = Principal(subject="cli", grants=(), superuser=True)
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memp-broker", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the broker")
+    serve = commands.add_parser(
+        "serve", help="run the broker",
+        epilog="Every setting is also an environment variable MEMP_<NAME> (README, "
+               "Configuration). Fair share (docs/limits.md): MEMP_AGENT_WRITES_PER_SECOND and "
+               "MEMP_AGENT_READS_PER_SECOND (each agent's own rate in each namespace, bursts "
+               "MEMP_AGENT_WRITE_BURST and MEMP_AGENT_READ_BURST), MEMP_MAX_STREAMS_PER_TOKEN "
+               "(open streams per credential), MEMP_STREAM_LEASE_SECONDS, MEMP_RATE_LIMIT_HOLD_MS; "
+               "0 is no limit.")
     serve.add_argument("--host", help="address to listen on (MEMP_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (MEMP_PORT, default 8080)")
     serve.add_argument(

@@ -99,6 +99,12 @@ class Metrics:
         self.amp_transitions = Counter(
             "memp_amp_lifecycle_transitions", "AMP cells moved by the lifecycle engine, by "
             "the status they moved to.", ["to"], registry=r)
+        self.rate_limited = Counter(
+            "memp_rate_limited", "Requests refused for going over a rate, by limit and by whose "
+            "rate it was (scope: agent or namespace).", ["limit", "scope"], registry=r)
+        self.quota_exceeded = Counter(
+            "memp_quota_exceeded", "Writes and streams refused for going over a quota, by limit.",
+            ["limit"], registry=r)
         for reason in CLOSE_REASONS:
             self.stream_closes.labels(reason)  # present at 0 from the start
         for status in AMP_TRANSITIONS:
@@ -126,6 +132,13 @@ class Metrics:
 
     def redis_error(self, command: str, error: BaseException) -> None:
         self.redis_errors.labels(command, type(error).__name__).inc()
+
+    def count_refusal(self, code: str, limit: str, scope: str) -> None:
+        """A request refused by fair share (`rate_limited` or `quota_exceeded`)."""
+        if code == "rate_limited":
+            self.rate_limited.labels(limit, scope).inc()
+        else:
+            self.quota_exceeded.labels(limit).inc()
 
     def stream_closed(self, reason: str) -> None:
         self.stream_closes.labels(reason).inc()

@@ -16,6 +16,7 @@ from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_patter
 from broker.errors import MempError
 from broker.flights import Flights
 from broker.grammar import NAMESPACE_GLOB_RE, compile_pattern, glob_covers
+from broker.limits import Limits, check_limits
 from broker.models import WireInt
 from broker.schema_runner import SchemaRunner
 from broker.schemas import (
@@ -66,6 +67,7 @@ class NamespaceConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     history_limit: WireInt | None = None
     default_ttl_seconds: WireInt | None = None
     shares: list[Share] = []
+    limits: Limits = msgspec.field(default_factory=Limits)
 
 
 class StoredConfig(NamespaceConfig, kw_only=True):
@@ -135,6 +137,7 @@ def check_config(config: NamespaceConfig, max_history: int, max_ttl_seconds: int
             0 < config.default_ttl_seconds <= max_ttl_seconds):
         raise MempError("invalid_ttl", f"default_ttl_seconds must be between 1 and "
                         f"{max_ttl_seconds}, or null")
+    check_limits(config.limits)
     for share in config.shares:
         if not NAMESPACE_GLOB_RE.fullmatch(share.namespace):
             raise MempError("invalid_namespace", f"shares: bad namespace {share.namespace!r}")

@@ -30,6 +30,7 @@ class Storage:
         self.entries = EntryStore(backend, history_limit=history_limit,
                                   changelog_maxlen=changelog_maxlen,
                                   idempotency_window_ms=idempotency_window_ms)
+        self.fair_share = self.entries.fair_share
         self.accounts = AccountStore(backend, self.entries, idempotency_window_ms)
         self.config = ConfigStore(backend.redis)
         self._waiting = backend.new_client()

@@ -92,8 +92,42 @@ export class SchemaViolationError extends MempError {
   }
 }
 
-/** 429: too many requests. */
-export class RateLimitedError extends MempError {}
+/** 429 rate_limited: the agent's or the namespace's rate is spent (`scope`); nothing was
+ * written. `retryAfter` is how many seconds to wait. The SDK retries by itself when the wait is
+ * within its backoff cap (`maxBackoff`), and throws this otherwise. */
+export class RateLimitedError extends MempError {
+  get retryAfter(): number | null {
+    const ms = this.details['retry_after_ms']
+    if (typeof ms === 'number') return ms / 1000
+    const seconds = this.details['retry_after']
+    return typeof seconds === 'number' ? seconds : null
+  }
+
+  get scope(): string | null {
+    const scope = this.details['scope']
+    return typeof scope === 'string' ? scope : null
+  }
+}
+
+/** 429 quota_exceeded: the write (or stream) would take the namespace past `limit`
+ * (`max_keys`, `max_bytes`, `max_streams`, `max_streams_per_token`); `used` of `maximum` are in
+ * use. Nothing was written; waiting does not help, deleting does. Never retried. */
+export class QuotaExceededError extends MempError {
+  get limit(): string | null {
+    const limit = this.details['limit']
+    return typeof limit === 'string' ? limit : null
+  }
+
+  get used(): number | null {
+    const used = this.details['used']
+    return typeof used === 'number' ? used : null
+  }
+
+  get maximum(): number | null {
+    const maximum = this.details['max']
+    return typeof maximum === 'number' ? maximum : null
+  }
+}
 
 /** 503: the broker cannot reach its store; safe to retry later. */
 export class UnavailableError extends MempError {}
@@ -134,6 +168,7 @@ export const ERROR_CODES = [
   'schema_timeout',
   'idempotency_key_reused',
   'rate_limited',
+  'quota_exceeded',
   'internal',
   'unavailable',
 ] as const
@@ -159,6 +194,7 @@ const BY_CODE: Record<ErrorCode, ErrorClass> = {
   payload_too_large: PayloadTooLargeError,
   schema_violation: SchemaViolationError,
   rate_limited: RateLimitedError,
+  quota_exceeded: QuotaExceededError,
   unavailable: UnavailableError,
   method_not_allowed: MempError,
   schema_timeout: MempError,

@@ -19,7 +19,14 @@ export type {
   Provenance,
 } from './amp.js'
 export { Namespaces, Schemas } from './namespaces.js'
-export type { NamespaceConfig, SchemaRecord, StoredConfig, Strategy } from './namespaces.js'
+export type {
+  Limits,
+  NamespaceConfig,
+  SchemaRecord,
+  StoredConfig,
+  Strategy,
+  UsageReport,
+} from './namespaces.js'
 export type {
   DeleteOptions,
   HistoryOptions,
@@ -40,6 +47,7 @@ export {
   OpenTimeoutError,
   PayloadTooLargeError,
   PreconditionFailedError,
+  QuotaExceededError,
   RateLimitedError,
   SchemaViolationError,
   UnauthorizedError,

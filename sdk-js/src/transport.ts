@@ -222,6 +222,19 @@ export class Transport {
         await sleep(this.delay(attempt, response.headers.get('retry-after')), call.signal)
         continue
       }
+      // A 429 wrote nothing: any call is resent once the wait it asks for has passed, when
+      // that is within the backoff cap (a quota's 429 asks for none: waiting lifts no quota).
+      const wait = response.headers.get('retry-after')
+      if (
+        response.status === 429 &&
+        wait !== null &&
+        /^\d+$/.test(wait) &&
+        Number(wait) * 1000 <= this.config.maxBackoff &&
+        attempt < this.config.maxRetries
+      ) {
+        await sleep(this.delay(attempt, wait), call.signal)
+        continue
+      }
       throw errorFromReply(response.status, response.statusText, json, response.headers)
     }
   }

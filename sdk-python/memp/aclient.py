@@ -28,6 +28,7 @@ from memp.models import (
     Page,
     SchemaRecord,
     StoredConfig,
+    UsageReport,
 )
 from memp.subscription import AsyncSubscription, StateListener, StreamState, targets
 
@@ -143,6 +144,12 @@ class AsyncNamespaces:
     async def config(self, *, namespace: str | None = None) -> StoredConfig:
         return await self._transport.send(
             _calls.get_config(self._config.require_namespace(namespace)))
+
+    async def usage(self, *, namespace: str | None = None) -> UsageReport:
+        """The namespace's usage (live keys, stored bytes, open streams) beside its limits
+        and the broker's per-agent defaults; needs `admin` on the namespace."""
+        return await self._transport.send(
+            _calls.get_usage(self._config.require_namespace(namespace)))
 
     async def set_config(self, config: NamespaceConfig | None = None, *,
                          if_revision: int | None = None, namespace: str | None = None,

@@ -29,6 +29,7 @@ from memp.models import (
     Page,
     SchemaRecord,
     StoredConfig,
+    UsageReport,
 )
 from memp.subscription import StateListener, StreamState, Subscription, targets
 
@@ -171,6 +172,11 @@ class Namespaces:
     def config(self, *, namespace: str | None = None) -> StoredConfig:
         """The configuration, with its `revision` (0 and the defaults if never set)."""
         return self._transport.send(_calls.get_config(self._config.require_namespace(namespace)))
+
+    def usage(self, *, namespace: str | None = None) -> UsageReport:
+        """The namespace's usage (live keys, stored bytes, open streams) beside its limits
+        and the broker's per-agent defaults; needs `admin` on the namespace."""
+        return self._transport.send(_calls.get_usage(self._config.require_namespace(namespace)))
 
     def set_config(self, config: NamespaceConfig | None = None, *,
                    if_revision: int | None = None, namespace: str | None = None,

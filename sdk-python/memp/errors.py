@@ -101,7 +101,43 @@ class SchemaViolation(MempError):
 
 
 class RateLimited(MempError):
-    """429: too many requests."""
+    """429 rate_limited: the agent's or the namespace's rate is spent (`scope`); nothing was
+    written. `retry_after` is how many seconds to wait. The SDK retries by itself when the
+    wait is within its backoff cap, and raises this otherwise."""
+
+    @property
+    def retry_after(self) -> float | None:
+        wait = self.details.get("retry_after_ms")
+        if isinstance(wait, int):
+            return wait / 1000
+        wait = self.details.get("retry_after")
+        return float(wait) if isinstance(wait, int | float) else None
+
+    @property
+    def scope(self) -> str | None:
+        scope = self.details.get("scope")
+        return scope if isinstance(scope, str) else None
+
+
+class QuotaExceeded(MempError):
+    """429 quota_exceeded: the write (or stream) would take the namespace past `limit`
+    (`max_keys`, `max_bytes`, `max_streams`, `max_streams_per_token`); `used` of `maximum` are
+    in use. Nothing was written; waiting does not help, deleting does. Never retried."""
+
+    @property
+    def limit(self) -> str | None:
+        limit = self.details.get("limit")
+        return limit if isinstance(limit, str) else None
+
+    @property
+    def used(self) -> int | None:
+        used = self.details.get("used")
+        return used if isinstance(used, int) else None
+
+    @property
+    def maximum(self) -> int | None:
+        maximum = self.details.get("max")
+        return maximum if isinstance(maximum, int) else None
 
 
 class Unavailable(MempError):
@@ -134,7 +170,8 @@ ERROR_CLASSES: dict[str, type[MempError]] = {
     "method_not_allowed": MempError, "write_conflict": ConflictError,
     "precondition_failed": PreconditionFailed, "payload_too_large": PayloadTooLarge,
     "schema_violation": SchemaViolation, "schema_timeout": MempError,
-    "idempotency_key_reused": MempError, "rate_limited": RateLimited, "internal": MempError,
+    "idempotency_key_reused": MempError, "rate_limited": RateLimited,
+    "quota_exceeded": QuotaExceeded, "internal": MempError,
     "unavailable": Unavailable,
 }
 
