@@ -19,6 +19,7 @@ from broker.storage.client import Backend
 from broker.storage.config import ConfigStore
 from broker.storage.entries import EntryStore
 from broker.storage.proposals import ProposalStore
+from broker.storage.timing import CommandObserver, time_commands, time_pipe
 
 
 class Storage:
@@ -31,6 +32,7 @@ class Storage:
         self.entries = EntryStore(backend, history_limit=history_limit,
                                   changelog_maxlen=changelog_maxlen,
                                   idempotency_window_ms=idempotency_window_ms)
+        self.fair_share = self.entries.fair_share
         self.accounts = AccountStore(backend, self.entries, idempotency_window_ms)
         self.config = ConfigStore(backend.redis)
         self.audit = AuditStore(backend)
@@ -48,6 +50,12 @@ class Storage:
                                wait_ms=write_replicas_timeout_ms)
         return cls(backend, history_limit=history_limit, changelog_maxlen=changelog_maxlen,
                    idempotency_window_ms=idempotency_window_ms)
+
+    def observe(self, observer: CommandObserver) -> None:
+        """Report every command of the shared client (its time, or its failure)."""
+        time_commands(self.backend.redis, observer)
+        if self.backend.pipe is not None:
+            time_pipe(self.backend.pipe, observer)
 
     @property
     def embedded(self) -> bool:

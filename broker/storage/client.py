@@ -17,7 +17,9 @@ import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool, Connection
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
+from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
@@ -25,6 +27,7 @@ from redis.exceptions import (
     InvalidResponse,
     NoScriptError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
     SlotNotCoveredError,
     TryAgainError,
@@ -32,14 +35,17 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from broker.storage.pipe import AutoPipeline
 from broker.storage.urls import RedisTarget, parse
 
 # The client type the stores use. A Cluster client is not a subclass but answers the same
 # commands the stores send (its pipelines refuse scripts: Backend.run sends those itself).
 Redis = aioredis.Redis
 ScriptCall = tuple[AsyncScript, list[Any], list[Any]]  # script, keys, args
-# Any failure of the store; services catch this, never a Redis library class.
-StoreError = RedisError
+# Any failure of the store; services catch this, never a Redis library class. A Cluster
+# client that reaches no node at all (none up yet, or none whose certificate verifies) raises
+# RedisClusterException, which is not a RedisError.
+StoreError: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
 
 
 class NotReplicated(RedisError):
@@ -59,7 +65,7 @@ class NotReplicated(RedisError):
 # something that is not Redis: answered 503 with Retry-After, never 500.
 STORE_DOWN: tuple[type[Exception], ...] = (
     RedisConnectionError, RedisTimeoutError, InvalidResponse, ClusterError, TryAgainError,
-    ReadOnlyError, SlotNotCoveredError, AskError, NotReplicated)
+    ReadOnlyError, SlotNotCoveredError, AskError, NotReplicated, RedisClusterException)
 
 # Argument types the library encodes its own way (float repr, bool refused, buffers); checked by
 # exact type, which is all the broker passes.
@@ -118,13 +124,16 @@ class Backend:
     that wait for replicas when writes must survive a failover (`MEMP_WRITE_REPLICAS`)."""
 
     def __init__(self, connect: Callable[[], Redis], *, kind: str = "single",
-                 embedded: bool = False, replicas: int = 0, wait_ms: int = 1000) -> None:
+                 embedded: bool = False, replicas: int = 0, wait_ms: int = 1000,
+                 pipe: AutoPipeline | None = None) -> None:
         self._connect = connect
         self.redis = connect()
         self.kind = kind
         self.embedded = embedded
         self.replicas = replicas
         self.wait_ms = wait_ms
+        # The hot path's commands on one `redis://` server (see pipe.py); None elsewhere.
+        self.pipe = pipe
         self._sentinels: list[Redis] = []  # Sentinel's own clients, closed with the backend
 
     @property
@@ -149,8 +158,9 @@ class Backend:
             backend._sentinels = sentinel.sentinels
             return backend
         connect = _cluster if target.kind == "cluster" else _single
+        pipe = AutoPipeline(target.url, timeout) if target.url.startswith("redis://") else None
         return cls(lambda: connect(target, timeout), kind=target.kind, replicas=replicas,
-                   wait_ms=wait_ms)
+                   wait_ms=wait_ms, pipe=pipe)
 
     def new_client(self) -> Redis:
         return self._connect()
@@ -168,6 +178,8 @@ class Backend:
             raise
 
     async def close(self) -> None:
+        if self.pipe is not None:
+            await self.pipe.close()
         await self.redis.aclose()
         for client in self._sentinels:
             await client.aclose()
@@ -189,8 +201,17 @@ class Backend:
             return list(await asyncio.gather(*(self._on_primary(c, wait) for c in calls)))
         if len(calls) == 1 and not wait:  # a call of its own costs less than a pipeline
             script, keys, args = calls[0]
+            if self.pipe is not None:
+                return [await _auto_pipelined(self.pipe, script, keys, args)]
             return [await script(keys, args)]
         return await self._pipelined(calls, wait)
+
+    async def hgetall(self, key: str) -> dict[bytes, bytes]:
+        """A hash's fields (the hot path's read: auto-pipelined on one server)."""
+        if self.pipe is None:
+            return cast(dict[bytes, bytes], await self.redis.hgetall(key))
+        flat = await self.pipe.execute("HGETALL", key)
+        return dict(zip(flat[::2], flat[1::2], strict=True))
 
     async def _pipelined(self, calls: Sequence[ScriptCall], wait: bool) -> list[Any]:
         """Calls by digest in one pipeline (and a WAIT after them). Calls Redis refuses for an
@@ -275,6 +296,17 @@ class Backend:
             raise NotReplicated(int(count), self.replicas, self.wait_ms)
 
 
+async def _auto_pipelined(pipe: AutoPipeline, script: AsyncScript, keys: list[Any],
+                          args: list[Any]) -> Any:
+    """One script call in this turn's batch; a script Redis does not know (a restart or SCRIPT
+    FLUSH emptied its cache) did not run, and is sent again once loaded."""
+    try:
+        return await pipe.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        await pipe.execute("SCRIPT", "LOAD", script.script)
+        return await pipe.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
 async def read_stream(client: Redis, key: str, position: str, count: int, block_ms: int
                       ) -> list[Any]:
     """XREAD of one stream after `position`, waiting up to `block_ms`: its records.
@@ -332,8 +364,11 @@ def _sentinel(target: RedisTarget, timeout: float) -> Sentinel:
     the sentinels on every new connection: after a failover, connections to the old primary
     fail once and reconnect to the new one."""
     options = target.connection_options()
+    # A sentinel that fails is not retried: the next one is asked at once (redis-py's default
+    # retries with backoff held every discovery ~4 s per sentinel out of reach).
     sentinel_options: dict[str, Any] = {"socket_timeout": timeout,
-                                        "socket_connect_timeout": timeout}
+                                        "socket_connect_timeout": timeout,
+                                        "retry": Retry(NoBackoff(), 0)}
     if target.sentinel_password:
         sentinel_options.update(username=target.sentinel_username,
                                 password=target.sentinel_password)

@@ -346,6 +346,7 @@ export class MEMP {
       patterns,
       options.snapshot ?? false,
       options.lastEventId ?? null,
+      options.onState,
     )
     const open = this.#subscriptions
     let subscription: Subscription<T> | undefined = undefined

@@ -30,7 +30,14 @@ export type {
   Provenance,
 } from './amp.js'
 export { Namespaces, Schemas } from './namespaces.js'
-export type { NamespaceConfig, SchemaRecord, StoredConfig, Strategy } from './namespaces.js'
+export type {
+  Limits,
+  NamespaceConfig,
+  SchemaRecord,
+  StoredConfig,
+  Strategy,
+  UsageReport,
+} from './namespaces.js'
 export type {
   DeleteOptions,
   HistoryOptions,
@@ -44,12 +51,15 @@ export {
   ApprovalPendingError,
   ConflictError,
   ConnectionFailedError,
+  CorsRefusedError,
   ForbiddenError,
   InvalidRequestError,
   MempError,
   NotFoundError,
+  OpenTimeoutError,
   PayloadTooLargeError,
   PreconditionFailedError,
+  QuotaExceededError,
   RateLimitedError,
   SchemaViolationError,
   UnauthorizedError,
@@ -74,7 +84,7 @@ export type {
 } from './models.js'
 export { QueryResult } from './query.js'
 export { Subscription } from './subscription.js'
-export type { SubscribeOptions } from './subscription.js'
+export type { ConnectionState, SubscribeOptions } from './subscription.js'
 export { DEFAULT_BASE_URL } from './transport.js'
 export type { CallOptions, MempOptions } from './transport.js'
 export type { CertificateAuthorities } from './trust.js'

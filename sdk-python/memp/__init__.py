@@ -13,6 +13,7 @@ from memp.errors import (
     NotFound,
     PayloadTooLarge,
     PreconditionFailed,
+    QuotaExceeded,
     RateLimited,
     SchemaViolation,
     SchemaViolationWarning,
@@ -22,6 +23,7 @@ from memp.errors import (
 from memp.models import (
     AccessPolicy,
     Agent,
+    AgentDefaults,
     AgentGetMessage,
     AgentListMessage,
     AgentPage,
@@ -49,6 +51,7 @@ from memp.models import (
     HistoryMessage,
     ImportRefusal,
     ImportResult,
+    Limits,
     MemoryCell,
     NamespaceConfig,
     Page,
@@ -65,13 +68,21 @@ from memp.models import (
     Share,
     StoredConfig,
     StrategyRule,
+    Usage,
+    UsageReport,
 )
-from memp.subscription import AsyncSubscription, Subscription
+from memp.subscription import (
+    AsyncSubscription,
+    ConnectionState,
+    OpenTimeout,
+    Subscription,
+)
 
 __all__ = [
     "MEMP",
     "AccessPolicy",
     "Agent",
+    "AgentDefaults",
     "AgentGetMessage",
     "AgentListMessage",
     "AgentPage",
@@ -94,6 +105,7 @@ __all__ = [
     "Conflict",
     "ConflictError",
     "ConnectionFailed",
+    "ConnectionState",
     "CreatedKey",
     "Credentials",
     "DeleteMessage",
@@ -107,10 +119,12 @@ __all__ = [
     "ImportRefusal",
     "ImportResult",
     "InvalidRequest",
+    "Limits",
     "MemoryCell",
     "MempError",
     "NamespaceConfig",
     "NotFound",
+    "OpenTimeout",
     "Page",
     "PayloadTooLarge",
     "PreconditionFailed",
@@ -121,6 +135,7 @@ __all__ = [
     "PutMessage",
     "QueryMessage",
     "QueryResult",
+    "QuotaExceeded",
     "RateLimited",
     "RegisterMessage",
     "Reply",
@@ -134,5 +149,7 @@ __all__ = [
     "Subscription",
     "Unauthorized",
     "Unavailable",
+    "Usage",
+    "UsageReport",
     "__version__",
 ]
