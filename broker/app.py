@@ -23,6 +23,7 @@ from broker.amp.visibility import CellVisibility
 from broker.auth import Authenticator
 from broker.changes import ChangeLog
 from broker.clock import Clock, system_clock
+from broker.console import routes as console
 from broker.errors import MempError, store_down
 from broker.http import error_response
 from broker.hub import Hub
@@ -165,7 +166,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app = AbortableApp(
         routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *api_keys.routes,
                 *subscribe.routes, *namespaces.routes, *amp_routes.routes,
-                mcp.route(auth, mcp_server)],
+                mcp.route(auth, mcp_server), *console.routes()],
         exception_handlers={
             MempError: _mempe_error,
             HTTPException: _http_error,

@@ -335,9 +335,15 @@ export class MEMP {
     )
     const open = this.#subscriptions
     let subscription: Subscription<T> | undefined = undefined
-    subscription = new Subscription<T>(this.#transport, state, options.signal, () => {
-      if (subscription) open.delete(subscription)
-    })
+    subscription = new Subscription<T>(
+      this.#transport,
+      state,
+      options.signal,
+      () => {
+        if (subscription) open.delete(subscription)
+      },
+      options.onConnection,
+    )
     if (!subscription.closed) open.add(subscription)
     return subscription
   }

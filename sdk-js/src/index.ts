@@ -62,7 +62,7 @@ export type {
 } from './models.js'
 export { QueryResult } from './query.js'
 export { Subscription } from './subscription.js'
-export type { SubscribeOptions } from './subscription.js'
+export type { ConnectionState, SubscribeOptions } from './subscription.js'
 export { DEFAULT_BASE_URL } from './transport.js'
 export type { CallOptions, MempOptions } from './transport.js'
 export type { CertificateAuthorities } from './trust.js'

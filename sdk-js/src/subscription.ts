@@ -29,7 +29,16 @@ export interface SubscribeOptions {
   signal?: AbortSignal | undefined
   /** Resume after this cursor (a `MempEvent.id` or `Subscription.lastEventId` kept earlier). */
   lastEventId?: string | undefined
+  /** Called whenever the connection changes state (`Subscription.connection`): for a UI. */
+  onConnection?: ((state: ConnectionState) => void) | undefined
 }
+
+/**
+ * Where a subscription's connection stands: `connecting` (a request is out), `open` (the
+ * stream is flowing), `waiting` (it broke or was refused for now; it reconnects after a
+ * backoff), `closed` (ended by `close()`, the signal, or an error that reconnecting cannot fix).
+ */
+export type ConnectionState = 'connecting' | 'open' | 'waiting' | 'closed'
 
 const ENTRY_EVENTS = new Set(['put', 'delete', 'expire', 'snapshot'])
 const RESUME_EVENTS = new Set<string>(END_EVENT_TYPES)
@@ -177,12 +186,21 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
   readonly #onClose: () => void
   #unlinkSignal: () => void = () => {}
   #opened = false
+  #connection: ConnectionState = 'connecting'
+  readonly #onConnection: ((state: ConnectionState) => void) | undefined
 
   /** Made by `MEMP.subscribe`. */
-  constructor(transport: Transport, state: StreamState, signal?: AbortSignal, onClose = () => {}) {
+  constructor(
+    transport: Transport,
+    state: StreamState,
+    signal?: AbortSignal,
+    onClose = () => {},
+    onConnection?: (state: ConnectionState) => void,
+  ) {
     this.#transport = transport
     this.#state = state
     this.#onClose = onClose
+    this.#onConnection = onConnection
     this.#items = this.#run()
     if (signal) {
       const close = (): void => this.close()
@@ -206,6 +224,21 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
 
   get closed(): boolean {
     return this.#stop.signal.aborted
+  }
+
+  /** The connection's state now; `onConnection` hears every change. */
+  get connection(): ConnectionState {
+    return this.#connection
+  }
+
+  #enter(state: ConnectionState): void {
+    if (this.#connection === state || this.#connection === 'closed') return
+    this.#connection = state
+    try {
+      this.#onConnection?.(state)
+    } catch {
+      // A UI callback's failure must not break the stream.
+    }
   }
 
   /**
@@ -259,6 +292,7 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
   close(): void {
     if (this.#stop.signal.aborted) return
     this.#stop.abort()
+    this.#enter('closed')
     this.#unlinkSignal()
     this.#onClose()
     // Run the generator's cleanup now if it is parked at a `yield` (after a pending `next()`
@@ -286,6 +320,7 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
       let reader: ReadableStreamDefaultReader<Uint8Array> | undefined
       try {
         arm()
+        this.#enter('connecting')
         const response = await config.fetch(transport.url('/v1/subscribe', state.query()), {
           headers: transport.headers(state.headers()),
           signal: connection.signal,
@@ -313,6 +348,7 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
             if (done) break
             if (!opened) {
               opened = true
+              this.#enter('open')
               yield OPENED
             }
             parser.feed(decoder.decode(value, { stream: true }))
@@ -325,10 +361,16 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
         }
       } catch (error) {
         if (stop.aborted) return
-        if (error instanceof MempError) throw error
+        if (error instanceof MempError) {
+          this.#enter('closed')
+          throw error
+        }
         // A certificate that cannot be verified would be refused on every reconnect.
         const refused = certificateError(error, config)
-        if (refused) throw refused
+        if (refused) {
+          this.#enter('closed')
+          throw refused
+        }
         // Network trouble (refused, reset, the broker went away, silence): reconnect.
       } finally {
         clearTimeout(timer)
@@ -337,6 +379,7 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
         reader?.cancel().catch(() => {})
       }
       state.ended()
+      if (!stop.aborted) this.#enter('waiting')
       try {
         await sleep(state.delay(transport), stop)
       } catch {
