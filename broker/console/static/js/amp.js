@@ -10,6 +10,7 @@ export class AmpView {
     this.client = client
     this.root = root
     this.owner = { type: 'user', id: '' }
+    this.agent = ''
     this.statuses = new Set(['active', 'stale'])
     this.shown = false
   }
@@ -24,6 +25,7 @@ export class AmpView {
     const ownerId = h('input', { id: 'amp-owner', value: this.owner.id, autocomplete: 'off', spellcheck: 'false', required: true })
     const ownerType = h('select', { id: 'amp-owner-type' },
       OWNER_TYPES.map((t) => h('option', { value: t, selected: t === this.owner.type }, t)))
+    const agent = h('input', { id: 'amp-agent', value: this.agent, autocomplete: 'off', spellcheck: 'false', 'aria-describedby': 'amp-agent-help' })
     const boxes = STATUSES.map((s) => h('label', {},
       h('input', { type: 'checkbox', name: 'status', value: s, checked: this.statuses.has(s) }), ` ${s}`))
     fill(this.root,
@@ -32,6 +34,7 @@ export class AmpView {
         onsubmit: (event) => {
           event.preventDefault()
           this.owner = { type: ownerType.value, id: ownerId.value.trim() }
+          this.agent = agent.value.trim()
           this.statuses = new Set(boxes.map((b) => b.querySelector('input')).filter((i) => i.checked).map((i) => i.value))
           this.hits = []
           this.cursor = undefined
@@ -41,7 +44,11 @@ export class AmpView {
       h('label', { for: 'amp-owner-type' }, 'Owner type', ownerType),
       h('label', { for: 'amp-owner' }, 'Owner id', ownerId),
       h('fieldset', {}, h('legend', {}, 'Status'), boxes),
+      h('label', { for: 'amp-agent' }, 'Act as agent', agent),
       h('button', { type: 'submit' }, 'Show cells')),
+      h('p', { id: 'amp-agent-help', class: 'help' },
+        'AMP decides cell by cell what the acting agent may read. A key bound to an agent acts as that agent; ' +
+        'with any other key, name the agent to act as (sent as X-AMP-Agent-ID, which needs the impersonate permission or an admin key).'),
       message ? h('p', { class: 'notice', role: 'status', id: 'amp-message' }, message) : null,
       hits.length ? table('Memory cells', ['Cell', 'Type', 'Status', 'Decay score', 'Readable by', 'Writable by', 'Created', 'Last access'],
         hits.map(({ cell, decayScore }) => [
@@ -59,11 +66,12 @@ export class AmpView {
     try {
       page = await this.client.amp.search({
         ownerId: this.owner.id, ownerType: this.owner.type, status: [...this.statuses],
-        limit: 50, cursor: this.cursor,
+        limit: 50, cursor: this.cursor, agent: this.agent || undefined,
       })
     } catch (error) {
-      const message = error.status === 403 ? 'This key may not use the AMP API (it needs the amp permission).'
-        : `Cannot search cells: ${explain(error)}`
+      const message = error.status === 403 ? `This key may not do that on the AMP API: ${explain(error)}`
+        : error.field === 'X-AMP-Agent-ID' ? 'This key is not bound to an agent: name the agent to act as.'
+          : `Cannot search cells: ${explain(error)}`
       return this.render([], message)
     }
     this.hits = [...(this.hits ?? []), ...page.results]

@@ -40,7 +40,7 @@ export class AuditView {
     try {
       page = await request(this.client, 'GET', path(namespace, 'audit'), { query: this.query() })
     } catch (error) {
-      if (noRoute(error)) return governanceMissing(this.root, 'audit trail')
+      if (noRoute(error)) return governanceMissing(this.root, 'audit trail', 'audit-missing')
       const message = error.status === 403
         ? `This key has no audit permission in ${namespace}: the audit trail is not shown.`
         : `Cannot read the audit trail: ${explain(error)}`

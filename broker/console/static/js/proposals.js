@@ -7,8 +7,8 @@ import { noRoute, path, request } from './api.js'
 
 const STATUSES = ['pending', 'approved', 'rejected', 'expired', '']
 
-export function governanceMissing(root, what) {
-  fill(root, h('p', { class: 'notice info', role: 'status', id: `${what}-missing` },
+export function governanceMissing(root, what, id) {
+  fill(root, h('p', { class: 'notice info', role: 'status', id },
     `This broker has no governance routes: it serves no ${what}. ` +
     '(The approval queue and the audit trail arrive with a broker that has them.)'))
 }
@@ -44,7 +44,7 @@ export class ProposalsView {
         query: { status: this.status, key: this.keyFilter, cursor: this.cursor, limit: 50 },
       })
     } catch (error) {
-      if (noRoute(error)) return governanceMissing(this.root, 'proposals')
+      if (noRoute(error)) return governanceMissing(this.root, 'proposals', 'proposals-missing')
       const message = error.status === 403
         ? `This key has no review permission in ${namespace}: there is no queue to show.`
         : `Cannot list proposals: ${explain(error)}`

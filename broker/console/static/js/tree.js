@@ -5,6 +5,7 @@ import { $, arrowKeys, explain, fill, h } from './dom.js'
 import { matches, validPattern } from './patterns.js'
 
 const PAGE = 500 // keys per request
+const MAX_ROUNDS = 20 // requests one "load more" may make
 const SHOWN = 2000 // rows rendered at most; narrow with a folder or a filter beyond that
 const CHANGED_MS = 4000 // how long a key changed live stays highlighted
 
@@ -67,12 +68,18 @@ export class KeyTree {
     this.more.disabled = true
     this.status.textContent = 'Loading keys…'
     try {
-      const page = await this.client.memory.page(this.pattern(), { cursor: this.cursor ?? undefined, limit: PAGE })
-      if (generation !== this.generation) return
-      for (const entry of page.entries) this.entries.set(entry.key, summary(entry))
-      if (page.entries.length) this.lastKey = page.entries[page.entries.length - 1].key
-      this.cursor = page.nextCursor
-      this.done = page.nextCursor === null
+      // A page may come back short (a middle-`*` pattern skips keys, the broker caps the
+      // keys one request examines): keep asking until a page's worth arrived or the end.
+      let added = 0
+      for (let round = 0; round < MAX_ROUNDS && added < PAGE && !this.done; round++) {
+        const page = await this.client.memory.page(this.pattern(), { cursor: this.cursor ?? undefined, limit: PAGE - added })
+        if (generation !== this.generation) return
+        for (const entry of page.entries) this.entries.set(entry.key, summary(entry))
+        if (page.entries.length) this.lastKey = page.entries[page.entries.length - 1].key
+        added += page.entries.length
+        this.cursor = page.nextCursor
+        this.done = page.nextCursor === null
+      }
     } catch (error) {
       if (generation !== this.generation) return
       this.error = error.status === 403
