@@ -29,6 +29,8 @@ from tests.conftest import ADMIN_KEY, Broker, free_port, wait_for_port
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "broker" / "console" / "static"
 ARTIFACTS = Path(os.environ.get("MEMP_CONSOLE_ARTIFACTS") or ROOT / "artifacts" / "console")
+# A reference that would make the browser fetch from elsewhere (a CDN, a font service...).
+REMOTE = re.compile(r"""(?:src|href)=["']https?:|url\(\s*['"]?https?:|import\s*\(?\s*['"]https?:""")
 GOVERNANCE = "/v1/namespaces/{namespace}/proposals" in yaml.safe_load(
     (ROOT / "openapi.yaml").read_text())["paths"]
 
@@ -70,8 +72,7 @@ def test_every_asset_the_page_names_is_served_and_none_is_remote(broker: Broker)
     for path in STATIC.rglob("*"):
         if path.suffix in {".html", ".css", ".js"}:
             text = path.read_text()
-            assert not re.search(r"""(?:src|href)=["']https?:|url\(\s*['"]?https?:|import\s*\(?\s*['"]https?:""",
-                                 text), f"{path.name} loads something remote"
+            assert not REMOTE.search(text), f"{path.name} loads something remote"
             assert "<script>" not in text and " style=" not in text, f"{path.name}: inline code"
 
 
@@ -256,6 +257,7 @@ def ns() -> str:
     return f"c-{uuid.uuid4().hex[:10]}"
 
 
+@pytest.mark.browser
 def test_sign_in_browse_and_see_a_write_from_outside_live(tab: Callable[..., Session],
                                                           site: ConsoleBroker) -> None:
     space = ns()
@@ -285,6 +287,7 @@ def test_sign_in_browse_and_see_a_write_from_outside_live(tab: Callable[..., Ses
     session.shot("02-live-write")
 
 
+@pytest.mark.browser
 def test_entry_history_and_a_diff_between_any_two_versions(tab: Callable[..., Session],
                                                            site: ConsoleBroker) -> None:
     space = ns()
@@ -317,6 +320,7 @@ def test_entry_history_and_a_diff_between_any_two_versions(tab: Callable[..., Se
     assert '"title": "four"' in page.locator("#entry pre.value").inner_text()
 
 
+@pytest.mark.browser
 def test_entry_shows_ttl_schema_flags_and_merge_conflicts(tab: Callable[..., Session],
                                                           site: ConsoleBroker) -> None:
     space = ns()
@@ -347,6 +351,7 @@ def test_entry_shows_ttl_schema_flags_and_merge_conflicts(tab: Callable[..., Ses
     assert "3600 s, expires" in page.locator("#entry").inner_text()
 
 
+@pytest.mark.browser
 def test_a_key_never_shows_another_namespace(tab: Callable[..., Session],
                                              site: ConsoleBroker) -> None:
     mine, theirs = ns(), ns()
@@ -376,6 +381,7 @@ def test_a_key_never_shows_another_namespace(tab: Callable[..., Session],
     session.shot("05-other-namespace-refused")
 
 
+@pytest.mark.browser
 def test_a_key_without_review_sees_no_queue(tab: Callable[..., Session],
                                             site: ConsoleBroker) -> None:
     space = ns()
@@ -397,6 +403,7 @@ def test_a_key_without_review_sees_no_queue(tab: Callable[..., Session],
     session.shot("07-audit-no-access")
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(not GOVERNANCE, reason="this broker has no governance routes (issue 16)")
 def test_approve_one_proposal_and_reject_another(tab: Callable[..., Session],
                                                  site: ConsoleBroker) -> None:
@@ -433,6 +440,7 @@ def test_approve_one_proposal_and_reject_another(tab: Callable[..., Session],
         assert [p["key"] for p in rejected.json()["proposals"]] == ["gated/b"]
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(not GOVERNANCE, reason="this broker has no governance routes (issue 16)")
 def test_audit_trail_filters_and_chain_check(tab: Callable[..., Session],
                                              site: ConsoleBroker) -> None:
@@ -454,6 +462,7 @@ def test_audit_trail_filters_and_chain_check(tab: Callable[..., Session],
     session.shot("10-audit")
 
 
+@pytest.mark.browser
 def test_amp_cells_per_owner(tab: Callable[..., Session], site: ConsoleBroker) -> None:
     owner = f"u-{uuid.uuid4().hex[:8]}"
     with site.admin() as admin:
@@ -479,6 +488,7 @@ def test_amp_cells_per_owner(tab: Callable[..., Session], site: ConsoleBroker) -
     session.shot("11-amp-cells")
 
 
+@pytest.mark.browser
 def test_ten_thousand_keys_page_and_filter(tab: Callable[..., Session],
                                            site: ConsoleBroker) -> None:
     space = ns()
@@ -518,6 +528,7 @@ def test_ten_thousand_keys_page_and_filter(tab: Callable[..., Session],
     (ARTIFACTS / "ten-thousand-keys.json").write_text(json.dumps(timings, indent=2) + "\n")
 
 
+@pytest.mark.browser
 def test_keyboard_labels_and_phone_width(tab: Callable[..., Session],
                                          site: ConsoleBroker) -> None:
     space = ns()
@@ -542,6 +553,7 @@ def test_keyboard_labels_and_phone_width(tab: Callable[..., Session],
     assert page.evaluate("document.activeElement.textContent") == "beta"
 
 
+@pytest.mark.browser
 def test_the_stream_shows_its_state_and_resumes_after_a_broker_restart(
         tab: Callable[..., Session], site: ConsoleBroker) -> None:
     space = ns()
