@@ -570,3 +570,28 @@ def test_the_stream_shows_its_state_and_resumes_after_a_broker_restart(
     site.put(space, "after", 2)
     session.key_row("after").wait_for()
     assert page.locator("#stream-text").inner_text() == "Live: connected"
+
+
+@pytest.mark.browser
+def test_a_refused_key_stays_out_and_sign_out_forgets_the_key(tab: Callable[..., Session],
+                                                               site: ConsoleBroker) -> None:
+    space = ns()
+    session = tab()
+    page = session.page
+    page.goto(site.url + "/console/")
+    page.get_by_label("API key").fill("memp_sk_live_forged")
+    page.locator("#signin-ns").fill(space)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_selector("#signin-error:has-text('The broker does not accept this key.')")
+    assert page.locator("#app").is_hidden()
+    assert page.evaluate("sessionStorage.length") == 0
+    session.shot("00-sign-in-refused")
+
+    key = site.key((space, ["read"]))
+    session.sign_in(key, space)
+    page.reload()  # the session survives a reload of the tab...
+    page.wait_for_selector("#app:not([hidden])")
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_selector("#signin:not([hidden])")
+    assert page.evaluate("sessionStorage.length") == 0  # ...and not a sign-out
+    assert key not in page.content()

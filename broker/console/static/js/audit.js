@@ -71,7 +71,8 @@ export class AuditView {
     h('label', {}, 'Action', h('select', { name: 'action' },
       ACTIONS.map((a) => h('option', { value: a, selected: a === this.filter.action }, a || 'any')))),
     input('since', 'Since', 'datetime-local'), input('until', 'Until', 'datetime-local'),
-    h('button', { type: 'submit' }, 'Filter'))
+    h('button', { type: 'submit' }, 'Filter'),
+    h('button', { type: 'button', onclick: () => this.reload() }, 'Refresh'))
     fill(this.root, this.form,
       h('div', { class: 'row' },
         h('button', { type: 'button', onclick: () => this.verify() }, 'Check the chain'),

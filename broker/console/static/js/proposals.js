@@ -63,7 +63,8 @@ export class ProposalsView {
       h('form', { class: 'row', role: 'search', onsubmit: (e) => { e.preventDefault(); this.keyFilter = keyInput.value.trim(); this.reload() } },
         h('label', { for: 'proposal-status' }, 'Status', statusSelect),
         h('label', { for: 'proposal-key' }, 'Key', keyInput),
-        h('button', { type: 'submit' }, 'Filter')),
+        h('button', { type: 'submit' }, 'Filter'),
+        h('button', { type: 'button', onclick: () => this.reload() }, 'Refresh')),
       this.items.length === 0 ? h('p', { class: 'status', id: 'proposals-empty' }, 'No proposals.') :
         table('Proposals', ['Key', 'Status', 'Proposed by', 'At', 'Base version', ''],
           this.items.map((p) => [h('code', {}, p.key), p.status, h('span', { class: 'mono' }, p.proposed_by ?? '—'),
