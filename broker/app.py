@@ -166,7 +166,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app = AbortableApp(
         routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *api_keys.routes,
                 *subscribe.routes, *namespaces.routes, *amp_routes.routes,
-                mcp.route(auth, mcp_server), *console.routes()],
+                mcp.route(auth, mcp_server),
+                *(console.routes() if settings.console else [])],
         exception_handlers={
             MempError: _mempe_error,
             HTTPException: _http_error,

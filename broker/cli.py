@@ -101,8 +101,10 @@ def serve(settings: Settings, workers: int, log_level: str) -> int:
     where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
         else f"in Redis at {redacted(settings.redis_url or '')}"
     scheme = "https" if certificates else "http"
+    console = f"; console at {scheme}://{settings.host}:{settings.port}/console" \
+        if settings.console else ""
     print(f"memp-broker: listening on {scheme}://{settings.host}:{settings.port}; "
-          f"data lives {where}", flush=True)
+          f"data lives {where}{console}", flush=True)
     # Access lines are logged at info; above it uvicorn would still format each one's fields.
     access_log = log_level.lower() in ("trace", "debug", "info")
     # Every worker process builds its own listening context from the files (`broker.tls`).

@@ -80,6 +80,8 @@ class Settings:
     amp_post_interval_seconds: float = 0.05
     amp_purge_retention: bool = False
     cors_origins: str = ""
+    # The review console at /console (docs/console.md): static files, off with MEMP_CONSOLE=0.
+    console: bool = True
 
     @property
     def embedded(self) -> bool:

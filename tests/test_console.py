@@ -120,6 +120,14 @@ def test_unchanged_files_answer_304_and_need_no_token(broker: Broker) -> None:
         assert client.get("/v1/namespaces/x/memory").status_code == 401
 
 
+def test_memp_console_0_turns_it_off(broker_factory: Callable[..., Broker]) -> None:
+    off = broker_factory("embedded", console=False)
+    with off.client(token=None) as client:
+        assert client.get("/console/").status_code == 404
+        assert client.get("/console").status_code == 404
+        assert client.get("/healthz").status_code == 200
+
+
 # ---- in the browser ----
 
 
