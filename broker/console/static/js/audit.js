@@ -5,8 +5,10 @@ import { explain, fill, h, table, when } from './dom.js'
 import { noRoute, path, request } from './api.js'
 import { governanceMissing } from './proposals.js'
 
-const ACTIONS = ['', 'put', 'delete', 'expire', 'merge', 'proposal', 'approve', 'reject',
-  'config', 'schema', 'key.create', 'key.revoke', 'share', 'amp.transition', 'amp.purge']
+// Offered in the action filter; any other action name may be typed.
+const ACTIONS = ['put', 'delete', 'expire', 'merge', 'propose', 'approve', 'reject',
+  'config', 'schema-put', 'schema-delete', 'key-create', 'key-revoke', 'agent-register',
+  'agent-remove']
 
 export class AuditView {
   constructor(client, root) {
@@ -68,8 +70,10 @@ export class AuditView {
       },
     },
     input('actor', 'Actor'), input('key', 'Key'),
-    h('label', {}, 'Action', h('select', { name: 'action' },
-      ACTIONS.map((a) => h('option', { value: a, selected: a === this.filter.action }, a || 'any')))),
+    h('label', {}, 'Action', h('input', {
+      name: 'action', list: 'audit-actions', value: this.filter.action, autocomplete: 'off', spellcheck: 'false',
+    })),
+    h('datalist', { id: 'audit-actions' }, ACTIONS.map((a) => h('option', { value: a }))),
     input('since', 'Since', 'datetime-local'), input('until', 'Until', 'datetime-local'),
     h('button', { type: 'submit' }, 'Filter'),
     h('button', { type: 'button', onclick: () => this.reload() }, 'Refresh'))

@@ -96,7 +96,8 @@ export class ProposalsView {
 
   detail(p, current, note) {
     const currentValue = current ? current.value : undefined
-    const deleting = p.op === 'delete' || p.kind === 'delete' || p.action === 'delete'
+    const operation = p.operation ?? p.op ?? 'put'
+    const deleting = operation === 'delete'
     const moved = current && p.base_version != null && current.version !== p.base_version
     let proposed = deleting ? undefined : p.value
     if (Array.isArray(p.diff) && !deleting && !moved) {
@@ -114,7 +115,9 @@ export class ProposalsView {
       fields([
         ['Id', h('span', { class: 'mono' }, p.id)],
         ['Status', p.status],
-        ['Operation', p.op ?? p.kind ?? p.action ?? (deleting ? 'delete' : 'put')],
+        ['Operation', operation],
+        p.expires_at ? ['Expires', when(p.expires_at)] : null,
+        p.version ? ['Applied as version', String(p.version)] : null,
         ['Proposed by', h('span', { class: 'mono' }, p.proposed_by ?? '—')],
         ['Created', when(p.created_at)],
         ['Base version', String(p.base_version ?? '— (new key)')],
@@ -139,7 +142,7 @@ export class ProposalsView {
       h('p', { id: 'decision', role: 'status' }))
   }
 
-  async decide(p, action, reason, button) {
+  async decide(p, action, reason, button, baseVersion = null) {
     const out = this.root.querySelector('#decision')
     if (action === 'reject' && !reason) {
       out.className = 'error'
@@ -150,7 +153,7 @@ export class ProposalsView {
     button.disabled = true
     try {
       const reply = await request(this.client, 'POST', path(this.client.namespace, 'proposals', p.id, action),
-        { body: action === 'reject' ? { reason } : {} })
+        { body: action === 'reject' ? { reason } : baseVersion === null ? {} : { base_version: baseVersion } })
       const version = reply?.entry?.version ?? reply?.version
       const done = action === 'approve'
         ? `Approved${version ? `: applied as version ${version}` : ''}.` : 'Rejected.'
@@ -165,7 +168,11 @@ export class ProposalsView {
         await this.open(p.id, h('div', { class: 'notice', role: 'alert', id: 'decision-conflict' },
           h('p', {}, `Not applied: the key moved since the proposal was made (${explain(error)}).`),
           fresh ? h('p', {}, `It is now at version ${fresh.version}.`) : null,
-          Array.isArray(details.diff) ? renderDiff(fresh?.value, applySafe(fresh?.value, details.diff), ['now', 'proposed'], details.diff) : null))
+          Array.isArray(details.diff) ? renderDiff(fresh?.value, applySafe(fresh?.value, details.diff), ['now', 'proposed'], details.diff) : null,
+          typeof details.current_version === 'number' ? h('button', {
+            type: 'button', class: 'primary', id: 'approve-rebased',
+            onclick: (e) => this.decide(p, 'approve', null, e.target, details.current_version),
+          }, `Approve rebased onto version ${details.current_version}`) : null))
         return
       }
       out.className = 'error'
