@@ -52,24 +52,44 @@ export class ProposalsView {
     }
     this.items.push(...(page.proposals ?? page.items ?? []))
     this.cursor = page.next_cursor ?? null
+    this.reviewer ??= await this.mayReview()
     this.render()
+  }
+
+  /**
+   * Does the key hold `review`? A writer without it may list its own proposals, so the list
+   * does not tell. Deciding a proposal that does not exist does: without `review` it is
+   * refused (403) before any look-up; with it, there is no such proposal (404). Nothing is
+   * changed either way.
+   */
+  async mayReview() {
+    try {
+      await request(this.client, 'POST', path(this.client.namespace, 'proposals', 'no-such-proposal', 'approve'), { body: {} })
+    } catch (error) {
+      return error.status !== 403 && error.status !== 401
+    }
+    return true
   }
 
   render() {
     const statusSelect = h('select', { id: 'proposal-status', onchange: (e) => { this.status = e.target.value; this.reload() } },
       STATUSES.map((s) => h('option', { value: s, selected: s === this.status }, s || 'any')))
     const keyInput = h('input', { id: 'proposal-key', value: this.keyFilter, autocomplete: 'off', spellcheck: 'false' })
+    const own = this.reviewer === false
     fill(this.root,
+      own ? h('p', { class: 'notice', role: 'status', id: 'proposals-denied' },
+        `This key has no review permission in ${this.client.namespace}: there is no queue to show. ` +
+        'Below are only the proposals this key made itself.') : null,
       h('form', { class: 'row', role: 'search', onsubmit: (e) => { e.preventDefault(); this.keyFilter = keyInput.value.trim(); this.reload() } },
         h('label', { for: 'proposal-status' }, 'Status', statusSelect),
         h('label', { for: 'proposal-key' }, 'Key', keyInput),
         h('button', { type: 'submit' }, 'Filter'),
         h('button', { type: 'button', onclick: () => this.reload() }, 'Refresh')),
       this.items.length === 0 ? h('p', { class: 'status', id: 'proposals-empty' }, 'No proposals.') :
-        table('Proposals', ['Key', 'Status', 'Proposed by', 'At', 'Base version', ''],
+        table(own ? 'Your proposals' : 'Proposals', ['Key', 'Status', 'Proposed by', 'At', 'Base version', ''],
           this.items.map((p) => [h('code', {}, p.key), p.status, h('span', { class: 'mono' }, p.proposed_by ?? '—'),
             when(p.created_at), String(p.base_version ?? '—'),
-            h('button', { type: 'button', onclick: () => this.open(p.id), 'aria-label': `Review proposal for ${p.key}` }, 'Review')])),
+            h('button', { type: 'button', onclick: () => this.open(p.id), 'aria-label': `${own ? 'Show' : 'Review'} proposal for ${p.key}` }, own ? 'Show' : 'Review')])),
       this.cursor ? h('button', { type: 'button', onclick: () => this.load() }, 'Load more proposals') : null,
       h('div', { id: 'proposal', 'aria-live': 'polite' }))
   }
@@ -108,7 +128,7 @@ export class ProposalsView {
       }
     }
     const reason = h('textarea', { id: 'reject-reason', 'aria-describedby': 'reject-help' })
-    const pending = p.status === 'pending'
+    const pending = p.status === 'pending' && this.reviewer !== false
     return h('div', { class: 'card' },
       h('h3', { tabindex: '-1' }, 'Proposal for ', h('code', {}, p.key)),
       note,
