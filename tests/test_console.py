@@ -452,6 +452,41 @@ def test_approve_one_proposal_and_reject_another(tab: Callable[..., Session],
 
 @pytest.mark.browser
 @pytest.mark.skipif(not GOVERNANCE, reason="this broker has no governance routes (issue 16)")
+def test_a_proposal_whose_key_moved_is_refused_then_approved_rebased(
+        tab: Callable[..., Session], site: ConsoleBroker) -> None:
+    space = ns()
+    with site.admin() as admin:
+        assert admin.put(f"/v1/namespaces/{space}/config", json={
+            "rules": [{"pattern": "gated/*", "approval": "required"}]}).status_code == 200
+    writer = site.key((space, ["read", "write", "subscribe"]))
+    reviewer = site.key((space, ["read", "subscribe", "review"]))
+    ids = []
+    with httpx.Client(base_url=site.url, headers={"Authorization": f"Bearer {writer}"}) as w:
+        for value in ({"v": "first"}, {"v": "second"}):
+            reply = w.put(f"/v1/namespaces/{space}/memory/gated/c", json={"value": value})
+            assert reply.status_code == 202, reply.text
+            ids.append(reply.json()["id"])
+    with httpx.Client(base_url=site.url, headers={"Authorization": f"Bearer {reviewer}"}) as r:
+        approved = r.post(f"/v1/namespaces/{space}/proposals/{ids[0]}/approve", json={})
+        assert approved.status_code == 200, approved.text
+    session = tab()
+    session.sign_in(reviewer, space)
+    page = session.page
+    page.locator("#tab-proposals").click()
+    page.get_by_role("button", name="Review proposal for gated/c").click()
+    page.wait_for_selector("#proposal >> text=The key moved since this proposal was made")
+    page.locator("#proposal").get_by_role("button", name="Approve", exact=True).click()
+    page.wait_for_selector("#decision-conflict")
+    session.shot("10-proposal-key-moved")
+    page.locator("#approve-rebased").click()
+    page.wait_for_selector("#decision-done")
+    with httpx.Client(base_url=site.url, headers={"Authorization": f"Bearer {reviewer}"}) as r:
+        entry = r.get(f"/v1/namespaces/{space}/memory/gated/c").json()
+        assert entry["value"] == {"v": "second"} and entry["version"] == 2
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not GOVERNANCE, reason="this broker has no governance routes (issue 16)")
 def test_audit_trail_filters_and_chain_check(tab: Callable[..., Session],
                                              site: ConsoleBroker) -> None:
     from playwright.sync_api import expect
@@ -472,7 +507,7 @@ def test_audit_trail_filters_and_chain_check(tab: Callable[..., Session],
     expect(page.locator("#audit tbody tr")).to_have_count(2)
     page.get_by_role("button", name="Check the chain").click()
     page.wait_for_selector("#audit-verify.ok")
-    session.shot("10-audit")
+    session.shot("11-audit")
 
 
 @pytest.mark.browser
@@ -498,7 +533,7 @@ def test_amp_cells_per_owner(tab: Callable[..., Session], site: ConsoleBroker) -
     text = page.locator("#amp table").inner_text()
     assert "likes tea" in text and "works in Lisbon" in text and "active" in text
     assert re.search(r"\b[01]\.\d{3}\b", text)  # decay scores
-    session.shot("11-amp-cells")
+    session.shot("12-amp-cells")
 
 
 @pytest.mark.browser
@@ -536,7 +571,7 @@ def test_ten_thousand_keys_page_and_filter(tab: Callable[..., Session],
     page.get_by_label("Filter keys").fill("bulk/007/")
     page.get_by_role("button", name="Filter").click()
     page.wait_for_selector("#keys-status:has-text('100 keys matching bulk/007/*.')")
-    session.shot("12-ten-thousand-keys")
+    session.shot("13-ten-thousand-keys")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "ten-thousand-keys.json").write_text(json.dumps(timings, indent=2) + "\n")
 
@@ -557,7 +592,7 @@ def test_keyboard_labels_and_phone_width(tab: Callable[..., Session],
         .map(e => e.id || e.name)""")
     assert unlabelled == []
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-    session.shot("13-phone")
+    session.shot("14-phone")
     # Arrow keys move through the key list; Enter opens an entry.
     session.key_row("alpha").focus()
     page.keyboard.press("ArrowDown")
@@ -577,7 +612,7 @@ def test_the_stream_shows_its_state_and_resumes_after_a_broker_restart(
     session.live()
     site.stop()
     page.wait_for_selector('#stream[data-state="waiting"], #stream[data-state="connecting"]')
-    session.shot("14-stream-reconnecting")
+    session.shot("15-stream-reconnecting")
     site.start()
     session.live()
     site.put(space, "after", 2)
