@@ -128,6 +128,16 @@ def test_memp_console_0_turns_it_off(broker_factory: Callable[..., Broker]) -> N
         assert client.get("/healthz").status_code == 200
 
 
+def test_the_pure_modules_with_node() -> None:
+    """Diffs, patches and patterns (tests/console_units.mjs), in Node.js's own test runner."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to run tests/console_units.mjs (Node.js 20+, as for sdk-js)")
+    run = subprocess.run([node, "--test", str(ROOT / "tests" / "console_units.mjs")],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 # ---- in the browser ----
 
 

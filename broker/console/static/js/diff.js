@@ -94,28 +94,31 @@ const unescape = (segment) => segment.replaceAll('~1', '/').replaceAll('~0', '~'
 /** `value` with an RFC 6902 patch applied (add, remove, replace, move, copy, test); throws on a
  * path that does not exist. */
 export function applyPatch(value, patch) {
-  let doc = structuredClone(value)
-  const parts = (path) => (path === '' ? [] : path.split('/').slice(1).map(unescape))
-  const get = (path) => parts(path).reduce((node, part) => {
-    if (node === null || typeof node !== 'object' || !(part in node)) throw new Error(`no ${path}`)
+  const root = { doc: structuredClone(value) }
+  const parts = (path) => ['doc', ...(path === '' ? [] : path.split('/').slice(1).map(unescape))]
+  const walk = (names) => names.reduce((node, part) => {
+    if (node === null || typeof node !== 'object' || !(part in node)) throw new Error(`no ${part}`)
     return node[part]
-  }, doc)
+  }, root)
+  const get = (path) => walk(parts(path))
   const set = (path, item, insert) => {
     const names = parts(path)
-    if (names.length === 0) { doc = item; return }
-    const parent = get('/' + names.slice(0, -1).map((n) => n.replaceAll('~', '~0').replaceAll('/', '~1')).join('/').replace(/^\/$/, ''))
+    const parent = walk(names.slice(0, -1))
     const last = names[names.length - 1]
     if (Array.isArray(parent)) {
       const index = last === '-' ? parent.length : Number(last)
+      if (!Number.isInteger(index) || index < 0 || index > parent.length) throw new Error(`bad index ${last}`)
       if (insert) parent.splice(index, 0, item)
       else parent[index] = item
-    } else if (parent !== null && typeof parent === 'object') parent[last] = item
-    else throw new Error(`no parent for ${path}`)
+    } else if (parent !== null && typeof parent === 'object') {
+      parent[last] = item
+    } else {
+      throw new Error(`no parent for ${path}`)
+    }
   }
   const remove = (path) => {
     const names = parts(path)
-    if (names.length === 0) { doc = undefined; return }
-    const parent = get('/' + names.slice(0, -1).map((n) => n.replaceAll('~', '~0').replaceAll('/', '~1')).join('/').replace(/^\/$/, ''))
+    const parent = walk(names.slice(0, -1))
     const last = names[names.length - 1]
     if (Array.isArray(parent)) parent.splice(Number(last), 1)
     else delete parent[last]
@@ -129,5 +132,5 @@ export function applyPatch(value, patch) {
     else if (op.op === 'test') { if (JSON.stringify(get(op.path)) !== JSON.stringify(op.value)) throw new Error('test failed') }
     else throw new Error(`unknown op ${op.op}`)
   }
-  return doc
+  return root.doc
 }

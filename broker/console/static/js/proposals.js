@@ -186,7 +186,7 @@ export class ProposalsView {
         const details = error.details ?? {}
         const fresh = details.current ?? details.entry ?? null
         await this.open(p.id, h('div', { class: 'notice', role: 'alert', id: 'decision-conflict' },
-          h('p', {}, `Not applied: the key moved since the proposal was made (${explain(error)}).`),
+          h('p', {}, `Not applied (409): ${error.message}`),
           fresh ? h('p', {}, `It is now at version ${fresh.version}.`) : null,
           Array.isArray(details.diff) ? renderDiff(fresh?.value, applySafe(fresh?.value, details.diff), ['now', 'proposed'], details.diff) : null,
           typeof details.current_version === 'number' ? h('button', {
