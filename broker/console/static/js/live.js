@@ -32,9 +32,9 @@ export class Live {
       for await (const event of subscription) this.onEvent(event)
     } catch (error) {
       if (subscription !== this.subscription) return
-      const refused = error.status === 403 || error.status === 401
-      this.set('refused', refused ? 'Live: off (this key may not subscribe here)'
-        : `Live: stopped (${explain(error)})`)
+      this.set('refused', error.status === 403 ? 'Live: off (this key may not subscribe here)'
+        : error.status === 401 ? 'Live: off (the broker no longer accepts this key: sign in again)'
+          : `Live: stopped (${explain(error)})`)
     }
   }
 
