@@ -653,3 +653,23 @@ def test_a_refused_key_stays_out_and_sign_out_forgets_the_key(tab: Callable[...,
     page.wait_for_selector("#signin:not([hidden])")
     assert page.evaluate("sessionStorage.length") == 0  # ...and not a sign-out
     assert key not in page.content()
+
+
+@pytest.mark.browser
+def test_a_revoked_key_loses_the_stream(tab: Callable[..., Session], site: ConsoleBroker) -> None:
+    space = ns()
+    with site.admin() as admin:
+        created = admin.post("/v1/keys", json={"name": "soon revoked", "grants": [
+            {"namespace": space, "permissions": ["read", "subscribe"]}]}).json()
+    session = tab()
+    session.sign_in(created["api_key"], space)
+    session.live()
+    with site.admin() as admin:
+        assert admin.delete(f"/v1/keys/{created['key']['id']}").status_code in (200, 204)
+    page = session.page
+    page.wait_for_selector('#stream[data-state="refused"]')
+    assert "no longer accepts this key" in page.locator("#stream-text").inner_text()
+    site.put(space, "after-revocation", {"secret": "not-for-you"})
+    page.locator("#filter-form").get_by_role("button", name="Filter").click()
+    page.wait_for_selector("#keys-status:has-text('The broker no longer accepts this key')")
+    assert "not-for-you" not in page.content() and "after-revocation" not in page.content()

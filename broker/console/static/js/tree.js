@@ -82,8 +82,9 @@ export class KeyTree {
       }
     } catch (error) {
       if (generation !== this.generation) return
-      this.error = error.status === 403
-        ? `This key may not read namespace ${this.client.namespace}.` : `Cannot list keys: ${explain(error)}`
+      this.error = error.status === 403 ? `This key may not read namespace ${this.client.namespace}.`
+        : error.status === 401 ? 'The broker no longer accepts this key (revoked or expired): sign in again.'
+          : `Cannot list keys: ${explain(error)}`
     } finally {
       if (generation === this.generation) this.more.disabled = false
     }
