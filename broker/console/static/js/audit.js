@@ -2,7 +2,7 @@
 // actor, key, action and time, and a check of the namespace's hash chain.
 
 import { explain, fill, h, table, when } from './dom.js'
-import { noRoute, path, request } from './api.js'
+import { listAudit, noRoute, verifyAudit } from './api.js'
 import { governanceMissing } from './proposals.js'
 
 // Offered in the action filter; any other action name may be typed.
@@ -40,7 +40,7 @@ export class AuditView {
     const namespace = this.client.namespace
     let page
     try {
-      page = await request(this.client, 'GET', path(namespace, 'audit'), { query: this.query() })
+      page = await listAudit(this.client, this.query())
     } catch (error) {
       if (noRoute(error)) return governanceMissing(this.root, 'audit trail', 'audit-missing')
       const message = error.status === 403
@@ -97,7 +97,7 @@ export class AuditView {
     out.className = 'status'
     out.textContent = 'Checking…'
     try {
-      const verdict = await request(this.client, 'GET', path(this.client.namespace, 'audit', 'verify'))
+      const verdict = await verifyAudit(this.client)
       if (verdict.ok) {
         out.className = 'ok'
         out.textContent = `Chain intact: ${verdict.records} records, head ${String(verdict.head).slice(0, 16)}…`

@@ -3,7 +3,7 @@
 
 import { explain, fields, fill, h, pretty, table, when } from './dom.js'
 import { applyPatch, renderDiff } from './diff.js'
-import { noRoute, path, request } from './api.js'
+import { approveProposal, getProposal, listProposals, noRoute, rejectProposal } from './api.js'
 
 const STATUSES = ['pending', 'approved', 'rejected', 'expired', '']
 
@@ -40,9 +40,7 @@ export class ProposalsView {
     const namespace = this.client.namespace
     let page
     try {
-      page = await request(this.client, 'GET', path(namespace, 'proposals'), {
-        query: { status: this.status, key: this.keyFilter, cursor: this.cursor, limit: 50 },
-      })
+      page = await listProposals(this.client, { status: this.status, key: this.keyFilter, cursor: this.cursor, limit: 50 })
     } catch (error) {
       if (noRoute(error)) return governanceMissing(this.root, 'proposals', 'proposals-missing')
       const message = error.status === 403
@@ -64,7 +62,7 @@ export class ProposalsView {
    */
   async mayReview() {
     try {
-      await request(this.client, 'POST', path(this.client.namespace, 'proposals', 'no-such-proposal', 'approve'), { body: {} })
+      await approveProposal(this.client, 'no-such-proposal')
     } catch (error) {
       return error.status !== 403 && error.status !== 401
     }
@@ -96,11 +94,10 @@ export class ProposalsView {
 
   async open(id, note = null) {
     const target = this.root.querySelector('#proposal')
-    const namespace = this.client.namespace
     let proposal
     let current
     try {
-      proposal = await request(this.client, 'GET', path(namespace, 'proposals', id))
+      proposal = await getProposal(this.client, id)
     } catch (error) {
       return fill(target, h('p', { class: 'notice bad' }, `Cannot read the proposal: ${explain(error)}`))
     }
@@ -172,8 +169,8 @@ export class ProposalsView {
     }
     button.disabled = true
     try {
-      const reply = await request(this.client, 'POST', path(this.client.namespace, 'proposals', p.id, action),
-        { body: action === 'reject' ? { reason } : baseVersion === null ? {} : { base_version: baseVersion } })
+      const reply = action === 'reject' ? await rejectProposal(this.client, p.id, reason)
+        : await approveProposal(this.client, p.id, baseVersion)
       const version = reply?.entry?.version ?? reply?.version
       const done = action === 'approve'
         ? `Approved${version ? `: applied as version ${version}` : ''}.` : 'Rejected.'
@@ -184,7 +181,7 @@ export class ProposalsView {
       button.disabled = false
       if (error.status === 409) {
         const details = error.details ?? {}
-        const fresh = details.current ?? details.entry ?? null
+        const fresh = details.current ?? null
         await this.open(p.id, h('div', { class: 'notice', role: 'alert', id: 'decision-conflict' },
           h('p', {}, `Not applied (409): ${error.message}`),
           fresh ? h('p', {}, `It is now at version ${fresh.version}.`) : null,
