@@ -547,6 +547,7 @@ def test_amp_cells_per_owner(tab: Callable[..., Session], site: ConsoleBroker) -
 
 
 @pytest.mark.browser
+@pytest.mark.timeout(300)  # 10,000 writes first: about 25 s here, more on a busy machine
 def test_ten_thousand_keys_page_and_filter(tab: Callable[..., Session],
                                            site: ConsoleBroker) -> None:
     space = ns()
