@@ -158,7 +158,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         finally:
             await hub.close()
             await supervisor.close()
-            with contextlib.suppress(StoreError, OSError):
+            with contextlib.suppress(*StoreError, OSError):
                 await activity.flush()
             await storage.close()
             schema_runner.close()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -89,13 +90,26 @@ class RedisServer:
         client.close()
 
 
+def worker_database(url: str, worker: str | None) -> str:
+    """`url` for one pytest-xdist worker (`gw<N>`): its database number plus N, so parallel
+    workers never flush or read each other's data in a Redis given by MEMP_TEST_REDIS_URL."""
+    if not worker or not worker.startswith("gw"):
+        return url
+    parts = urlsplit(url)
+    base = parts.path.strip("/")
+    database = (int(base) if base.isdigit() else 0) + int(worker[2:])
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer | str]:
-    """A redis-server on a free port (or the URL in MEMP_TEST_REDIS_URL)."""
+    """A redis-server on a free port (or the URL in MEMP_TEST_REDIS_URL: under pytest-xdist,
+    one database per worker)."""
     external = os.environ.get("MEMP_TEST_REDIS_URL")
     if external:
         import redis
 
+        external = worker_database(external, os.environ.get("PYTEST_XDIST_WORKER"))
         client = redis.Redis.from_url(external)
         client.flushdb()
         client.close()
@@ -214,27 +228,52 @@ class BrokerProcess:
         self.process.wait(timeout=15)
 
 
+class ServeProcesses:
+    """`memp-broker serve` processes on the test Redis, started together (each one spends
+    seconds importing the broker, so they start in parallel) and stopped at the end."""
+
+    def __init__(self, redis_url: str) -> None:
+        self.redis_url = redis_url
+        self.started: list[BrokerProcess] = []
+
+    def start(self, count: int, env: dict[str, str]) -> list[BrokerProcess]:
+        handles = []
+        for _ in range(count):
+            port = free_port()
+            environment = {**os.environ, "MEMP_REDIS_URL": self.redis_url,
+                           "MEMP_ADMIN_KEY": ADMIN_KEY, "MEMP_PORT": str(port), **env}
+            process = subprocess.Popen(
+                [sys.executable, "-m", "broker.cli", "serve", "--log-level", "warning"],
+                env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            handles.append(BrokerProcess(f"http://127.0.0.1:{port}", port, process))
+            self.started.append(handles[-1])
+        for handle in handles:
+            wait_for_port(handle.port, timeout=60)  # a busy machine slows the imports
+        return handles
+
+    def stop(self) -> None:
+        for handle in self.started:
+            handle.stop()
+
+
 @pytest.fixture
-def broker_process(redis_url: str) -> Iterator[Callable[..., BrokerProcess]]:
-    """Start `memp-broker serve` processes on the test Redis; stopped after the test."""
-    started: list[BrokerProcess] = []
+def serve_processes(redis_url: str) -> Iterator[ServeProcesses]:
+    processes = ServeProcesses(redis_url)
+    yield processes
+    processes.stop()
 
-    def factory(**env: str) -> BrokerProcess:
-        port = free_port()
-        environment = {**os.environ, "MEMP_REDIS_URL": redis_url, "MEMP_ADMIN_KEY": ADMIN_KEY,
-                       "MEMP_PORT": str(port), **env}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "broker.cli", "serve", "--log-level", "warning"],
-            env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        wait_for_port(port, timeout=20)
-        handle = BrokerProcess(f"http://127.0.0.1:{port}", port, process)
-        started.append(handle)
-        return handle
 
-    yield factory
-    for handle in started:
-        handle.stop()
+@pytest.fixture
+def broker_process(serve_processes: ServeProcesses) -> Callable[..., BrokerProcess]:
+    """Start a `memp-broker serve` process on the test Redis; stopped after the test."""
+    return lambda **env: serve_processes.start(1, env)[0]
+
+
+@pytest.fixture
+def broker_processes(serve_processes: ServeProcesses) -> Callable[..., list[BrokerProcess]]:
+    """Start `count` `memp-broker serve` processes at once (`broker_processes(2, **env)`)."""
+    return lambda count, **env: serve_processes.start(count, env)
 
 
 @pytest.fixture
@@ -352,15 +391,18 @@ def served_serial(port: int, context: ssl.SSLContext) -> int:
 
 # Redis topologies, started once per session behind an ACL user (so every URL carries
 # `user:password@`) and stopped by pid. A test that kills a node calls heal() before it ends.
-TOPOLOGY_FIXTURES = frozenset({"redis_cluster", "redis_sentinel", "tls_redis"})
+TOPOLOGY_FIXTURES = frozenset({"redis_cluster", "redis_sentinel", "tls_redis", "tls_cluster",
+                               "tls_sentinel"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests using a topology are marked `topology`, so `-m topology` (or `-m 'not topology'`)
-    selects them."""
+    selects them. Under pytest-xdist with `--dist loadgroup` (./scripts/test) they all run on
+    one worker, which starts each topology once rather than once per worker."""
     for item in items:
         if TOPOLOGY_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.topology)
+            item.add_marker(pytest.mark.xdist_group("topology"))
 
 
 @pytest.fixture(scope="session")
@@ -384,6 +426,24 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
     """Redis over TLS only; `.url` is `rediss://user:pw@127.0.0.1:p/0`, `.ca_file` the CA."""
     with TlsRedis(tmp_path_factory.mktemp("tls"), credentials=Credentials()) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """`redis_cluster` speaking only TLS, on the cluster bus and to replicas too;
+    `.url_with_ca` is `redis+cluster+tls://user:pw@h:p,...?ssl_ca_certs=<the run's CA>`."""
+    with RedisCluster(tmp_path_factory.mktemp("tls-cluster"), credentials=Credentials(),
+                      tls=True) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def tls_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinel]:
+    """`redis_sentinel` speaking only TLS, the sentinels too; `.url_with_ca` is
+    `redis+sentinel+tls://user:pw@h:p,.../memp?ssl_ca_certs=<the run's CA>`."""
+    with RedisSentinel(tmp_path_factory.mktemp("tls-sentinel"), credentials=Credentials(),
+                       quick_discovery=True, tls=True) as sentinel:
+        yield sentinel
 
 
 def data_client(app: Any) -> Any:

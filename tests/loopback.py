@@ -210,6 +210,58 @@ class RedisProcess:
             return "(no log)"
 
 
+class Certificates:
+    """A CA made for one run (trustme), a certificate for 127.0.0.1 and localhost that the
+    servers present, and a client certificate, as files in `directory`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.ca_file = directory / "ca.pem"
+        self.cert_file = directory / "server.pem"
+        self.key_file = directory / "server.key"
+        self.client_cert_file = directory / "client.pem"
+        self.client_key_file = directory / "client.key"
+
+    def write(self) -> None:
+        import trustme
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        authority = trustme.CA()
+        authority.cert_pem.write_to_path(str(self.ca_file))
+        server = authority.issue_cert(HOST, "localhost")
+        server.private_key_pem.write_to_path(str(self.key_file))
+        server.cert_chain_pems[0].write_to_path(str(self.cert_file))
+        for pem in server.cert_chain_pems[1:]:
+            pem.write_to_path(str(self.cert_file), append=True)
+        client = authority.issue_cert("memp-broker")
+        client.private_key_pem.write_to_path(str(self.client_key_file))
+        client.cert_chain_pems[0].write_to_path(str(self.client_cert_file))
+
+    def server_lines(self, port: int, mutual: bool = False) -> list[str]:
+        """Config lines for a server (or sentinel) that speaks only TLS on `port`, and TLS to
+        the servers it connects to (its primary; a sentinel's servers and sentinels)."""
+        return ["port 0", f"tls-port {port}", f"tls-cert-file {self.cert_file}",
+                f"tls-key-file {self.key_file}", f"tls-ca-cert-file {self.ca_file}",
+                f"tls-auth-clients {'yes' if mutual else 'no'}", "tls-replication yes"]
+
+    def client_options(self, mutual: bool = False) -> dict[str, Any]:
+        """redis-py keyword arguments for a client that trusts the CA (and has a certificate
+        when the server requires one)."""
+        options: dict[str, Any] = {"ssl": True, "ssl_ca_certs": str(self.ca_file)}
+        if mutual:
+            options |= {"ssl_certfile": str(self.client_cert_file),
+                        "ssl_keyfile": str(self.client_key_file)}
+        return options
+
+
+def tls_only(process: RedisProcess, certificates: Certificates, mutual: bool = False) -> None:
+    """Make `process` (not started yet) speak only TLS on its port."""
+    process.config_lines = [line for line in process.config_lines
+                            if not line.startswith("port ")] + certificates.server_lines(
+        process.port, mutual)
+    process.tls = certificates.client_options(mutual)
+
+
 class Topology(Protocol):
     """What tests and deploy/local use of every topology."""
 
@@ -226,11 +278,14 @@ class Topology(Protocol):
 class LoopbackProcesses:
     """Processes started together on loopback, in order, and stopped together by pid."""
 
-    def __init__(self, workdir: Path | None, credentials: Credentials | None) -> None:
+    def __init__(self, workdir: Path | None, credentials: Credentials | None,
+                 tls: bool = False) -> None:
         self._own_workdir = workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="memp-redis-")) if workdir is None \
             else workdir
         self.credentials = credentials
+        # With `tls`, every process speaks only TLS, with certificates made at start().
+        self.certificates = Certificates(self.workdir / "certs") if tls else None
         self.processes: list[RedisProcess] = []
         # Let the processes outlive this Python process (deploy/local), rather than die with it.
         self.detach = False
@@ -249,12 +304,24 @@ class LoopbackProcesses:
         if self.credentials is not None:
             config += [*self.credentials.acl_lines(), f"masteruser {self.credentials.user}",
                        f"masterauth {self.credentials.password}"]
-        return RedisProcess(name, port, workdir, config + lines, credentials=self.credentials)
+        process = RedisProcess(name, port, workdir, config + lines, credentials=self.credentials)
+        if self.certificates is not None:
+            tls_only(process, self.certificates)
+        return process
+
+    def _with_ca(self, url: str) -> str:
+        """`url` naming the run's CA file as the `ssl_ca_certs` query parameter."""
+        if self.certificates is None:
+            return url
+        separator = "&" if "?" in url else "?"
+        return f"{url}{separator}ssl_ca_certs={quote(str(self.certificates.ca_file))}"
 
     def start(self) -> Self:
         """Start every process in order, then wait until the whole is ready; on any failure
         stop what was started."""
         try:
+            if self.certificates is not None and not self.certificates.ca_file.exists():
+                self.certificates.write()
             for process in self.processes:
                 process.start(detach=self.detach)
             self._settle()

@@ -545,8 +545,8 @@ def test_import_of_one_id_twice_in_a_batch_keeps_the_first(amp: Amp) -> None:
 
 
 def test_imports_of_one_batch_on_two_processes_store_each_cell_once(
-        broker_process: Callable[..., BrokerProcess], ns: str) -> None:
-    first, second = amp_processes(broker_process, ns)
+        broker_processes: Callable[..., list[BrokerProcess]], ns: str) -> None:
+    first, second = amp_processes(broker_processes, ns)
     batch = [imported_cell(f"01HQ3Z8X9Y00000000000{n:05d}") for n in range(200)]
     reports: list[dict[str, Any]] = []
     lock = threading.Lock()

@@ -690,8 +690,8 @@ def test_purge_of_an_imported_tombstone_past_its_window(purging: Amp, redis_url:
 
 
 def test_engines_on_two_processes_apply_each_transition_once(
-        broker_process: Callable[..., BrokerProcess], ns: str) -> None:
-    first, second = amp_processes(broker_process, ns)
+        broker_processes: Callable[..., list[BrokerProcess]], ns: str) -> None:
+    first, second = amp_processes(broker_processes, ns)
     with Amp(first.url, ns) as one, Amp(second.url, ns) as two:
         cells = [decaying(one if i % 2 else two, f"cell {i}") for i in range(60)]
         start = max(created(c) for c in cells)
@@ -717,8 +717,8 @@ def test_engines_on_two_processes_apply_each_transition_once(
 
 
 def test_reads_on_two_processes_each_count_once(
-        broker_process: Callable[..., BrokerProcess], ns: str) -> None:
-    first, second = amp_processes(broker_process, ns)
+        broker_processes: Callable[..., list[BrokerProcess]], ns: str) -> None:
+    first, second = amp_processes(broker_processes, ns)
     with Amp(first.url, ns) as one, Amp(second.url, ns) as two:
         cell = one.create("read from everywhere at once")
         counts: list[int] = []
@@ -739,8 +739,8 @@ def test_reads_on_two_processes_each_count_once(
 
 
 def test_patches_on_two_processes_leave_the_index_matching_the_cell(
-        broker_process: Callable[..., BrokerProcess], redis_url: str, ns: str) -> None:
-    first, second = amp_processes(broker_process, ns)
+        broker_processes: Callable[..., list[BrokerProcess]], redis_url: str, ns: str) -> None:
+    first, second = amp_processes(broker_processes, ns)
     with Amp(first.url, ns) as one, Amp(second.url, ns) as two:
         cell = one.create("original wording")
         applied: list[str] = []

@@ -297,12 +297,13 @@ def run_threads(threads: list[threading.Thread], timeout: float = 60.0) -> None:
         assert not thread.is_alive(), f"{thread.name} did not finish"
 
 
-def amp_processes(broker_process: Callable[..., BrokerProcess], namespace: str
+def amp_processes(broker_processes: Callable[..., list[BrokerProcess]], namespace: str
                   ) -> tuple[BrokerProcess, BrokerProcess]:
     """Two broker processes on one Redis serving AMP in `namespace`; their periodic lifecycle
     engines stay out of the way."""
     env = {"MEMP_AMP_NAMESPACE": namespace, "MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS": "3600"}
-    return broker_process(**env), broker_process(**env)
+    first, second = broker_processes(2, **env)
+    return first, second
 
 
 def wait_posted(client: Any, namespace: str) -> None:

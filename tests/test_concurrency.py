@@ -25,9 +25,9 @@ HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
 @pytest.fixture
-def brokers(broker_process: Callable[..., BrokerProcess]) -> list[BrokerProcess]:
+def brokers(broker_processes: Callable[..., list[BrokerProcess]]) -> list[BrokerProcess]:
     """Two `memp-broker serve` processes on the same Redis."""
-    return [broker_process(), broker_process()]
+    return broker_processes(2)
 
 
 @pytest.fixture

@@ -141,6 +141,13 @@ def test_the_pure_modules_with_node() -> None:
 # ---- in the browser ----
 
 
+def browser_test(test: Callable[..., None]) -> Callable[..., None]:
+    """A test in Chromium (marker `browser`); under pytest-xdist they share one worker, so one
+    Chromium and one broker serve them all."""
+    marked: Callable[..., None] = pytest.mark.xdist_group("console")(pytest.mark.browser(test))
+    return marked
+
+
 def chromium() -> str | None:
     """The system Chromium: MEMP_CHROMIUM, else `chromium` (Debian) or `chromium-browser`."""
     named = os.environ.get("MEMP_CHROMIUM")
@@ -275,7 +282,7 @@ def ns() -> str:
     return f"c-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.mark.browser
+@browser_test
 def test_sign_in_browse_and_see_a_write_from_outside_live(tab: Callable[..., Session],
                                                           site: ConsoleBroker) -> None:
     space = ns()
@@ -305,7 +312,7 @@ def test_sign_in_browse_and_see_a_write_from_outside_live(tab: Callable[..., Ses
     session.shot("02-live-write")
 
 
-@pytest.mark.browser
+@browser_test
 def test_entry_history_and_a_diff_between_any_two_versions(tab: Callable[..., Session],
                                                            site: ConsoleBroker) -> None:
     space = ns()
@@ -338,7 +345,7 @@ def test_entry_history_and_a_diff_between_any_two_versions(tab: Callable[..., Se
     assert '"title": "four"' in page.locator("#entry pre.value").inner_text()
 
 
-@pytest.mark.browser
+@browser_test
 def test_entry_shows_ttl_schema_flags_and_merge_conflicts(tab: Callable[..., Session],
                                                           site: ConsoleBroker) -> None:
     space = ns()
@@ -369,7 +376,7 @@ def test_entry_shows_ttl_schema_flags_and_merge_conflicts(tab: Callable[..., Ses
     assert "3600 s, expires" in page.locator("#entry").inner_text()
 
 
-@pytest.mark.browser
+@browser_test
 def test_a_key_never_shows_another_namespace(tab: Callable[..., Session],
                                              site: ConsoleBroker) -> None:
     mine, theirs = ns(), ns()
@@ -399,7 +406,7 @@ def test_a_key_never_shows_another_namespace(tab: Callable[..., Session],
     session.shot("05-other-namespace-refused")
 
 
-@pytest.mark.browser
+@browser_test
 def test_a_key_without_review_sees_no_queue(tab: Callable[..., Session],
                                             site: ConsoleBroker) -> None:
     space = ns()
@@ -423,7 +430,7 @@ def test_a_key_without_review_sees_no_queue(tab: Callable[..., Session],
     session.shot("07-audit-no-access")
 
 
-@pytest.mark.browser
+@browser_test
 @pytest.mark.skipif(not GOVERNANCE, reason="this broker has no governance routes (issue 16)")
 def test_approve_one_proposal_and_reject_another(tab: Callable[..., Session],
                                                  site: ConsoleBroker) -> None:
@@ -460,7 +467,7 @@ def test_approve_one_proposal_and_reject_another(tab: Callable[..., Session],
         assert [p["key"] for p in rejected.json()["proposals"]] == ["gated/b"]
 
 
-@pytest.mark.browser
+@browser_test
 @pytest.mark.skipif(not GOVERNANCE, reason="this broker has no governance routes (issue 16)")
 def test_a_proposal_whose_key_moved_is_refused_then_approved_rebased(
         tab: Callable[..., Session], site: ConsoleBroker) -> None:
@@ -495,7 +502,7 @@ def test_a_proposal_whose_key_moved_is_refused_then_approved_rebased(
         assert entry["value"] == {"v": "second"} and entry["version"] == 2
 
 
-@pytest.mark.browser
+@browser_test
 @pytest.mark.skipif(not GOVERNANCE, reason="this broker has no governance routes (issue 16)")
 def test_audit_trail_filters_and_chain_check(tab: Callable[..., Session],
                                              site: ConsoleBroker) -> None:
@@ -520,7 +527,7 @@ def test_audit_trail_filters_and_chain_check(tab: Callable[..., Session],
     session.shot("11-audit")
 
 
-@pytest.mark.browser
+@browser_test
 def test_amp_cells_per_owner(tab: Callable[..., Session], site: ConsoleBroker) -> None:
     owner = f"u-{uuid.uuid4().hex[:8]}"
     with site.admin() as admin:
@@ -546,7 +553,7 @@ def test_amp_cells_per_owner(tab: Callable[..., Session], site: ConsoleBroker) -
     session.shot("12-amp-cells")
 
 
-@pytest.mark.browser
+@browser_test
 @pytest.mark.timeout(300)  # 10,000 writes first: about 25 s here, more on a busy machine
 def test_ten_thousand_keys_page_and_filter(tab: Callable[..., Session],
                                            site: ConsoleBroker) -> None:
@@ -587,7 +594,7 @@ def test_ten_thousand_keys_page_and_filter(tab: Callable[..., Session],
     (ARTIFACTS / "ten-thousand-keys.json").write_text(json.dumps(timings, indent=2) + "\n")
 
 
-@pytest.mark.browser
+@browser_test
 def test_keyboard_labels_and_phone_width(tab: Callable[..., Session],
                                          site: ConsoleBroker) -> None:
     space = ns()
@@ -612,7 +619,7 @@ def test_keyboard_labels_and_phone_width(tab: Callable[..., Session],
     assert page.evaluate("document.activeElement.textContent") == "beta"
 
 
-@pytest.mark.browser
+@browser_test
 def test_the_stream_shows_its_state_and_resumes_after_a_broker_restart(
         tab: Callable[..., Session], site: ConsoleBroker) -> None:
     space = ns()
@@ -631,7 +638,7 @@ def test_the_stream_shows_its_state_and_resumes_after_a_broker_restart(
     assert page.locator("#stream-text").inner_text() == "Live: connected"
 
 
-@pytest.mark.browser
+@browser_test
 def test_a_refused_key_stays_out_and_sign_out_forgets_the_key(tab: Callable[..., Session],
                                                                site: ConsoleBroker) -> None:
     space = ns()
@@ -656,7 +663,7 @@ def test_a_refused_key_stays_out_and_sign_out_forgets_the_key(tab: Callable[...,
     assert key not in page.content()
 
 
-@pytest.mark.browser
+@browser_test
 def test_a_revoked_key_loses_the_stream(tab: Callable[..., Session], site: ConsoleBroker) -> None:
     space = ns()
     with site.admin() as admin:

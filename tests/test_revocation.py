@@ -65,9 +65,9 @@ def ended_by_revocation(stream: Stream, started: float) -> dict[str, Any]:
 
 
 def test_revoking_a_key_ends_its_streams_on_every_process(
-        broker_process: Callable[..., BrokerProcess], streams: Callable[..., Stream],
+        broker_processes: Callable[..., list[BrokerProcess]], streams: Callable[..., Stream],
         ns: str) -> None:
-    first, second = broker_process(), broker_process()
+    first, second = broker_processes(2)
     created = new_key(first.url, [{"namespace": ns, "permissions": ["read", "subscribe"]}])
     token = created["api_key"]
     on_second = streams(second.url, token, f"{ns}:*")

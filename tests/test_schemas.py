@@ -502,11 +502,11 @@ def test_deleting_a_schema_stops_validation_at_once(admin: httpx.Client, ns: str
 
 
 def test_schema_change_through_one_process_applies_on_another(
-    broker_process: Callable[..., BrokerProcess], ns: str
+    broker_processes: Callable[..., list[BrokerProcess]], ns: str
 ) -> None:
     # A long cache life: only the pub/sub invalidation can make process B notice in time.
     env = {"MEMP_NAMESPACE_CACHE_SECONDS": "3600"}
-    a, b = broker_process(**env), broker_process(**env)
+    a, b = broker_processes(2, **env)
     headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
     with httpx.Client(base_url=a.url, headers=headers, timeout=15) as on_a, \
             httpx.Client(base_url=b.url, headers=headers, timeout=15) as on_b:

@@ -533,8 +533,8 @@ def run_writers(urls: list[str], job: Callable[[int, list[httpx.Client]], Any]) 
 
 
 @pytest.fixture
-def processes(broker_process: Callable[..., BrokerProcess]) -> list[str]:
-    return [broker_process().url, broker_process().url]
+def processes(broker_processes: Callable[..., list[BrokerProcess]]) -> list[str]:
+    return [b.url for b in broker_processes(2)]
 
 
 def test_stress_merge_loses_no_writer_field(processes: list[str], ns: str) -> None:

@@ -866,9 +866,9 @@ def test_reader_stops_when_its_last_subscriber_leaves(
 
 
 def test_a_write_through_one_process_reaches_a_subscriber_on_another(
-    broker_process: Callable[..., BrokerProcess], subscribe: Callable[..., Stream], ns: str
+    broker_processes: Callable[..., list[BrokerProcess]], subscribe: Callable[..., Stream], ns: str
 ) -> None:
-    first, second = broker_process(), broker_process()
+    first, second = broker_processes(2)
     on_second = subscribe(second.url, ns, "*").wait_open()
     on_first = subscribe(first.url, ns, "*").wait_open()
     with httpx.Client(timeout=15, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as client:
@@ -883,9 +883,9 @@ def test_a_write_through_one_process_reaches_a_subscriber_on_another(
 
 
 def test_stopping_a_process_ends_its_streams_and_they_resume_on_another(
-    broker_process: Callable[..., BrokerProcess], subscribe: Callable[..., Stream], ns: str
+    broker_processes: Callable[..., list[BrokerProcess]], subscribe: Callable[..., Stream], ns: str
 ) -> None:
-    leaving, staying = broker_process(), broker_process()
+    leaving, staying = broker_processes(2)
     stream = subscribe(leaving.url, ns, "*").wait_open()
     with httpx.Client(timeout=15, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as client:
         def write(n: int) -> None:

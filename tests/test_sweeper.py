@@ -110,10 +110,10 @@ def test_entry_is_gone_at_expiry_and_expires_once(
 
 
 def test_two_sweeping_processes_expire_5000_keys_once_each(
-    broker_process: Callable[..., BrokerProcess], redis_url: str, ns: str
+    broker_processes: Callable[..., list[BrokerProcess]], redis_url: str, ns: str
 ) -> None:
     total, per_batch = 5000, 100
-    brokers = [broker_process(MEMP_SWEEP_INTERVAL_SECONDS="0.01") for _ in range(2)]
+    brokers = broker_processes(2, MEMP_SWEEP_INTERVAL_SECONDS="0.01")
     keys = [f"session/{i:05d}" for i in range(total)]
     clients = [httpx.Client(base_url=b.url, headers=HEADERS, timeout=30) for b in brokers]
     try:

@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster as PyRedisCluster
 from redis.sentinel import Sentinel
 
 from broker.storage.urls import parse
-from tests.conftest import ADMIN_KEY, BrokerProcess
+from tests.conftest import ADMIN_KEY, BrokerProcess, worker_database
 from tests.topologies import (
     Credentials,
     RedisCluster,
@@ -197,3 +197,11 @@ def test_an_acl_protected_redis_replays_its_transactions_after_a_kill(tmp_path: 
             assert client.dbsize() == 4
             assert client.hget("entry", "f") == "v" and client.xlen("log") == 1
         assert "NOPERM" not in server.log.read_text()
+
+
+def test_each_parallel_worker_gets_a_database_of_its_own() -> None:
+    """Under pytest-xdist, MEMP_TEST_REDIS_URL's database plus the worker's number."""
+    assert worker_database("redis://h:1/2", None) == "redis://h:1/2"
+    assert worker_database("redis://h:1/2", "gw0") == "redis://h:1/2"
+    assert worker_database("redis://h:1/2", "gw3") == "redis://h:1/5"
+    assert worker_database("redis://u:p@h:1", "gw1") == "redis://u:p@h:1/1"

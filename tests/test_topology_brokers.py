@@ -187,9 +187,9 @@ def test_the_amp_bridge(broker: Broker, admin: httpx.Client) -> None:
 
 
 def test_a_revocation_reaches_a_stream_on_another_process(
-        topology: Topology, broker_process: Callable[..., BrokerProcess],
+        topology: Topology, broker_processes: Callable[..., list[BrokerProcess]],
         streams: Callable[..., Stream], ns: str) -> None:
-    first, second = (broker_process(MEMP_REDIS_URL=topology.url) for _ in range(2))
+    first, second = broker_processes(2, MEMP_REDIS_URL=topology.url)
     with httpx.Client(base_url=first.url, timeout=10,
                       headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as admin:
         key = admin.post("/v1/keys", json={"grants": [
@@ -239,6 +239,16 @@ class Load:
                 self.outcomes.append((status, time.monotonic(), space, key, n))
                 time.sleep(0.01)
 
+    def wait_for(self, space: str, after: float, statuses: tuple[int, ...],
+                 timeout: float) -> None:
+        """Wait until a write to `space` made after `after` (monotonic) got one of `statuses`
+        (the assertions that follow say what failed, if none did in time)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not any(
+                s == space and t > after and status in statuses
+                for status, t, s, *_ in list(self.outcomes)):
+            time.sleep(0.05)
+
     def __enter__(self) -> Load:
         for thread in self.threads:
             thread.start()
@@ -260,7 +270,7 @@ def _kill_and_watch(topology: Topology, doomed_space: str) -> float:
 
 
 def test_a_killed_primary_loses_no_acknowledged_write_and_recovers_quickly(
-        topology: Topology, broker_process: Callable[..., BrokerProcess],
+        topology: Topology, broker_processes: Callable[..., list[BrokerProcess]],
         streams: Callable[..., Stream], ns: str) -> None:
     """Two brokers acknowledge a write only once a replica has it. The promoted replica has
     no replica of its own until the killed node comes back, so in between its shard's writes
@@ -268,20 +278,22 @@ def test_a_killed_primary_loses_no_acknowledged_write_and_recovers_quickly(
     would, and writes are acknowledged again."""
     env = {"MEMP_REDIS_URL": topology.url, "MEMP_WRITE_REPLICAS": "1",
            "MEMP_WRITE_REPLICAS_TIMEOUT_MS": "500"}
-    first, second = broker_process(**env), broker_process(**env)
+    first, second = broker_processes(2, **env)
     spaces = [f"{ns}-f{i}" for i in range(6)]
     doomed = spaces[0]
     follower = streams(first.url, [f"{doomed}:*"])
     try:
         with Load([first.url, second.url], spaces) as load:
-            time.sleep(1.5)
+            time.sleep(1.5)  # writes acknowledged before the kill, to count afterwards
             killed_at = time.monotonic()
             promoted_after = _kill_and_watch(topology, doomed)
             promoted_at = killed_at + promoted_after
-            time.sleep(5)
+            # Until the killed shard takes writes again, then a second more of load.
+            load.wait_for(doomed, promoted_at, (200, 201, APPLIED), 10)
+            time.sleep(1)
             topology.heal()  # the old primary rejoins as a replica
             healed_at = time.monotonic()
-            time.sleep(3)
+            load.wait_for(doomed, healed_at, (200, 201), 10)
         statuses = {status for status, *_ in load.outcomes}
         assert statuses <= {200, 201, 503, APPLIED}, statuses  # never a 500, never broken
         served = [t for status, t, space, *_ in load.outcomes
@@ -338,5 +350,32 @@ def test_the_broker_speaks_tls_to_redis_and_refuses_an_unverified_server(
         with untrusted.client() as admin:
             assert admin.get("/readyz").status_code == 503
             assert put(admin, "tls-ns", "k", 2).status_code == 503
+    finally:
+        untrusted.stop()
+
+
+@pytest.mark.parametrize("topology", ["tls_cluster", "tls_sentinel"])
+def test_the_broker_speaks_tls_to_a_cluster_and_to_sentinels(
+        topology: str, request: pytest.FixtureRequest) -> None:
+    """`redis+cluster+tls://` and `redis+sentinel+tls://` with `ssl_ca_certs`: every node (and
+    every sentinel) speaks only TLS, with a certificate from a CA made for the run."""
+    group: RedisCluster | RedisSentinel = request.getfixturevalue(topology)
+    trusted = start_broker("redis", group.url_with_ca)
+    try:
+        with trusted.client() as admin:
+            assert admin.get("/readyz").json()["store"] == topology.removeprefix("tls_")
+            spaces = [f"tls-{topology.replace('_', '-')}-{n}" for n in range(8)]  # 3 shards
+            for space in spaces:
+                assert put(admin, space, "k", {"over": "tls"}).status_code == 201
+            for space in spaces:
+                assert admin.get(f"/v1/namespaces/{space}/memory/k").json()["value"] == {
+                    "over": "tls"}
+    finally:
+        trusted.stop()
+    untrusted = start_broker("redis", group.url)  # the system CAs do not know this one
+    try:
+        with untrusted.client() as admin:
+            assert admin.get("/readyz").status_code == 503
+            assert put(admin, "tls-untrusted", "k", 2).status_code == 503
     finally:
         untrusted.stop()

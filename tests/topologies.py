@@ -14,13 +14,13 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
-from urllib.parse import quote
+from typing import Any
 
 import redis
 
 from tests.loopback import (
     HOST,
+    Certificates,
     Credentials,
     LoopbackProcesses,
     RedisProcess,
@@ -28,11 +28,12 @@ from tests.loopback import (
     TopologyError,
     free_ports,
     stop_pid,
+    tls_only,
     wait_until,
 )
 
-__all__ = ["Credentials", "RedisCluster", "RedisProcess", "RedisSentinel", "RedisSingle",
-           "TlsRedis", "Topology", "TopologyError", "free_ports", "stop_pid"]
+__all__ = ["Certificates", "Credentials", "RedisCluster", "RedisProcess", "RedisSentinel",
+           "RedisSingle", "TlsRedis", "Topology", "TopologyError", "free_ports", "stop_pid"]
 
 SERVICE_NAME = "memp"
 
@@ -57,22 +58,18 @@ class TlsRedis(LoopbackProcesses):
 
     def __init__(self, workdir: Path | None = None, *, credentials: Credentials | None = None,
                  mutual: bool = False) -> None:
-        super().__init__(workdir, credentials)
+        super().__init__(workdir, credentials, tls=True)
+        assert self.certificates is not None
         self.mutual = mutual
         self.port = free_ports(1)[0]
-        certs = self.workdir / "certs"
-        self.ca_file = certs / "ca.pem"
-        self.cert_file = certs / "server.pem"
-        self.key_file = certs / "server.key"
-        self.client_cert_file = certs / "client.pem"
-        self.client_key_file = certs / "client.key"
-        lines = ["port 0", f"tls-port {self.port}", f"tls-cert-file {self.cert_file}",
-                 f"tls-key-file {self.key_file}", f"tls-ca-cert-file {self.ca_file}",
-                 f"tls-auth-clients {'yes' if mutual else 'no'}"]
+        certs = self.certificates
+        self.ca_file, self.cert_file, self.key_file = certs.ca_file, certs.cert_file, \
+            certs.key_file
+        self.client_cert_file, self.client_key_file = certs.client_cert_file, \
+            certs.client_key_file
         self.server = self._data_node("redis-tls", self.port, [])
-        self.server.config_lines = [line for line in self.server.config_lines
-                                    if not line.startswith("port ")] + lines
-        self.server.tls = self.client_tls()
+        if mutual:
+            tls_only(self.server, certs, mutual=True)
         self.processes = [self.server]
 
     @property
@@ -82,32 +79,13 @@ class TlsRedis(LoopbackProcesses):
     @property
     def url_with_ca(self) -> str:
         """`url` naming the CA file as redis-py's `ssl_ca_certs` query parameter."""
-        return f"{self.url}?ssl_ca_certs={quote(str(self.ca_file))}"
+        return self._with_ca(self.url)
 
     def client_tls(self) -> dict[str, Any]:
         """redis-py keyword arguments for a client that trusts the CA (and has a certificate
         when the server requires one)."""
-        options: dict[str, Any] = {"ssl": True, "ssl_ca_certs": str(self.ca_file)}
-        if self.mutual:
-            options |= {"ssl_certfile": str(self.client_cert_file),
-                        "ssl_keyfile": str(self.client_key_file)}
-        return options
-
-    def start(self) -> Self:
-        import trustme
-
-        self.ca_file.parent.mkdir(parents=True, exist_ok=True)
-        authority = trustme.CA()
-        authority.cert_pem.write_to_path(str(self.ca_file))
-        server = authority.issue_cert(HOST, "localhost")
-        server.private_key_pem.write_to_path(str(self.key_file))
-        server.cert_chain_pems[0].write_to_path(str(self.cert_file))
-        for pem in server.cert_chain_pems[1:]:
-            pem.write_to_path(str(self.cert_file), append=True)
-        client = authority.issue_cert("memp-broker")
-        client.private_key_pem.write_to_path(str(self.client_key_file))
-        client.cert_chain_pems[0].write_to_path(str(self.client_cert_file))
-        return super().start()
+        assert self.certificates is not None
+        return self.certificates.client_options(self.mutual)
 
 
 @dataclass(frozen=True)
@@ -157,8 +135,8 @@ class RedisCluster(LoopbackProcesses):
 
     def __init__(self, workdir: Path | None = None, *, credentials: Credentials | None = None,
                  primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 1000,
-                 appendonly: bool = False) -> None:
-        super().__init__(workdir, credentials)
+                 appendonly: bool = False, tls: bool = False) -> None:
+        super().__init__(workdir, credentials, tls)
         self.primaries, self.replicas = primaries, replicas
         count = primaries * (1 + replicas)
         ports = free_ports(2 * count)
@@ -167,20 +145,29 @@ class RedisCluster(LoopbackProcesses):
                 "cluster-enabled yes", "cluster-config-file nodes.conf",
                 f"cluster-port {bus}", f"cluster-node-timeout {node_timeout_ms}",
                 # Any replica may take over, however long ago it last heard from its primary.
-                "cluster-replica-validity-factor 0"], appendonly=appendonly)
+                "cluster-replica-validity-factor 0",
+                *(["tls-cluster yes"] if tls else [])], appendonly=appendonly)
             for port, bus in zip(ports[:count], ports[count:], strict=True)]
         self._killed: tuple[RedisProcess, ClusterNode, float] | None = None
 
     @property
     def url(self) -> str:
         seeds = ",".join(f"{HOST}:{p.port}" for p in self.processes)
-        return f"redis+cluster://{self._userinfo()}{seeds}"
+        scheme = "redis+cluster+tls" if self.certificates else "redis+cluster"
+        return f"{scheme}://{self._userinfo()}{seeds}"
+
+    @property
+    def url_with_ca(self) -> str:
+        """`url` naming the CA file (`ssl_ca_certs`) when the cluster speaks TLS."""
+        return self._with_ca(self.url)
 
     def _settle(self) -> None:
         command = [shutil.which("redis-cli") or "redis-cli", "--cluster", "create",
                    *(f"{HOST}:{p.port}" for p in self.processes),
                    "--cluster-replicas", str(self.replicas), "--cluster-yes"]
         env = dict(os.environ)
+        if self.certificates is not None:
+            command[1:1] = ["--tls", "--cacert", str(self.certificates.ca_file)]
         if self.credentials is not None:
             command[1:1] = ["--user", self.credentials.user]
             env["REDISCLI_AUTH"] = self.credentials.password
@@ -227,6 +214,10 @@ class RedisCluster(LoopbackProcesses):
                     return False
                 failed = {n.port for n in nodes if n.failed}
                 if failed - {p.port for p in self.processes if not p.running}:
+                    return False
+                # Gossip is slower than CLUSTER REPLICATE: until it spreads, a node still sees
+                # a new replica as a primary without slots.
+                if sum(n.primary and not n.failed for n in nodes) != self.primaries:
                     return False
         return True
 
@@ -299,8 +290,9 @@ class RedisSentinel(LoopbackProcesses):
                  replicas: int = 1, sentinels: int = 3, quorum: int = 2,
                  down_after_ms: int = 1000, failover_timeout_ms: int = 10_000,
                  service_name: str = SERVICE_NAME, protect_sentinels: bool = True,
-                 quick_discovery: bool = False, appendonly: bool = False) -> None:
-        super().__init__(workdir, credentials)
+                 quick_discovery: bool = False, appendonly: bool = False,
+                 tls: bool = False) -> None:
+        super().__init__(workdir, credentials, tls)
         self.quick_discovery = quick_discovery
         self.protect_sentinels = protect_sentinels
         self.service_name = service_name
@@ -326,6 +318,9 @@ class RedisSentinel(LoopbackProcesses):
                           *monitor], sentinel=True,
                          credentials=credentials if protect_sentinels else None)
             for port in ports[1 + replicas:]]
+        if self.certificates is not None:
+            for sentinel in self.sentinels:
+                tls_only(sentinel, self.certificates)
         self.processes = [*self.data, *self.sentinels]
         self.primary = self.data[0]
         self._killed: tuple[RedisProcess, float] | None = None
@@ -335,7 +330,13 @@ class RedisSentinel(LoopbackProcesses):
         hosts = ",".join(f"{HOST}:{s.port}" for s in self.sentinels)
         # Sentinels without a password: an empty sentinel_password (broker/storage/urls.py).
         query = "?sentinel_password=" if self.credentials and not self.protect_sentinels else ""
-        return f"redis+sentinel://{self._userinfo()}{hosts}/{self.service_name}{query}"
+        scheme = "redis+sentinel+tls" if self.certificates else "redis+sentinel"
+        return f"{scheme}://{self._userinfo()}{hosts}/{self.service_name}{query}"
+
+    @property
+    def url_with_ca(self) -> str:
+        """`url` naming the CA file (`ssl_ca_certs`) when the group speaks TLS."""
+        return self._with_ca(self.url)
 
     def _settle(self) -> None:
         if self.quick_discovery:

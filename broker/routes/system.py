@@ -25,11 +25,14 @@ async def healthz(request: Request) -> Response:
     return json_response({"status": "ok"})
 
 
+_NOT_READY: tuple[type[Exception], ...] = (*StoreError, OSError)
+
+
 async def readyz(request: Request) -> Response:
     storage = request.app.state.storage
     try:
         await storage.ping()
-    except (StoreError, OSError):
+    except _NOT_READY:
         return error_response(unavailable("the store is not reachable"))
     kind = "embedded" if storage.embedded else {"single": "redis"}.get(storage.backend.kind,
                                                                        storage.backend.kind)

@@ -17,7 +17,9 @@ import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool, Connection
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
+from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
@@ -25,6 +27,7 @@ from redis.exceptions import (
     InvalidResponse,
     NoScriptError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
     SlotNotCoveredError,
     TryAgainError,
@@ -38,8 +41,10 @@ from broker.storage.urls import RedisTarget, parse
 # commands the stores send (its pipelines refuse scripts: Backend.run sends those itself).
 Redis = aioredis.Redis
 ScriptCall = tuple[AsyncScript, list[Any], list[Any]]  # script, keys, args
-# Any failure of the store; services catch this, never a Redis library class.
-StoreError = RedisError
+# Any failure of the store; services catch this, never a Redis library class. A Cluster
+# client that reaches no node at all (none up yet, or none whose certificate verifies) raises
+# RedisClusterException, which is not a RedisError.
+StoreError: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
 
 
 class NotReplicated(RedisError):
@@ -59,7 +64,7 @@ class NotReplicated(RedisError):
 # something that is not Redis: answered 503 with Retry-After, never 500.
 STORE_DOWN: tuple[type[Exception], ...] = (
     RedisConnectionError, RedisTimeoutError, InvalidResponse, ClusterError, TryAgainError,
-    ReadOnlyError, SlotNotCoveredError, AskError, NotReplicated)
+    ReadOnlyError, SlotNotCoveredError, AskError, NotReplicated, RedisClusterException)
 
 # Argument types the library encodes its own way (float repr, bool refused, buffers); checked by
 # exact type, which is all the broker passes.
@@ -332,8 +337,11 @@ def _sentinel(target: RedisTarget, timeout: float) -> Sentinel:
     the sentinels on every new connection: after a failover, connections to the old primary
     fail once and reconnect to the new one."""
     options = target.connection_options()
+    # A sentinel that fails is not retried: the next one is asked at once (redis-py's default
+    # retries with backoff held every discovery ~4 s per sentinel out of reach).
     sentinel_options: dict[str, Any] = {"socket_timeout": timeout,
-                                        "socket_connect_timeout": timeout}
+                                        "socket_connect_timeout": timeout,
+                                        "retry": Retry(NoBackoff(), 0)}
     if target.sentinel_password:
         sentinel_options.update(username=target.sentinel_username,
                                 password=target.sentinel_password)
