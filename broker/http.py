@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from broker.auth import Principal
 from broker.errors import MempError
+from broker.logs import request_id
 from broker.models import MAX_SAFE_INT, encode
 
 T = TypeVar("T")
@@ -24,7 +25,13 @@ def json_response(payload: Any, status: int = 200, headers: dict[str, str] | Non
 
 
 def error_response(error: MempError) -> Response:
-    return Response(error.encode(), status_code=error.status, media_type=JSON,
+    """The error's JSON reply, carrying the request's id (`error.request_id`) to quote in a
+    report."""
+    body = error.body()
+    rid = request_id.get()
+    if rid is not None:
+        body["error"]["request_id"] = rid
+    return Response(msgspec.json.encode(body), status_code=error.status, media_type=JSON,
                     headers=error.headers)
 
 

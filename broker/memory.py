@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import random
 import time
-import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,12 +19,14 @@ from broker.conflicts import MISSING, Conflict, merge
 from broker.errors import MempError
 from broker.grammar import compile_pattern, validate_key, validate_namespace
 from broker.idempotency import fingerprint, reused
+from broker.limits import FairShare
 from broker.locks import KeyLocks
 from broker.models import Entry, Page
 from broker.namespaces import NamespaceRegistry, NamespaceState
 from broker.settings import Settings
 from broker.storage.entries import EntryStore
 from broker.storage.records import WriteOutcome, WriteRequest
+from broker.uuids import uuid4
 from broker.validation import (
     check_limit,
     check_message_id,
@@ -58,8 +59,10 @@ class MemoryService:
     """Checks, authorises and runs memory operations against the store."""
 
     def __init__(self, settings: Settings, store: EntryStore, namespaces: NamespaceRegistry,
-                 activity: AgentActivity, clock: Clock, cells: CellVisibility) -> None:
+                 activity: AgentActivity, clock: Clock, cells: CellVisibility,
+                 fair_share: FairShare) -> None:
         self.settings = settings
+        self.fair_share = fair_share
         self.store = store
         self.namespaces = namespaces
         self.activity = activity
@@ -77,10 +80,15 @@ class MemoryService:
 
     async def _readable(self, principal: Principal, namespace: str, key: str | None,
                         permission: str = "read") -> None:
+        """Check a read: the namespace, the caller's right, the key, and the read rates (a
+        stream's snapshot pages are not reads: its stream is counted instead)."""
         validate_namespace(namespace)
         await self.namespaces.require(principal, permission, namespace)
         if key is not None:
             validate_key(key, self.settings.max_key_bytes)
+        if permission != "subscribe":
+            limits = (await self.namespaces.state(namespace)).config.limits
+            await self.fair_share.check_read(principal, namespace, limits, self.clock())
 
     def _write_request(self, principal: Principal, namespace: str, state: NamespaceState,
                        strategy: str, timestamp: int | None, message_id: str | None,
@@ -123,6 +131,8 @@ class MemoryService:
         check_version(options.if_version)
         check_version(options.base_version)
         state = await self.namespaces.state(namespace)
+        gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
+        self.fair_share.check_closed(gate, self.clock())
         strategy = state.strategy_for(key)
         if options.ttl_seconds is None and state.config.default_ttl_seconds is not None:
             options = replace(options, ttl_seconds=state.config.default_ttl_seconds)
@@ -131,13 +141,14 @@ class MemoryService:
                                          sent)
         request = self._write_request(
             principal, namespace, state, strategy, options.timestamp, options.message_id,
-            value=encoded, entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
+            value=encoded, entry_id=uuid4(), ttl_seconds=options.ttl_seconds,
             if_version=options.if_version, if_absent=options.if_absent,
             schema_errors=await self._schema_errors(state, namespace, key, decoded,
                                                     len(encoded)),
             fingerprint=sent,
         )
-        outcome = await self.store.put(namespace, key, request)
+        outcome = await self.store.put(namespace, key, request, gate)
+        self.fair_share.check_write(outcome, gate, request.now)
         return _settle(outcome, namespace, key, encoded, options.message_id), outcome.created
 
     async def _merge_put(self, principal: Principal, namespace: str, key: str,
@@ -170,7 +181,7 @@ class MemoryService:
             check_value_size(len(encoded), self.settings)
             request = self._write_request(
                 principal, namespace, state, "merge", options.timestamp, options.message_id,
-                value=encoded, entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
+                value=encoded, entry_id=uuid4(), ttl_seconds=options.ttl_seconds,
                 if_version=current.version if current else None, if_absent=current is None,
                 internal_cas=True,
                 schema_errors=await self._schema_errors(state, namespace, key, merged,
@@ -178,7 +189,11 @@ class MemoryService:
                 conflicts=msgspec.json.encode(conflicts).decode() if conflicts else "",
                 fingerprint=sent,
             )
-            outcome = await self.store.put(namespace, key, request)
+            # A retry after a lost race is the same write: its tokens were taken once.
+            gate = self.fair_share.gate(principal, namespace, "w", state.config.limits,
+                                        cost=1 if attempt == 1 else 0)
+            outcome = await self.store.put(namespace, key, request, gate)
+            self.fair_share.check_write(outcome, gate, request.now)
             if outcome.status != "precondition_failed" or outcome.replayed:
                 return _settle(outcome, namespace, key, encoded, options.message_id), \
                     outcome.created
@@ -218,7 +233,10 @@ class MemoryService:
         request = self._write_request(principal, namespace, state, state.strategy_for(key),
                                       timestamp, message_id, if_version=if_version,
                                       fingerprint=sent)
-        outcome = await self.store.delete(namespace, key, request)
+        gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
+        self.fair_share.check_closed(gate, request.now)
+        outcome = await self.store.delete(namespace, key, request, gate)
+        self.fair_share.check_write(outcome, gate, request.now)
         return _settle(outcome, namespace, key, None, message_id)
 
     async def get(self, principal: Principal, namespace: str, key: str) -> Entry:

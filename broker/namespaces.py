@@ -14,7 +14,9 @@ import msgspec
 from broker.auth import Principal
 from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_pattern
 from broker.errors import MempError
+from broker.flights import Flights
 from broker.grammar import NAMESPACE_GLOB_RE, compile_pattern, glob_covers
+from broker.limits import Limits, check_limits
 from broker.models import WireInt
 from broker.schema_runner import SchemaRunner
 from broker.schemas import (
@@ -65,6 +67,7 @@ class NamespaceConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     history_limit: WireInt | None = None
     default_ttl_seconds: WireInt | None = None
     shares: list[Share] = []
+    limits: Limits = msgspec.field(default_factory=Limits)
 
 
 class StoredConfig(NamespaceConfig, kw_only=True):
@@ -134,6 +137,7 @@ def check_config(config: NamespaceConfig, max_history: int, max_ttl_seconds: int
             0 < config.default_ttl_seconds <= max_ttl_seconds):
         raise MempError("invalid_ttl", f"default_ttl_seconds must be between 1 and "
                         f"{max_ttl_seconds}, or null")
+    check_limits(config.limits)
     for share in config.shares:
         if not NAMESPACE_GLOB_RE.fullmatch(share.namespace):
             raise MempError("invalid_namespace", f"shares: bad namespace {share.namespace!r}")
@@ -149,19 +153,22 @@ class NamespaceRegistry:
         self.ttl = ttl
         self.runner = runner
         self._cache: dict[str, NamespaceState] = {}
+        self._loads: Flights[str, NamespaceState] = Flights()
 
     async def state(self, namespace: str) -> NamespaceState:
         cached = self._cache.get(namespace)
         if cached is not None and time.monotonic() - cached.loaded_at < self.ttl:
             return cached
+        return await self._loads.load(namespace, lambda: self._load(namespace),
+                                      lambda state: self._cache.__setitem__(namespace, state))
+
+    async def _load(self, namespace: str) -> NamespaceState:
         raw_config, raw_schemas = await self.store.load(namespace)
         config = (_decode(raw_config, StoredConfig, f"configuration of {namespace}")
                   if raw_config else StoredConfig(namespace=namespace))
         records = sorted((_decode(r, SchemaRecord, f"a schema of {namespace}")
                           for r in raw_schemas), key=lambda r: r.id)
-        state = NamespaceState(config, await self.runner.compile(namespace, records))
-        self._cache[namespace] = state
-        return state
+        return NamespaceState(config, await self.runner.compile(namespace, records))
 
     async def validate(self, state: NamespaceState, namespace: str, key: str, value: Any,
                        size: int) -> tuple[list[SchemaErrorDetail], bool]:
@@ -181,9 +188,11 @@ class NamespaceRegistry:
 
     def invalidate(self, namespace: str) -> None:
         self._cache.pop(namespace, None)
+        self._loads.invalidate()
 
     def forget_all(self) -> None:
         self._cache.clear()
+        self._loads.invalidate()
 
     async def save_config(self, namespace: str, config: NamespaceConfig, *, by: str, now: int,
                           if_revision: int | None) -> StoredConfig:

@@ -80,6 +80,15 @@ class Settings:
     amp_post_interval_seconds: float = 0.05
     amp_purge_retention: bool = False
     cors_origins: str = ""
+    # Fair share (docs/limits.md): every agent's own rates per namespace, and a cap on each
+    # credential's open streams; 0 = none. Bursts default to the rate.
+    agent_writes_per_second: float = 0.0
+    agent_write_burst: int = 0
+    agent_reads_per_second: float = 0.0
+    agent_read_burst: int = 0
+    max_streams_per_token: int = 0
+    stream_lease_seconds: float = 30.0
+    rate_limit_hold_ms: int = 1000  # a flood over its rate gets its 429s this late, at most
     # The review console at /console (docs/console.md): static files, off with MEMP_CONSOLE=0.
     console: bool = True
 
@@ -123,6 +132,18 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be positive, not {getattr(self, name)}")
+        for name in ("agent_writes_per_second", "agent_write_burst", "agent_reads_per_second",
+                     "agent_read_burst", "max_streams_per_token"):
+            if not 0 <= getattr(self, name) <= 1_000_000:
+                raise SettingsError(f"{name} must be between 0 (no limit) and 1000000, "
+                                    f"not {getattr(self, name)}")
+        for name in ("agent_writes_per_second", "agent_reads_per_second"):
+            if 0 < getattr(self, name) < 0.001:
+                raise SettingsError(f"{name} must be 0 (no limit) or at least 0.001")
+        if not 0 <= self.rate_limit_hold_ms <= 10_000:
+            raise SettingsError("rate_limit_hold_ms must be between 0 (off) and 10000")
+        if not 3 <= self.stream_lease_seconds <= 3600:
+            raise SettingsError("stream_lease_seconds must be between 3 and 3600")
         if self.history_limit < 0 or self.idempotency_window_seconds < 0:
             raise SettingsError("history_limit and idempotency_window_seconds must be >= 0")
         if self.history_limit > self.max_history_limit:

@@ -41,7 +41,7 @@ HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "tra
 # Operations that take no input, so every generated request is the same one.
 MCP = ("POST /mcp", "GET /mcp", "DELETE /mcp")
 NO_INPUT = {"GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.yaml",
-            "GET /openapi.json", "GET /v1/keys", "GET /console"}
+            "GET /openapi.json", "GET /docs", "GET /v1/keys", "GET /console"}
 
 
 @dataclass

@@ -16,7 +16,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_KEY, Broker, BrokerProcess, start_broker
+from tests.conftest import (
+    ADMIN_KEY,
+    Broker,
+    BrokerProcess,
+    ServeProcesses,
+    check_workers_auto,
+    start_broker,
+)
 from tests.test_subscribe import Stream
 from tests.topologies import RedisCluster, RedisSentinel, TlsRedis
 
@@ -186,6 +193,36 @@ def test_the_amp_bridge(broker: Broker, admin: httpx.Client) -> None:
     assert purged.json()["purged"] == ["01HQ3Z8X9Y0000000000000009"], purged.text
 
 
+def test_fair_share(broker: Broker, admin: httpx.Client, ns: str,
+                    streams: Callable[..., Stream]) -> None:
+    """Rates, quotas, usage and stream caps, each one script in the namespace's slot, over
+    namespaces on every shard."""
+    for space in [f"{ns}-{i}" for i in range(6)]:
+        config = {"limits": {"writes_per_second": 0.001, "write_burst": 3,
+                             "reads_per_second": 0.001, "read_burst": 1, "max_keys": 2,
+                             "max_bytes": 100, "max_streams": 1}}
+        assert admin.put(f"/v1/namespaces/{space}/config", json=config).status_code == 200
+        registered = admin.post("/v1/agents", json={"name": "fair", "namespace": space})
+        token = registered.json()["credentials"]["api_key"]
+        with broker.client(token) as agent:
+            assert put(agent, space, "a", 1).status_code == 201
+            assert put(agent, space, "b", 2).status_code == 201
+            over = put(agent, space, "c", 3)
+            assert over.status_code == 429
+            assert over.json()["error"]["details"]["limit"] == "max_keys"
+            limited = put(agent, space, "c", 3)
+            assert limited.status_code == 429 and "retry-after" in limited.headers
+            assert agent.get(f"/v1/namespaces/{space}/memory/a").status_code == 200
+            assert agent.get(f"/v1/namespaces/{space}/memory/a").status_code == 429
+            streams(broker.url, [f"{space}:*"], token=token)
+            refused = agent.get("/v1/subscribe", params={"sub": f"{space}:*"})
+            assert refused.status_code == 429
+        assert admin.delete(f"/v1/namespaces/{space}/memory/a").status_code == 200
+        assert put(admin, space, "d", 4).status_code == 201  # a delete frees its key at once
+        usage = admin.get(f"/v1/namespaces/{space}/usage").json()["usage"]
+        assert usage == {"keys": 2, "bytes": 2, "streams": 1}
+
+
 def test_a_revocation_reaches_a_stream_on_another_process(
         topology: Topology, broker_processes: Callable[..., list[BrokerProcess]],
         streams: Callable[..., Stream], ns: str) -> None:
@@ -200,6 +237,13 @@ def test_a_revocation_reaches_a_stream_on_another_process(
     event = stream.wait_event(lambda e: e.event == "revoked", "the revoked event", timeout=5)
     assert time.monotonic() - started < 2.5
     assert event.data["reason"] == "the API key was revoked"
+
+
+def test_serve_workers_auto_runs_a_worker_per_core(
+        topology: Topology, serve_processes: ServeProcesses, ns: str) -> None:
+    broker = serve_processes.start(1, {"MEMP_REDIS_URL": topology.url}, ("--workers", "auto"),
+                                   timeout=120)[0]
+    check_workers_auto(broker, ns)
 
 
 # ---- a primary killed under load ----

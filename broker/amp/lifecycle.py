@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from broker.amp.cells import MemoryCell, iso, parse_time
@@ -140,12 +141,18 @@ class LifecycleEngine:
         return sum(request is not None and ok
                    for (_, request), ok in zip(changes, applied, strict=True))
 
-    async def run_forever(self, interval: float) -> None:
-        """A pass every `interval` seconds; a failure ends the run (the supervisor restarts
-        it)."""
+    async def run_forever(self, interval: float,
+                          observe: Callable[[float, dict[str, int]], None] | None = None
+                          ) -> None:
+        """A pass every `interval` seconds, each reported to `observe` (its seconds and the
+        cells moved to each status); a failure ends the run (the supervisor restarts it)."""
+        clock = time.perf_counter
         while True:
             await asyncio.sleep(interval)
+            started = clock()
             counts = await self.run()
+            if observe is not None:
+                observe(clock() - started, counts)
             if any(counts.values()):
                 log.info("AMP lifecycle pass: %s", counts)
 

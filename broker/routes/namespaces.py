@@ -51,6 +51,14 @@ async def put_config(request: Request) -> Response:
     return json_response(stored, headers={"ETag": f'"{stored.revision}"'})
 
 
+async def get_usage(request: Request) -> Response:
+    namespace, _ = await _namespace(request, "admin")
+    limits = (await _registry(request).state(namespace)).config.limits
+    report = await request.app.state.fair_share.report(namespace, limits,
+                                                       request.app.state.clock())
+    return json_response(report)
+
+
 def _schema_id(request: Request) -> str:
     schema_id: str = request.path_params["schema_id"]
     if not SCHEMA_ID_RE.fullmatch(schema_id):
@@ -115,6 +123,7 @@ async def delete_schema(request: Request) -> Response:
 routes = [
     Route("/v1/namespaces/{namespace}/config", get_config, methods=["GET"]),
     Route("/v1/namespaces/{namespace}/config", put_config, methods=["PUT"]),
+    Route("/v1/namespaces/{namespace}/usage", get_usage, methods=["GET"]),
     Route("/v1/namespaces/{namespace}/schemas", list_schemas, methods=["GET"]),
     Route("/v1/namespaces/{namespace}/schemas/{schema_id}", get_schema, methods=["GET"]),
     Route("/v1/namespaces/{namespace}/schemas/{schema_id}", put_schema, methods=["PUT"]),

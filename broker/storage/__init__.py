@@ -17,6 +17,7 @@ from broker.storage.changelog import ChangeLogStore
 from broker.storage.client import Backend
 from broker.storage.config import ConfigStore
 from broker.storage.entries import EntryStore
+from broker.storage.timing import CommandObserver, time_commands, time_pipe
 
 
 class Storage:
@@ -29,6 +30,7 @@ class Storage:
         self.entries = EntryStore(backend, history_limit=history_limit,
                                   changelog_maxlen=changelog_maxlen,
                                   idempotency_window_ms=idempotency_window_ms)
+        self.fair_share = self.entries.fair_share
         self.accounts = AccountStore(backend, self.entries, idempotency_window_ms)
         self.config = ConfigStore(backend.redis)
         self._waiting = backend.new_client()
@@ -44,6 +46,12 @@ class Storage:
                                wait_ms=write_replicas_timeout_ms)
         return cls(backend, history_limit=history_limit, changelog_maxlen=changelog_maxlen,
                    idempotency_window_ms=idempotency_window_ms)
+
+    def observe(self, observer: CommandObserver) -> None:
+        """Report every command of the shared client (its time, or its failure)."""
+        time_commands(self.backend.redis, observer)
+        if self.backend.pipe is not None:
+            time_pipe(self.backend.pipe, observer)
 
     @property
     def embedded(self) -> bool:

@@ -132,7 +132,7 @@ class CellIndexStore:
             **{f"due_{t}": layout.amp_due(ns, t) for t in TRANSITIONS})
         self._namespace_keys = NAMESPACE_KEYS.pack(
             index=layout.index(ns), ttl=layout.expiries(ns), log=layout.changelog(ns),
-            meta=layout.meta(ns))
+            meta=layout.meta(ns), usage=layout.usage(ns))
         self._prefixes = CELL_PREFIXES.pack(
             entry_prefix=layout.entry_prefix(ns), record_prefix=layout.amp_cell(ns, ""),
             term_prefix=layout.amp_term(ns, ""))

@@ -92,6 +92,29 @@ def meta(namespace: str) -> str:
     return f"{_ns(namespace)}:meta"
 
 
+def usage(namespace: str) -> str:
+    """Hash of the namespace's quota bookkeeping: `bytes` (the size of the values its index
+    holds) and `counted` (set once `bytes` is exact; a recount sets it, an erasure drops it)."""
+    return f"{_ns(namespace)}:usage"
+
+
+def rate(namespace: str, kind: str, terms: str, who: str) -> str:
+    """A rate bucket (GCRA: the theoretical arrival time, ms) of `kind` (`w` writes, `r`
+    reads) under `terms` (its rate and burst: a changed limit starts a fresh bucket), for the
+    whole namespace (`who` empty) or one agent in it."""
+    return f"{_ns(namespace)}:rate:{kind}:{terms}:{who}"
+
+
+def streams(namespace: str) -> str:
+    """Sorted set of the namespace's open streams, scored by when their lease runs out."""
+    return f"{_ns(namespace)}:streams"
+
+
+def token_streams(token: str) -> str:
+    """Sorted set of one credential's open streams, by lease end, in a slot of its own."""
+    return f"{PREFIX}:{{token:{token}}}:streams"
+
+
 def config(namespace: str) -> str:
     """The namespace's configuration (conflict strategies, priorities, shares...), as JSON."""
     return f"{_ns(namespace)}:config"

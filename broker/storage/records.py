@@ -81,10 +81,11 @@ def live_entry(namespace: str, key: str, raw: RawHash, now: int) -> Entry | None
     return entry_from_fields(namespace, key, {_text(k): v for k, v in raw.items()})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WriteRequest:
     """Everything a put or delete needs besides the namespace and key, in domain terms: the
-    store turns the message id into its idempotency record."""
+    store turns the message id into its idempotency record. (Not frozen: a frozen dataclass
+    sets each of its 18 fields through object.__setattr__, a visible cost per write.)"""
 
     agent_id: str
     now: int

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url'
 const SDK_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 export const BUNDLE = resolve(SDK_DIR, '..', 'broker', 'console', 'static', 'vendor', 'memp-sdk.js')
 const BANNER =
-  '// memp-sdk browser bundle: generated from sdk-js/src by `npm run bundle`; do not edit.'
+  '// memp-sdk browser bundle: generated from sdk-js/src by `npm run bundle:console`; do not edit.'
 
 /** The bundle's text, built in memory. */
 export async function bundle() {

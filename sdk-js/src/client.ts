@@ -332,18 +332,13 @@ export class MEMP {
       patterns,
       options.snapshot ?? false,
       options.lastEventId ?? null,
+      options.onState,
     )
     const open = this.#subscriptions
     let subscription: Subscription<T> | undefined = undefined
-    subscription = new Subscription<T>(
-      this.#transport,
-      state,
-      options.signal,
-      () => {
-        if (subscription) open.delete(subscription)
-      },
-      options.onConnection,
-    )
+    subscription = new Subscription<T>(this.#transport, state, options.signal, () => {
+      if (subscription) open.delete(subscription)
+    })
     if (!subscription.closed) open.add(subscription)
     return subscription
   }

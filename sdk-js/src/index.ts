@@ -19,7 +19,14 @@ export type {
   Provenance,
 } from './amp.js'
 export { Namespaces, Schemas } from './namespaces.js'
-export type { NamespaceConfig, SchemaRecord, StoredConfig, Strategy } from './namespaces.js'
+export type {
+  Limits,
+  NamespaceConfig,
+  SchemaRecord,
+  StoredConfig,
+  Strategy,
+  UsageReport,
+} from './namespaces.js'
 export type {
   DeleteOptions,
   HistoryOptions,
@@ -32,12 +39,15 @@ export {
   ERROR_CODES,
   ConflictError,
   ConnectionFailedError,
+  CorsRefusedError,
   ForbiddenError,
   InvalidRequestError,
   MempError,
   NotFoundError,
+  OpenTimeoutError,
   PayloadTooLargeError,
   PreconditionFailedError,
+  QuotaExceededError,
   RateLimitedError,
   SchemaViolationError,
   UnauthorizedError,

@@ -19,6 +19,7 @@ const EXEMPT = {
   metrics: 'system: for Prometheus',
   getOpenapiYaml: 'system: the contract itself',
   getOpenapiJson: 'system: the contract itself',
+  getDocs: 'system: the contract as a web page, for people',
   runCellLifecycle: 'AMP admin pass: run by the broker every interval',
   purgeMemoryCells: "AMP admin pass: erasure is an operator's decision",
   mcpPost: 'MCP: spoken by MCP clients',

@@ -12,6 +12,7 @@ from memp.errors import (
     NotFound,
     PayloadTooLarge,
     PreconditionFailed,
+    QuotaExceeded,
     RateLimited,
     SchemaViolation,
     SchemaViolationWarning,
@@ -21,6 +22,7 @@ from memp.errors import (
 from memp.models import (
     AccessPolicy,
     Agent,
+    AgentDefaults,
     AgentGetMessage,
     AgentListMessage,
     AgentPage,
@@ -44,6 +46,7 @@ from memp.models import (
     HistoryMessage,
     ImportRefusal,
     ImportResult,
+    Limits,
     MemoryCell,
     NamespaceConfig,
     Page,
@@ -58,13 +61,21 @@ from memp.models import (
     Share,
     StoredConfig,
     StrategyRule,
+    Usage,
+    UsageReport,
 )
-from memp.subscription import AsyncSubscription, Subscription
+from memp.subscription import (
+    AsyncSubscription,
+    ConnectionState,
+    OpenTimeout,
+    Subscription,
+)
 
 __all__ = [
     "MEMP",
     "AccessPolicy",
     "Agent",
+    "AgentDefaults",
     "AgentGetMessage",
     "AgentListMessage",
     "AgentPage",
@@ -82,6 +93,7 @@ __all__ = [
     "Conflict",
     "ConflictError",
     "ConnectionFailed",
+    "ConnectionState",
     "CreatedKey",
     "Credentials",
     "DeleteMessage",
@@ -95,10 +107,12 @@ __all__ = [
     "ImportRefusal",
     "ImportResult",
     "InvalidRequest",
+    "Limits",
     "MemoryCell",
     "MempError",
     "NamespaceConfig",
     "NotFound",
+    "OpenTimeout",
     "Page",
     "PayloadTooLarge",
     "PreconditionFailed",
@@ -107,6 +121,7 @@ __all__ = [
     "PutMessage",
     "QueryMessage",
     "QueryResult",
+    "QuotaExceeded",
     "RateLimited",
     "RegisterMessage",
     "Reply",
@@ -120,5 +135,7 @@ __all__ = [
     "Subscription",
     "Unauthorized",
     "Unavailable",
+    "Usage",
+    "UsageReport",
     "__version__",
 ]

@@ -35,6 +35,7 @@ from memp.models import (
     Reply,
     SchemaRecord,
     StoredConfig,
+    UsageReport,
 )
 
 T = TypeVar("T")
@@ -228,6 +229,10 @@ def put_config(namespace: str, config: NamespaceConfig, if_revision: int | None
     # resent one would fail on the revision it moved on.
     return Call("PUT", _namespace_path(namespace, "config"), _decoder(StoredConfig), body=body,
                 headers=headers, idempotent=if_revision is None)
+
+
+def get_usage(namespace: str) -> Call[UsageReport]:
+    return Call("GET", _namespace_path(namespace, "usage"), _decoder(UsageReport))
 
 
 class _Schemas(msgspec.Struct):

@@ -28,8 +28,9 @@ from memp.models import (
     Page,
     SchemaRecord,
     StoredConfig,
+    UsageReport,
 )
-from memp.subscription import AsyncSubscription, StreamState, targets
+from memp.subscription import AsyncSubscription, StateListener, StreamState, targets
 
 _MISSING: Any = object()
 
@@ -144,6 +145,12 @@ class AsyncNamespaces:
         return await self._transport.send(
             _calls.get_config(self._config.require_namespace(namespace)))
 
+    async def usage(self, *, namespace: str | None = None) -> UsageReport:
+        """The namespace's usage (live keys, stored bytes, open streams) beside its limits
+        and the broker's per-agent defaults; needs `admin` on the namespace."""
+        return await self._transport.send(
+            _calls.get_usage(self._config.require_namespace(namespace)))
+
     async def set_config(self, config: NamespaceConfig | None = None, *,
                          if_revision: int | None = None, namespace: str | None = None,
                          **fields: Unpack[ConfigFields]) -> StoredConfig:
@@ -248,10 +255,10 @@ class AsyncMEMP:
         return registration.agent
 
     def subscribe(self, pattern: str | Sequence[str] = "*", *, snapshot: bool = False,
-                  namespace: str | None = None, last_event_id: str | None = None
-                  ) -> AsyncSubscription:
+                  namespace: str | None = None, last_event_id: str | None = None,
+                  on_state: StateListener | None = None) -> AsyncSubscription:
         state = StreamState(targets(self.config.require_namespace(namespace), pattern),
-                            snapshot, last_event_id)
+                            snapshot, last_event_id, on_state)
         subscription = AsyncSubscription(self._transport, state)
         self._subscriptions.add(subscription)
         return subscription

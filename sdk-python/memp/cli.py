@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -20,8 +22,9 @@ import msgspec
 
 from memp._version import __version__
 from memp.client import MEMP
-from memp.errors import ConnectionFailed, MempError
-from memp.models import Entry, Event, Grant, NamespaceConfig, to_builtins
+from memp.errors import ConnectionFailed, MempError, SchemaViolationWarning
+from memp.models import Agent, Entry, Event, Grant, NamespaceConfig, to_builtins
+from memp.subscription import ConnectionState
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 
@@ -119,10 +122,41 @@ def cmd_history(broker: MEMP, args: argparse.Namespace) -> None:
             _out(to_builtins(entry))
 
 
+def _say_state(url: str) -> Callable[[ConnectionState], None]:
+    """Prints a stream's trouble to stderr (each failed attempt, then its recovery), so a
+    broker out of reach is seen; a stream that simply works prints nothing."""
+    troubled = False
+
+    def say(state: ConnectionState) -> None:
+        nonlocal troubled
+        if state.status == "reconnecting":
+            troubled = True
+            text = f"cannot reach {url} (attempt {state.attempt}): {_describe(state.error)}; " \
+                "retrying"
+        elif state.status == "connected" and troubled:
+            troubled = False
+            text = "connected again"
+        elif state.status == "closed" and state.error is not None:
+            text = f"stream closed: {_describe(state.error)}"
+        else:
+            return
+        print(f"memp: {text}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def _describe(error: BaseException | None) -> str:
+    if error is None:
+        return "the stream ended"
+    if isinstance(error, MempError):
+        return error.message
+    return str(error) or type(error).__name__
+
+
 def cmd_watch(broker: MEMP, args: argparse.Namespace) -> None:
     patterns = args.patterns or ["*"]
-    with broker.subscribe(patterns, snapshot=args.snapshot,
-                          last_event_id=args.last_event_id) as events:
+    with broker.subscribe(patterns, snapshot=args.snapshot, last_event_id=args.last_event_id,
+                          on_state=_say_state(broker.config.base_url)) as events:
         print(f"memp: watching {broker.namespace}: {' '.join(patterns)} (Ctrl-C to stop)",
               file=sys.stderr, flush=True)
         for event in events:
@@ -192,12 +226,55 @@ def cmd_schema_delete(broker: MEMP, args: argparse.Namespace) -> None:
     print(f"deleted schema {args.schema_id}", file=sys.stderr)
 
 
+def _agents(broker: MEMP) -> Iterable[Agent]:
+    cursor = None
+    while True:
+        page = broker.agents.list(cursor=cursor)
+        yield from page.agents
+        cursor = page.next_cursor
+        if cursor is None:
+            return
+
+
 def cmd_register(broker: MEMP, args: argparse.Namespace) -> None:
-    agent = broker.register(name=args.name, framework=args.framework)
-    credentials = to_builtins(broker.credentials)
+    existing = next((a for a in _agents(broker) if a.name == args.name), None) \
+        if args.reuse else None
+    if existing is None:
+        agent = broker.register(name=args.name, framework=args.framework)
+        credentials = to_builtins(broker.credentials)
+    else:
+        # The agent's first key was shown once, at registration: this one is new, bound to it.
+        created = broker.keys.create([Grant(existing.namespace, ["read", "write", "subscribe"])],
+                                     f"{existing.name} (reused)", existing.id)
+        agent = existing
+        credentials = {"api_key": created.api_key, "key_id": created.key.id,
+                       "agent_id": existing.id}
+        print(f"# reusing agent {existing.name} ({existing.id}) with a new API key",
+              file=sys.stderr)
     _out({"agent": to_builtins(agent), "credentials": credentials})
     print(f"# the agent's API key is shown only now: export MEMP_API_KEY="
           f"{credentials['api_key']}", file=sys.stderr)
+
+
+def cmd_agents_list(broker: MEMP, args: argparse.Namespace) -> None:
+    agents = list(_agents(broker))
+    if args.table:
+        _line(f"{'ID':<36}  {'NAME':<24}  {'FRAMEWORK':<12}  LAST SEEN")
+        for agent in agents:
+            _line(f"{agent.id:<36}  {agent.name[:24]:<24}  {agent.framework[:12]:<12}  "
+                  f"{_clock(agent.last_seen)}")
+    else:
+        for agent in agents:
+            _out(to_builtins(agent))
+
+
+def cmd_agents_get(broker: MEMP, args: argparse.Namespace) -> None:
+    _out(to_builtins(broker.agents.get(args.agent_id)))
+
+
+def cmd_agents_remove(broker: MEMP, args: argparse.Namespace) -> None:
+    broker.agents.remove(args.agent_id)
+    print(f"removed agent {args.agent_id}", file=sys.stderr)
 
 
 def cmd_mcp(broker: MEMP, args: argparse.Namespace) -> None:
@@ -255,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _connection_options()
     admin = _connection_options(namespace=False)  # `keys create --namespace` names grants
     parser = argparse.ArgumentParser(
-        prog="memp", parents=[common], description=__doc__,
+        prog="memp", parents=[common], description=__doc__, epilog=_examples(""),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"memp-sdk {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -263,8 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, handler: Callable[[MEMP, argparse.Namespace], None], text: str,
                 under: Any = commands, parent: argparse.ArgumentParser = common
                 ) -> argparse.ArgumentParser:
-        sub: argparse.ArgumentParser = under.add_parser(name, parents=[parent], help=text,
-                                                        description=text)
+        path = f"{under.dest.removesuffix('_command')} {name}" if under is not commands \
+            else name
+        sub: argparse.ArgumentParser = under.add_parser(
+            name, parents=[parent], help=text, description=text,
+            epilog=_examples(path), formatter_class=argparse.RawDescriptionHelpFormatter)
         sub.set_defaults(handler=handler)
         return sub
 
@@ -307,6 +387,25 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--name", required=True)
     register.add_argument("--framework", default="custom",
                           help="langchain, crewai, claude, autogen, custom, ...")
+    register.add_argument("--reuse", action="store_true",
+                          help="if an agent of this name is registered in the namespace, "
+                               "use it (with a new API key bound to it) instead of "
+                               "registering another")
+
+    agents = commands.add_parser("agents", parents=[common], help="list, show or remove agents",
+                                 description="the namespace's registered agents",
+                                 epilog=_examples("agents"),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    agent_commands = agents.add_subparsers(dest="agents_command", required=True,
+                                           metavar="COMMAND")
+    agents_list = command("list", cmd_agents_list, "print the namespace's agents, one per line",
+                          agent_commands)
+    agents_list.add_argument("--table", action="store_true", help="print a readable table")
+    agents_get = command("get", cmd_agents_get, "print one agent", agent_commands)
+    agents_get.add_argument("agent_id", metavar="ID")
+    agents_remove = command("remove", cmd_agents_remove, "remove an agent (admin)",
+                            agent_commands)
+    agents_remove.add_argument("agent_id", metavar="ID")
 
     command("mcp", cmd_mcp,
             "serve the broker's MCP tools and resources over stdin/stdout, for desktop MCP "
@@ -314,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = commands.add_parser(
         "config", parents=[common], help="read or replace the namespace configuration (admin)",
+        epilog=_examples("config"), formatter_class=argparse.RawDescriptionHelpFormatter,
         description="read or replace the namespace's configuration: conflict strategies, "
                     "agent priorities, retention, shares (needs admin on the namespace)")
     config_commands = config.add_subparsers(dest="config_command", required=True,
@@ -332,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = commands.add_parser(
         "schema", parents=[common], help="manage JSON Schemas for key patterns",
+        epilog=_examples("schema"), formatter_class=argparse.RawDescriptionHelpFormatter,
         description="manage the namespace's JSON Schemas (put and delete need admin)")
     schema_commands = schema.add_subparsers(dest="schema_command", required=True,
                                             metavar="COMMAND")
@@ -357,7 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
     schema_delete.add_argument("schema_id", metavar="ID")
 
     keys = commands.add_parser("keys", parents=[admin], help="manage API keys (admin)",
-                               description="manage API keys (needs an admin token)")
+                               description="manage API keys (needs an admin token)",
+                               epilog=_examples("keys"),
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     key_commands = keys.add_subparsers(dest="key_command", required=True, metavar="COMMAND")
     create = command("create", cmd_keys_create, "create an API key and print it once",
                      key_commands, admin)
@@ -376,7 +479,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_EXAMPLES = {
+    "": ["export MEMP_BASE_URL=http://127.0.0.1:8080 MEMP_API_KEY=... MEMP_NAMESPACE=my-app",
+         "memp put customer/123 '{\"plan\": \"pro\"}'",
+         "memp watch 'customer/*' --table"],
+    "config": ["memp -n my-app config get"],
+    "schema": ["memp -n my-app schema list --table"],
+    "keys": ["memp keys list --table"],
+    "agents": ["memp -n my-app agents list --table"],
+    "put": ["memp -n my-app put customer/123 '{\"plan\": \"pro\"}'",
+            "echo '[1, 2]' | memp -n my-app put lists/a --ttl 3600"],
+    "get": ["memp -n my-app get customer/123", "memp -n my-app get customer/123 --entry"],
+    "query": ["memp -n my-app query 'customer/*' --table"],
+    "delete": ["memp -n my-app delete customer/123 --if-version 3"],
+    "history": ["memp -n my-app history customer/123 --table"],
+    "watch": ["memp -n my-app watch 'customer/*' --table",
+              "memp -n my-app watch --snapshot --last-event-id \"$CURSOR\""],
+    "register": ["memp -n my-app register --name planner --framework langchain --reuse"],
+    "mcp": ["MEMP_API_KEY=... MEMP_NAMESPACE=my-app memp mcp"],
+    "agents list": ["memp -n my-app agents list --table"],
+    "agents get": ["memp -n my-app agents get AGENT_ID"],
+    "agents remove": ["memp -n my-app agents remove AGENT_ID"],
+    "config get": ["memp -n my-app config get"],
+    "config set": ["memp -n my-app config set '{\"strategy\": \"merge\"}'",
+                   "memp -n my-app config get | memp -n my-app config set -"],
+    "schema put": ["memp -n my-app schema put customer @customer.schema.json "
+                   "--pattern 'customer/*' --enforce"],
+    "schema get": ["memp -n my-app schema get customer"],
+    "schema list": ["memp -n my-app schema list --table"],
+    "schema delete": ["memp -n my-app schema delete customer"],
+    "key create": ["memp keys create --namespace 'my-app' --permissions read,subscribe"],
+    "key list": ["memp keys list --table"],
+    "key revoke": ["memp keys revoke KEY_ID"],
+}
+
+
+def _examples(path: str) -> str | None:
+    lines = _EXAMPLES.get(path)
+    return "example:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
+
+
+def _check_base_url(args: argparse.Namespace) -> None:
+    url = getattr(args, "base_url", None) or os.environ.get("MEMP_BASE_URL")
+    if url and not re.match(r"https?://[^/]", url, re.IGNORECASE):
+        raise UsageError(f"the broker URL must start with http:// or https:// (got {url!r}); "
+                         "e.g. --base-url http://127.0.0.1:8080")
+
+
+def _warn_in_one_line(message: Warning | str, category: type[Warning], filename: str,
+                      lineno: int, file: Any = None, line: str | None = None) -> None:
+    text = str(message)
+    label = "schema violation" if issubclass(category, SchemaViolationWarning) else "warning"
+    print(f"memp: {label}: {text}", file=sys.stderr, flush=True)
+
+
 def _client(args: argparse.Namespace) -> MEMP:
+    _check_base_url(args)
     return MEMP(api_key=getattr(args, "api_key", None),
                 namespace=getattr(args, "namespace", None),
                 base_url=getattr(args, "base_url", None),
@@ -386,6 +544,7 @@ def _client(args: argparse.Namespace) -> MEMP:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.showwarning = _warn_in_one_line
     try:
         with _client(args) as broker:
             args.handler(broker, args)
@@ -406,6 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNREACHABLE
     except MempError as exc:
         print(f"memp: {exc}", file=sys.stderr)
+        if exc.status == 401:
+            print("memp: the broker refused the token: set MEMP_API_KEY or pass --api-key "
+                  "(an API key, or the admin key)", file=sys.stderr)
         if exc.details:
             print(json.dumps(exc.details, ensure_ascii=False), file=sys.stderr)
         return EXIT_REFUSED

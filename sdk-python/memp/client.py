@@ -29,8 +29,9 @@ from memp.models import (
     Page,
     SchemaRecord,
     StoredConfig,
+    UsageReport,
 )
-from memp.subscription import StreamState, Subscription, targets
+from memp.subscription import StateListener, StreamState, Subscription, targets
 
 _MISSING: Any = object()
 
@@ -172,6 +173,11 @@ class Namespaces:
         """The configuration, with its `revision` (0 and the defaults if never set)."""
         return self._transport.send(_calls.get_config(self._config.require_namespace(namespace)))
 
+    def usage(self, *, namespace: str | None = None) -> UsageReport:
+        """The namespace's usage (live keys, stored bytes, open streams) beside its limits
+        and the broker's per-agent defaults; needs `admin` on the namespace."""
+        return self._transport.send(_calls.get_usage(self._config.require_namespace(namespace)))
+
     def set_config(self, config: NamespaceConfig | None = None, *,
                    if_revision: int | None = None, namespace: str | None = None,
                    **fields: Unpack[ConfigFields]) -> StoredConfig:
@@ -294,12 +300,14 @@ class MEMP:
         return registration.agent
 
     def subscribe(self, pattern: str | Sequence[str] = "*", *, snapshot: bool = False,
-                  namespace: str | None = None, last_event_id: str | None = None
-                  ) -> Subscription:
+                  namespace: str | None = None, last_event_id: str | None = None,
+                  on_state: StateListener | None = None) -> Subscription:
         """Events for keys matching `pattern`, live, reconnecting and resuming by itself.
-        `snapshot=True` starts with the current entries, then a `snapshot-end` event."""
+        `snapshot=True` starts with the current entries, then a `snapshot-end` event;
+        `on_state` is called with each ConnectionState (connecting, connected, reconnecting
+        with the error and attempt, closed)."""
         state = StreamState(targets(self.config.require_namespace(namespace), pattern),
-                            snapshot, last_event_id)
+                            snapshot, last_event_id, on_state)
         subscription = Subscription(self._transport, state)
         self._subscriptions.add(subscription)
         return subscription

@@ -167,9 +167,50 @@ class Share(Struct, frozen=True):
     permissions: list[SharePermission]
 
 
+class Limits(Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """A namespace's fair share: write and read rates (per second, with a burst: how many at
+    once; default the rate) and quotas on live keys, stored bytes and open streams. A field
+    left out is no limit."""
+
+    writes_per_second: float | None = None
+    write_burst: int | None = None
+    reads_per_second: float | None = None
+    read_burst: int | None = None
+    max_keys: int | None = None
+    max_bytes: int | None = None
+    max_streams: int | None = None
+
+
+class Usage(Struct, frozen=True):
+    """What a namespace uses: live keys, bytes of stored values, open streams."""
+
+    keys: int
+    bytes: int
+    streams: int
+
+
+class AgentDefaults(Struct, frozen=True):
+    """The limits every agent (and credential) has from the broker's settings; None: none."""
+
+    writes_per_second: float | None
+    write_burst: int | None
+    reads_per_second: float | None
+    read_burst: int | None
+    max_streams_per_token: int | None
+
+
+class UsageReport(Struct, frozen=True):
+    """A namespace's usage beside its limits (`namespaces.usage()`, admins only)."""
+
+    namespace: str
+    limits: Limits
+    usage: Usage
+    agent_defaults: AgentDefaults
+
+
 class NamespaceConfig(Struct, kw_only=True, frozen=True):
-    """A namespace's conflict strategies, agent priorities, retention and shares; a field left
-    out takes the broker's default."""
+    """A namespace's conflict strategies, agent priorities, retention, shares and limits; a
+    field left out takes the broker's default."""
 
     strategy: Strategy = "last-write-wins"
     rules: list[StrategyRule] = []
@@ -179,6 +220,7 @@ class NamespaceConfig(Struct, kw_only=True, frozen=True):
     history_limit: int | None = None
     default_ttl_seconds: int | None = None
     shares: list[Share] = []
+    limits: Limits = Limits()
 
 
 class StoredConfig(NamespaceConfig, kw_only=True, frozen=True):
@@ -202,6 +244,7 @@ class ConfigFields(TypedDict, total=False):
     history_limit: int | None
     default_ttl_seconds: int | None
     shares: Sequence[Share]
+    limits: Limits
 
 
 class SchemaRecord(Struct, kw_only=True, frozen=True):
@@ -303,6 +346,7 @@ class ErrorBody(Struct, kw_only=True, frozen=True):
     code: str
     message: str
     details: dict[str, Any] = {}
+    request_id: str | None = None
 
 
 class Reply(Struct, kw_only=True, frozen=True):

@@ -57,16 +57,29 @@ local function trim_excess(log_key, meta_key, maxlen)
 end
 
 -- A write's context: its keys (read_write_keys: entry, history, index, ttl, log, idem (its
--- message id's reply; unused unless `remember` is '1'), meta), the entry's name, the limits,
--- and the fingerprint of the request behind the message id.
+-- message id's reply; unused unless `remember` is '1'), meta, usage), the entry's name, the
+-- limits, and the fingerprint of the request behind the message id.
 local function write_context(k, a)
   return {
     entry_key = k.entry, history_key = k.history, index_key = k.index, ttl_key = k.ttl,
     log_key = k.log, idem_key = a.remember == '1' and k.idem or '', meta_key = k.meta,
+    usage_key = k.usage,
     key = a.key,
     history_limit = tonumber(a.history_limit), log_maxlen = tonumber(a.log_maxlen),
     idem_window_ms = a.idem_window_ms, fingerprint = a.fingerprint or ''
   }
+end
+
+-- The size of the stored value (0 for a tombstone), and the namespace's byte count moved by
+-- `delta`: every write, delete and expiry keeps it, so quotas read it without a scan.
+local function value_size(ctx)
+  return redis.call('HSTRLEN', ctx.entry_key, 'val')
+end
+
+local function count_bytes(ctx, delta)
+  if delta ~= 0 then
+    redis.call('HINCRBY', ctx.usage_key, 'bytes', delta)
+  end
 end
 
 -- Store a new version: entry hash, history, and one change-log record, all in this call.
@@ -103,6 +116,7 @@ local function expire_entry(ctx, entry, now)
   }
   redis.call('ZREM', ctx.index_key, ctx.key)
   redis.call('ZREM', ctx.ttl_key, ctx.key)
+  count_bytes(ctx, -value_size(ctx))
   commit(ctx, tomb, 'expire')
   return tomb
 end

@@ -1,12 +1,17 @@
--- One delete: a tombstone version. KEYS: read_write_keys; ARGV: read_write (its value, TTL and
--- entry id unused).
-local a = read_write(ARGV, 1)
-local ctx = write_context(read_write_keys(KEYS, 1), a)
+-- One delete: a tombstone version. KEYS: read_write_keys, read_gate_keys; ARGV: read_write
+-- (its value, TTL and entry id unused), read_gate (rates only: a delete never grows usage).
+local a, at = read_write(ARGV, 1)
+local k, key_at = read_write_keys(KEYS, 1)
+local ctx = write_context(k, a)
 local first = replayed(ctx)
 if first then
   return first
 end
 local now = tonumber(a.now)
+local refused = admit(read_gate_keys(KEYS, key_at), read_gate(ARGV, at))
+if refused then
+  return answer(ctx, 'rate_limited', refused, false, true)
+end
 
 local current = load_entry(ctx.entry_key)
 if current and is_expired(current, now) then
@@ -30,5 +35,6 @@ local tomb = {
 }
 redis.call('ZREM', ctx.index_key, ctx.key)
 redis.call('ZREM', ctx.ttl_key, ctx.key)
+count_bytes(ctx, -value_size(ctx))
 tomb.log_id = commit(ctx, tomb, 'delete')
 return answer(ctx, 'ok', tomb, false)

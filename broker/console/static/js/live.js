@@ -9,6 +9,8 @@ const TEXT = {
   waiting: 'Live: reconnecting…',
   closed: 'Live: stopped',
 }
+// The SDK's `ConnectionState.status` as the badge names it (`data-state`).
+const BADGE = { connecting: 'connecting', connected: 'open', reconnecting: 'waiting', closed: 'closed' }
 
 export class Live {
   constructor(client, badge, label, onEvent) {
@@ -22,7 +24,7 @@ export class Live {
   start() {
     this.set('connecting')
     this.subscription = this.client.subscribe('*', {
-      onConnection: (state) => this.set(state),
+      onState: (state) => this.set(BADGE[state.status] ?? 'waiting'),
     })
     this.pump(this.subscription)
   }

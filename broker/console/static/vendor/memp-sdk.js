@@ -1,4 +1,4 @@
-// memp-sdk browser bundle: generated from sdk-js/src by `npm run bundle`; do not edit.
+// memp-sdk browser bundle: generated from sdk-js/src by `npm run bundle:console`; do not edit.
 
 // src/models.ts
 var WARNINGS = ["schema_violation", "conflicts"];
@@ -72,12 +72,15 @@ var MempError = class extends Error {
   code;
   status;
   details;
+  /** The broker's id for the request (its `X-Request-ID`), to quote when reporting a problem. */
+  requestId;
   constructor(message, options = {}) {
     super(message, options.cause === void 0 ? void 0 : { cause: options.cause });
     this.name = new.target.name;
     this.code = options.code ?? "internal";
     this.status = options.status ?? null;
     this.details = options.details ?? {};
+    this.requestId = options.requestId ?? null;
   }
   /** The request field the broker names as wrong (`details.field`, e.g. on `/amp`). */
   get field() {
@@ -127,10 +130,38 @@ var SchemaViolationError = class extends MempError {
   }
 };
 var RateLimitedError = class extends MempError {
+  get retryAfter() {
+    const ms = this.details["retry_after_ms"];
+    if (typeof ms === "number") return ms / 1e3;
+    const seconds = this.details["retry_after"];
+    return typeof seconds === "number" ? seconds : null;
+  }
+  get scope() {
+    const scope = this.details["scope"];
+    return typeof scope === "string" ? scope : null;
+  }
+};
+var QuotaExceededError = class extends MempError {
+  get limit() {
+    const limit = this.details["limit"];
+    return typeof limit === "string" ? limit : null;
+  }
+  get used() {
+    const used = this.details["used"];
+    return typeof used === "number" ? used : null;
+  }
+  get maximum() {
+    const maximum = this.details["max"];
+    return typeof maximum === "number" ? maximum : null;
+  }
 };
 var UnavailableError = class extends MempError {
 };
 var ConnectionFailedError = class extends MempError {
+};
+var CorsRefusedError = class extends ConnectionFailedError {
+};
+var OpenTimeoutError = class extends ConnectionFailedError {
 };
 var ERROR_CODES = [
   "invalid_request",
@@ -153,6 +184,7 @@ var ERROR_CODES = [
   "schema_timeout",
   "idempotency_key_reused",
   "rate_limited",
+  "quota_exceeded",
   "internal",
   "unavailable"
 ];
@@ -174,6 +206,7 @@ var BY_CODE = {
   payload_too_large: PayloadTooLargeError,
   schema_violation: SchemaViolationError,
   rate_limited: RateLimitedError,
+  quota_exceeded: QuotaExceededError,
   unavailable: UnavailableError,
   method_not_allowed: MempError,
   schema_timeout: MempError,
@@ -193,18 +226,20 @@ var BY_STATUS = {
   429: [RateLimitedError, "rate_limited"],
   503: [UnavailableError, "unavailable"]
 };
-function errorFromReply(status, statusText, body) {
+function errorFromReply(status, statusText, body, headers) {
   let [kind, code] = BY_STATUS[status] ?? [MempError, status >= 500 ? "internal" : "http_error"];
   let message = statusText || `HTTP ${status}`;
   let details = {};
+  let requestId = headers?.get("x-request-id") ?? null;
   const error = isObject(body) ? body["error"] : void 0;
   if (isObject(error)) {
     if (typeof error["code"] === "string") code = error["code"];
     if (typeof error["message"] === "string") message = error["message"];
     if (isObject(error["details"])) details = error["details"];
+    if (typeof error["request_id"] === "string") requestId = error["request_id"];
     if (Object.hasOwn(BY_CODE, code)) kind = BY_CODE[code];
   }
-  return new kind(message, { code, status, details });
+  return new kind(message, { code, status, details, requestId });
 }
 function entryDetail(raw) {
   if (!isObject(raw) || typeof raw["key"] !== "string" || typeof raw["version"] !== "number") {
@@ -297,9 +332,18 @@ function resolveConfig(options) {
     fetcher = fetchTrusting(void 0, bundle);
     trust = `the CA bundle ${bundle}`;
   }
+  const apiKey = options.apiKey || env("MEMP_API_KEY") || null;
+  if (!apiKey) {
+    throw new TypeError(
+      "no API key: pass { apiKey } or set MEMP_API_KEY (a key from registering an agent or from POST /v1/keys, or the admin key)"
+    );
+  }
+  if (!/^https?:\/\/[^/]/i.test(baseUrl)) {
+    throw new TypeError(`the broker URL must start with http:// or https:// (got ${JSON.stringify(baseUrl)})`);
+  }
   return {
     baseUrl: baseUrl.replace(/\/+$/, ""),
-    apiKey: options.apiKey || env("MEMP_API_KEY") || null,
+    apiKey,
     namespace: options.namespace || env("MEMP_NAMESPACE") || null,
     timeout: options.timeout ?? 1e4,
     maxRetries: options.maxRetries ?? 3,
@@ -323,6 +367,7 @@ var Transport = class {
   constructor(config) {
     this.config = config;
   }
+  config;
   url(path2, query) {
     let search = "";
     if (query instanceof URLSearchParams) {
@@ -380,7 +425,7 @@ var Transport = class {
       } catch (error) {
         call.signal?.throwIfAborted();
         if (error instanceof ConnectionFailedError) throw error;
-        const refused = certificateError(error, this.config);
+        const refused = certificateError(error, this.config) ?? await corsRefusal(error, this.config);
         if (refused) throw refused;
         const resendable = call.idempotent || notSent(error);
         if (attempt >= this.config.maxRetries || !resendable) {
@@ -401,10 +446,35 @@ var Transport = class {
         await sleep(this.delay(attempt, response.headers.get("retry-after")), call.signal);
         continue;
       }
-      throw errorFromReply(response.status, response.statusText, json);
+      const wait = response.headers.get("retry-after");
+      if (response.status === 429 && wait !== null && /^\d+$/.test(wait) && Number(wait) * 1e3 <= this.config.maxBackoff && attempt < this.config.maxRetries) {
+        await sleep(this.delay(attempt, wait), call.signal);
+        continue;
+      }
+      throw errorFromReply(response.status, response.statusText, json, response.headers);
     }
   }
 };
+async function corsRefusal(error, config) {
+  const origin = globalThis.location?.origin;
+  if (!(error instanceof TypeError) || !origin || origin === "null") return null;
+  let target;
+  try {
+    target = new URL(config.baseUrl);
+  } catch {
+    return null;
+  }
+  if (target.origin === origin) return null;
+  try {
+    await config.fetch(`${config.baseUrl}/healthz`, { mode: "no-cors", cache: "no-store" });
+  } catch {
+    return null;
+  }
+  return new CorsRefusedError(
+    `the broker at ${config.baseUrl} does not allow this page's origin ${origin}: add it to the broker's MEMP_CORS_ORIGINS`,
+    { code: "cors_refused", cause: error }
+  );
+}
 function parseJson(text) {
   if (text === "") return null;
   try {
@@ -469,6 +539,8 @@ var Agents = class {
     this.transport = transport;
     this.client = client;
   }
+  transport;
+  client;
   async get(agentId, options = {}) {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
@@ -524,6 +596,8 @@ var Messages = class {
     this.transport = transport;
     this.client = client;
   }
+  transport;
+  client;
   /** Run the messages in order, one reply each; an `error` reply does not stop the rest. */
   async batch(messages, options = {}) {
     const namespace = this.client.namespace;
@@ -557,6 +631,8 @@ var Amp = class {
     this.transport = transport;
     this.client = client;
   }
+  transport;
+  client;
   headers(agent) {
     const acting = agent ?? this.client.agent?.id;
     return acting ? { "X-AMP-Agent-ID": acting } : {};
@@ -667,7 +743,8 @@ var CONFIG_FIELDS = [
   "merge_arrays",
   "history_limit",
   "default_ttl_seconds",
-  "shares"
+  "shares",
+  "limits"
 ];
 function path(namespace, ...rest) {
   return ["/v1/namespaces", namespace, ...rest].map((p, i) => i ? encodeURIComponent(p) : p).join("/");
@@ -677,12 +754,26 @@ var Namespaces = class {
     this.transport = transport;
     this.client = client;
   }
+  transport;
+  client;
   /** The configuration, with its `revision` (0 and the defaults if never set). */
   async config(options = {}) {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
       path: path(namespace, "config"),
+      idempotent: true,
+      signal: options.signal
+    });
+    return reply.body;
+  }
+  /** The namespace's usage (live keys, stored bytes, open streams) beside its limits and the
+   * broker's per-agent defaults. */
+  async usage(options = {}) {
+    const namespace = this.client.requireNamespace(options.namespace);
+    const reply = await this.transport.send({
+      method: "GET",
+      path: path(namespace, "usage"),
       idempotent: true,
       signal: options.signal
     });
@@ -728,6 +819,8 @@ var Schemas = class {
     this.transport = transport;
     this.client = client;
   }
+  transport;
+  client;
   /** Register (or replace) schema `id` for keys matching `pattern`. */
   async put(id, pattern, schema, options = {}) {
     const namespace = this.client.requireNamespace(options.namespace);
@@ -778,6 +871,9 @@ var QueryResult = class {
     this.pattern = pattern;
     this.fetchPage = fetchPage;
   }
+  namespace;
+  pattern;
+  fetchPage;
   #all = null;
   /** Every page, following `nextCursor` until the broker says there is no more. */
   async *pages() {
@@ -998,14 +1094,18 @@ function isEventPrefix(chunk, i, firstCharCode) {
 // src/subscription.ts
 var ENTRY_EVENTS = /* @__PURE__ */ new Set(["put", "delete", "expire", "snapshot"]);
 var RESUME_EVENTS = new Set(END_EVENT_TYPES);
-var OPENED = Symbol("opened");
+var OPENED = /* @__PURE__ */ Symbol("opened");
 var StreamState = class {
-  constructor(namespace, patterns, snapshot, lastEventId) {
+  constructor(namespace, patterns, snapshot, lastEventId, onState) {
     this.namespace = namespace;
     this.patterns = patterns;
+    this.onState = onState;
     this.cursor = lastEventId || null;
     this.snapshotPending = snapshot && this.cursor === null;
   }
+  namespace;
+  patterns;
+  onState;
   cursor;
   snapshotPending;
   /** Snapshot entries handed out, so a snapshot asked for again after a break skips them. */
@@ -1018,6 +1118,11 @@ var StreamState = class {
   resumeNow = false;
   /** Connection attempts made so far. */
   attempts = 0;
+  /** Streams opened so far. */
+  connections = 0;
+  /** What ended the last attempt. */
+  error = null;
+  status = null;
   query() {
     this.live = false;
     this.attempts += 1;
@@ -1034,6 +1139,20 @@ var StreamState = class {
   /** The connection closed or failed. */
   ended() {
     if (!this.live) this.failures += 1;
+  }
+  /** Tell the listener where the connection stands (each change once). */
+  report(status, error = null) {
+    if (status === this.status && status !== "reconnecting") return;
+    this.status = status;
+    const attempt = status === "reconnecting" ? this.failures : 0;
+    try {
+      this.onState?.({ status, attempt, error });
+    } catch {
+    }
+  }
+  attempting() {
+    const first = this.connections === 0 && this.failures === 0;
+    this.report(first ? "connecting" : "reconnecting", first ? null : this.error);
   }
   /** No wait after a stream that worked or asked to be resumed; backoff after failures. */
   delay(transport) {
@@ -1109,15 +1228,12 @@ var Subscription = class {
   #unlinkSignal = () => {
   };
   #opened = false;
-  #connection = "connecting";
-  #onConnection;
   /** Made by `MEMP.subscribe`. */
   constructor(transport, state, signal, onClose = () => {
-  }, onConnection) {
+  }) {
     this.#transport = transport;
     this.#state = state;
     this.#onClose = onClose;
-    this.#onConnection = onConnection;
     this.#items = this.#run();
     if (signal) {
       const close = () => this.close();
@@ -1139,28 +1255,42 @@ var Subscription = class {
   get closed() {
     return this.#stop.signal.aborted;
   }
-  /** The connection's state now; `onConnection` hears every change. */
-  get connection() {
-    return this.#connection;
-  }
-  #enter(state) {
-    if (this.#connection === state || this.#connection === "closed") return;
-    this.#connection = state;
-    try {
-      this.#onConnection?.(state);
-    } catch {
-    }
-  }
   /**
    * Connect now (retrying with backoff while the broker is unreachable) and resolve once the
    * stream is open: every change made after that is delivered. Call it before iterating.
    */
-  async open() {
+  async open(options = {}) {
     if (!this.#opened) {
-      const item = await this.#items.next();
+      let timer;
+      const pending = this.#items.next();
+      const expired = new Promise((resolve) => {
+        if (options.timeout !== void 0) timer = setTimeout(() => resolve("expired"), options.timeout);
+      });
+      let item;
+      try {
+        item = await Promise.race([pending, expired]);
+      } catch (error) {
+        this.close();
+        throw error;
+      } finally {
+        clearTimeout(timer);
+      }
+      if (item === "expired") {
+        const last = this.#state.error;
+        const error = new OpenTimeoutError(
+          `the event stream at ${this.#transport.config.baseUrl} did not open within ${options.timeout} ms` + (last ? `: ${describeError(last)}` : ""),
+          { code: "connection_error", cause: last ?? void 0 }
+        );
+        this.#state.report("closed", error);
+        this.close();
+        pending.catch(() => {
+        });
+        throw error;
+      }
       if (!item.done && item.value !== OPENED) {
         throw new Error("open() must be called before the subscription is iterated");
       }
+      if (item.done) throw new ConnectionFailedError("the subscription was closed before it opened", { code: "connection_error" });
       this.#opened = true;
     }
     return this;
@@ -1199,7 +1329,6 @@ var Subscription = class {
   close() {
     if (this.#stop.signal.aborted) return;
     this.#stop.abort();
-    this.#enter("closed");
     this.#unlinkSignal();
     this.#onClose();
     this.#items.return(void 0).catch(() => {
@@ -1210,7 +1339,18 @@ var Subscription = class {
     const config = transport.config;
     const state = this.#state;
     const stop = this.#stop.signal;
+    try {
+      yield* this.#connections(transport, config, state, stop);
+    } catch (error) {
+      state.report("closed", error);
+      throw error;
+    } finally {
+      state.report("closed", null);
+    }
+  }
+  async *#connections(transport, config, state, stop) {
     while (!stop.aborted) {
+      state.attempting();
       const connection = new AbortController();
       const unlink = link(stop, connection);
       let timer;
@@ -1224,7 +1364,6 @@ var Subscription = class {
       let reader;
       try {
         arm();
-        this.#enter("connecting");
         const response = await config.fetch(transport.url("/v1/subscribe", state.query()), {
           headers: transport.headers(state.headers()),
           signal: connection.signal,
@@ -1232,9 +1371,14 @@ var Subscription = class {
         });
         if (response.status !== 200) {
           const text = await response.text();
-          if (fatal(response.status)) {
-            throw errorFromReply(response.status, response.statusText, parseJson(text));
-          }
+          const refusal = errorFromReply(
+            response.status,
+            response.statusText,
+            parseJson(text),
+            response.headers
+          );
+          if (fatal(response.status)) throw refusal;
+          state.error = refusal;
         } else if (!response.body || !isEventStream(response)) {
           throw new ConnectionFailedError(
             `${config.baseUrl} did not answer with an event stream`,
@@ -1252,7 +1396,8 @@ var Subscription = class {
             if (done) break;
             if (!opened) {
               opened = true;
-              this.#enter("open");
+              state.connections += 1;
+              state.report("connected");
               yield OPENED;
             }
             parser.feed(decoder.decode(value, { stream: true }));
@@ -1262,18 +1407,16 @@ var Subscription = class {
               if (stop.aborted) return;
             }
           }
+          state.error = new ConnectionFailedError("the broker ended the stream", {
+            code: "connection_error"
+          });
         }
       } catch (error) {
         if (stop.aborted) return;
-        if (error instanceof MempError) {
-          this.#enter("closed");
-          throw error;
-        }
-        const refused = certificateError(error, config);
-        if (refused) {
-          this.#enter("closed");
-          throw refused;
-        }
+        if (error instanceof MempError) throw error;
+        const refused = certificateError(error, config) ?? await corsRefusal(error, config);
+        if (refused) throw refused;
+        state.error = error;
       } finally {
         clearTimeout(timer);
         unlink();
@@ -1282,7 +1425,6 @@ var Subscription = class {
         });
       }
       state.ended();
-      if (!stop.aborted) this.#enter("waiting");
       try {
         await sleep(state.delay(transport), stop);
       } catch {
@@ -1291,6 +1433,11 @@ var Subscription = class {
     }
   }
 };
+function describeError(error) {
+  if (!(error instanceof Error)) return String(error);
+  const cause = error.cause;
+  return cause instanceof Error ? `${error.message} (${cause.message})` : error.message;
+}
 function isEventStream(response) {
   return (response.headers.get("content-type") ?? "").startsWith("text/event-stream");
 }
@@ -1327,6 +1474,8 @@ var Memory = class {
     this.transport = transport;
     this.client = client;
   }
+  transport;
+  client;
   /** Store `value` under `key`; resolves to the entry written (with `warnings`). */
   async put(key, value, options = {}) {
     const namespace = this.client.requireNamespace(options.namespace);
@@ -1422,6 +1571,7 @@ var Keys = class {
   constructor(transport) {
     this.transport = transport;
   }
+  transport;
   async create(options) {
     const body = { grants: options.grants, name: options.name ?? "" };
     if (options.agentId !== void 0) body["agent_id"] = options.agentId;
@@ -1520,19 +1670,14 @@ var MEMP = class {
       namespace,
       patterns,
       options.snapshot ?? false,
-      options.lastEventId ?? null
+      options.lastEventId ?? null,
+      options.onState
     );
     const open = this.#subscriptions;
     let subscription = void 0;
-    subscription = new Subscription(
-      this.#transport,
-      state,
-      options.signal,
-      () => {
-        if (subscription) open.delete(subscription);
-      },
-      options.onConnection
-    );
+    subscription = new Subscription(this.#transport, state, options.signal, () => {
+      if (subscription) open.delete(subscription);
+    });
     if (!subscription.closed) open.add(subscription);
     return subscription;
   }
@@ -1546,6 +1691,7 @@ export {
   Amp,
   ConflictError,
   ConnectionFailedError,
+  CorsRefusedError,
   DEFAULT_BASE_URL,
   END_EVENT_TYPES,
   ERROR_CODES,
@@ -1559,10 +1705,12 @@ export {
   Messages,
   Namespaces,
   NotFoundError,
+  OpenTimeoutError,
   PERMISSIONS,
   PayloadTooLargeError,
   PreconditionFailedError,
   QueryResult,
+  QuotaExceededError,
   RateLimitedError,
   SchemaViolationError,
   Schemas,
