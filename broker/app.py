@@ -25,6 +25,7 @@ from broker.audit import AuditService
 from broker.auth import Authenticator
 from broker.changes import ChangeLog
 from broker.clock import Clock, system_clock
+from broker.console import routes as console
 from broker.errors import MempError, store_down
 from broker.http import error_response, json_response
 from broker.hub import Hub
@@ -219,7 +220,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         routes=[*memory.routes, *system.routes, *agents.routes, *messages.routes, *api_keys.routes,
                 *subscribe.routes, *namespaces.routes, *audit.routes, *proposals.routes,
                 *amp_routes.routes,
-                mcp.route(auth, mcp_server)],
+                mcp.route(auth, mcp_server),
+                *(console.routes() if settings.console else [])],
         exception_handlers={
             MempError: _mempe_error,
             Proposed: _proposed,

@@ -193,8 +193,10 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
     where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
         else f"in Redis at {redacted(settings.redis_url or '')}"
     scheme = "https" if certificates else "http"
+    console = f"; console at {scheme}://{settings.host}:{settings.port}/console" \
+        if settings.console else ""
     print(f"memp-broker: listening on {scheme}://{settings.host}:{settings.port}; "
-          f"data lives {where}", flush=True)
+          f"data lives {where}{console}", flush=True)
     if workers > 1:
         try:
             Multiprocess(config, sockets=[listener]).run()

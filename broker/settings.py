@@ -91,6 +91,8 @@ class Settings:
     rate_limit_hold_ms: int = 1000  # a flood over its rate gets its 429s this late, at most
     proposal_ttl_seconds: int = 7 * 24 * 3600
     audit_retention_seconds: int = 0  # 0: keep every audit record
+    # The review console at /console (docs/console.md): static files, off with MEMP_CONSOLE=0.
+    console: bool = True
 
     @property
     def embedded(self) -> bool:

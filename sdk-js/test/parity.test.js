@@ -25,6 +25,8 @@ const EXEMPT = {
   mcpPost: 'MCP: spoken by MCP clients',
   mcpGet: 'MCP: spoken by MCP clients',
   mcpDelete: 'MCP: spoken by MCP clients',
+  consoleRedirect: 'the console: a page for browsers',
+  getConsoleFile: 'the console: a page for browsers',
 }
 
 /** @type {any} */

@@ -27,6 +27,8 @@ EXEMPT = {
     "mcpPost": "MCP: spoken by MCP clients (memp mcp relays it)",
     "mcpGet": "MCP: spoken by MCP clients",
     "mcpDelete": "MCP: spoken by MCP clients",
+    "consoleRedirect": "the console: a page for browsers",
+    "getConsoleFile": "the console: a page for browsers",
 }
 
 
