@@ -2,8 +2,28 @@
 
 // src/models.ts
 var WARNINGS = ["schema_violation", "conflicts"];
-var PERMISSIONS = ["read", "write", "subscribe", "admin", "impersonate", "amp"];
-var EVENT_TYPES = ["put", "delete", "expire", "snapshot", "snapshot-end", "reset"];
+var PERMISSIONS = [
+  "read",
+  "write",
+  "subscribe",
+  "admin",
+  "impersonate",
+  "amp",
+  "review",
+  "audit"
+];
+var EVENT_TYPES = [
+  "put",
+  "delete",
+  "expire",
+  "snapshot",
+  "snapshot-end",
+  "reset",
+  "proposal",
+  "approved",
+  "rejected",
+  "expired"
+];
 var END_EVENT_TYPES = ["overflow", "shutdown", "revoked"];
 function toEntry(wire, headerWarnings = []) {
   const schemaErrors = wire.schema_errors ? wire.schema_errors.map((e) => ({ schemaId: e.schema_id, path: e.path, message: e.message })) : null;
@@ -36,6 +56,8 @@ function toEntry(wire, headerWarnings = []) {
     deleted: wire.deleted ?? false,
     schemaErrors,
     conflicts,
+    approvedBy: wire.approved_by ?? null,
+    proposalId: wire.proposal_id ?? null,
     warnings: [...warnings]
   };
 }
@@ -86,6 +108,17 @@ var MempError = class extends Error {
   get field() {
     const field = this.details["field"];
     return typeof field === "string" ? field : null;
+  }
+};
+var ApprovalPendingError = class extends MempError {
+  proposal;
+  constructor(proposal) {
+    super(`${proposal.key} awaits approval as proposal ${proposal.id}`, {
+      code: "approval_pending",
+      status: 202,
+      details: { id: proposal.id }
+    });
+    this.proposal = proposal;
   }
 };
 var InvalidRequestError = class extends MempError {
@@ -368,7 +401,7 @@ var Transport = class {
     this.config = config;
   }
   config;
-  url(path2, query) {
+  url(path3, query) {
     let search = "";
     if (query instanceof URLSearchParams) {
       search = query.toString();
@@ -379,7 +412,7 @@ var Transport = class {
       }
       search = params.toString();
     }
-    return this.config.baseUrl + path2 + (search ? `?${search}` : "");
+    return this.config.baseUrl + path3 + (search ? `?${search}` : "");
   }
   headers(extra = {}) {
     const headers = { Accept: "application/json", ...extra };
@@ -618,6 +651,129 @@ var Messages = class {
   }
 };
 
+// src/governance.ts
+function bound(value) {
+  return value instanceof Date ? value.getTime() : value;
+}
+function path(namespace, ...rest) {
+  return `/v1/namespaces/${[namespace, ...rest].map(encodeURIComponent).join("/")}`;
+}
+var Proposals = class {
+  constructor(transport, client) {
+    this.transport = transport;
+    this.client = client;
+  }
+  transport;
+  client;
+  /** One page, newest first; pass `next_cursor` back as `cursor`. */
+  async list(options = {}) {
+    const namespace = this.client.requireNamespace(options.namespace);
+    const reply = await this.transport.send({
+      method: "GET",
+      path: path(namespace, "proposals"),
+      query: {
+        status: options.status,
+        key: options.key,
+        cursor: options.cursor ?? void 0,
+        limit: options.limit
+      },
+      idempotent: true,
+      signal: options.signal
+    });
+    return reply.body;
+  }
+  /** A proposal with its diff. */
+  async get(proposalId, options = {}) {
+    const namespace = this.client.requireNamespace(options.namespace);
+    const reply = await this.transport.send({
+      method: "GET",
+      path: path(namespace, "proposals", proposalId),
+      idempotent: true,
+      signal: options.signal
+    });
+    return reply.body;
+  }
+  /**
+   * Write the proposal. If the key moved since, ConflictError's details carry `current`,
+   * `current_version` and a fresh `diff`; approve again with `baseVersion` set to
+   * `current_version` to apply it rebased.
+   */
+  async approve(proposalId, options = {}) {
+    const namespace = this.client.requireNamespace(options.namespace);
+    const reply = await this.transport.send({
+      method: "POST",
+      path: path(namespace, "proposals", proposalId, "approve"),
+      body: options.baseVersion == null ? {} : { base_version: options.baseVersion },
+      idempotent: false,
+      signal: options.signal
+    });
+    const body = reply.body;
+    return { proposal: body.proposal, entry: toEntry(body.entry) };
+  }
+  /** Close the proposal for good, with a reason. */
+  async reject(proposalId, reason = "", options = {}) {
+    const namespace = this.client.requireNamespace(options.namespace);
+    const reply = await this.transport.send({
+      method: "POST",
+      path: path(namespace, "proposals", proposalId, "reject"),
+      body: { reason },
+      idempotent: false,
+      signal: options.signal
+    });
+    return reply.body;
+  }
+};
+var Audit = class {
+  constructor(transport, client) {
+    this.transport = transport;
+    this.client = client;
+  }
+  transport;
+  client;
+  /** One page, newest first; pass `next_cursor` back as `cursor`. */
+  async list(options = {}) {
+    const namespace = this.client.requireNamespace(options.namespace);
+    const reply = await this.transport.send({
+      method: "GET",
+      path: path(namespace, "audit"),
+      query: {
+        since: bound(options.since),
+        until: bound(options.until),
+        actor: options.actor,
+        key: options.key,
+        action: options.action,
+        cursor: options.cursor ?? void 0,
+        limit: options.limit
+      },
+      idempotent: true,
+      signal: options.signal
+    });
+    return reply.body;
+  }
+  /** Every record of the selection, newest first, page after page. */
+  async export(options = {}) {
+    const records = [];
+    let cursor = null;
+    do {
+      const page = await this.list({ ...options, cursor, limit: 1e3 });
+      records.push(...page.records);
+      cursor = page.next_cursor;
+    } while (cursor);
+    return records;
+  }
+  /** Walk the hash chain: `ok` is false, with `broken`, if a record was tampered with. */
+  async verify(options = {}) {
+    const namespace = this.client.requireNamespace(options.namespace);
+    const reply = await this.transport.send({
+      method: "GET",
+      path: path(namespace, "audit", "verify"),
+      idempotent: true,
+      signal: options.signal
+    });
+    return reply.body;
+  }
+};
+
 // src/amp.ts
 function iso(moment) {
   return moment instanceof Date ? moment.toISOString() : moment;
@@ -637,10 +793,10 @@ var Amp = class {
     const acting = agent ?? this.client.agent?.id;
     return acting ? { "X-AMP-Agent-ID": acting } : {};
   }
-  async call(method, path2, options, body, idempotent = false) {
+  async call(method, path3, options, body, idempotent = false) {
     const reply = await this.transport.send({
       method,
-      path: path2,
+      path: path3,
       body,
       headers: this.headers(options.agent),
       idempotent,
@@ -744,9 +900,10 @@ var CONFIG_FIELDS = [
   "history_limit",
   "default_ttl_seconds",
   "shares",
-  "limits"
+  "limits",
+  "allow_self_approval"
 ];
-function path(namespace, ...rest) {
+function path2(namespace, ...rest) {
   return ["/v1/namespaces", namespace, ...rest].map((p, i) => i ? encodeURIComponent(p) : p).join("/");
 }
 var Namespaces = class {
@@ -761,7 +918,7 @@ var Namespaces = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path(namespace, "config"),
+      path: path2(namespace, "config"),
       idempotent: true,
       signal: options.signal
     });
@@ -773,7 +930,7 @@ var Namespaces = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path(namespace, "usage"),
+      path: path2(namespace, "usage"),
       idempotent: true,
       signal: options.signal
     });
@@ -789,7 +946,7 @@ var Namespaces = class {
     if (options.ifRevision !== void 0) headers["If-Match"] = `"${options.ifRevision}"`;
     const reply = await this.transport.send({
       method: "PUT",
-      path: path(namespace, "config"),
+      path: path2(namespace, "config"),
       body,
       headers,
       idempotent: options.ifRevision === void 0,
@@ -826,7 +983,7 @@ var Schemas = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "PUT",
-      path: path(namespace, "schemas", id),
+      path: path2(namespace, "schemas", id),
       body: { pattern, schema, enforce: options.enforce ?? false },
       idempotent: true,
       signal: options.signal
@@ -837,7 +994,7 @@ var Schemas = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path(namespace, "schemas", id),
+      path: path2(namespace, "schemas", id),
       idempotent: true,
       signal: options.signal
     });
@@ -847,7 +1004,7 @@ var Schemas = class {
     const namespace = this.client.requireNamespace(options.namespace);
     await this.transport.send({
       method: "DELETE",
-      path: path(namespace, "schemas", id),
+      path: path2(namespace, "schemas", id),
       idempotent: false,
       signal: options.signal
     });
@@ -856,7 +1013,7 @@ var Schemas = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path(namespace, "schemas"),
+      path: path2(namespace, "schemas"),
       idempotent: true,
       signal: options.signal
     });
@@ -1467,6 +1624,7 @@ function millis(timestamp) {
   return timestamp instanceof Date ? timestamp.getTime() : timestamp;
 }
 function entryOf(reply) {
+  if (reply.status === 202) throw new ApprovalPendingError(reply.body);
   return toEntry(reply.body, parseWarnings(reply.headers.get("memp-warning")));
 }
 var Memory = class {
@@ -1483,6 +1641,7 @@ var Memory = class {
     if (options.ttlSeconds != null) body["ttl_seconds"] = options.ttlSeconds;
     if (options.baseVersion != null) body["base_version"] = options.baseVersion;
     if (options.timestamp != null) body["timestamp"] = millis(options.timestamp);
+    if (options.approvalRequired) body["approval_required"] = true;
     const headers = { "Idempotency-Key": messageId() };
     if (options.ifVersion != null) headers["If-Match"] = `"${options.ifVersion}"`;
     if (options.ifAbsent) headers["If-None-Match"] = "*";
@@ -1547,7 +1706,10 @@ var Memory = class {
     const reply = await this.transport.send({
       method: "DELETE",
       path: entryPath("memory", namespace, key),
-      query: { timestamp: millis(options.timestamp) },
+      query: {
+        timestamp: millis(options.timestamp),
+        approval_required: options.approvalRequired ? "true" : void 0
+      },
       headers,
       idempotent: true,
       signal: options.signal
@@ -1611,6 +1773,8 @@ var MEMP = class {
   schemas;
   agents;
   messages;
+  proposals;
+  audit;
   amp;
   /** The agent registered with `register()`. */
   agent = null;
@@ -1627,6 +1791,8 @@ var MEMP = class {
     this.schemas = new Schemas(this.#transport, this);
     this.agents = new Agents(this.#transport, this);
     this.messages = new Messages(this.#transport, this);
+    this.proposals = new Proposals(this.#transport, this);
+    this.audit = new Audit(this.#transport, this);
     this.amp = new Amp(this.#transport, this);
   }
   get namespace() {
@@ -1689,6 +1855,8 @@ var MEMP = class {
 export {
   Agents,
   Amp,
+  ApprovalPendingError,
+  Audit,
   ConflictError,
   ConnectionFailedError,
   CorsRefusedError,
@@ -1709,6 +1877,7 @@ export {
   PERMISSIONS,
   PayloadTooLargeError,
   PreconditionFailedError,
+  Proposals,
   QueryResult,
   QuotaExceededError,
   RateLimitedError,
