@@ -30,7 +30,9 @@ from broker.models import Entry, Proposal
 from broker.storage.amp import CellIndexStore, CellRecord, IndexUpdate
 from broker.storage.records import RawHash, WriteRequest, live_entry
 
-_CAS_ATTEMPTS = 10
+# A retry happens only when another write to the cell landed in between, so this bounds how
+# many concurrent writers a patch outlasts before answering 409 write_conflict.
+_CAS_ATTEMPTS = 32
 
 
 def cell_key(cell: MemoryCell) -> str:
