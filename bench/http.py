@@ -1,17 +1,20 @@
 """HTTP benchmark of the MEMP broker against its floor: `python -m bench.http --help`.
 
-Starts redis-server (unless --redis-url) and three uvicorn processes: the floor (bench/floor.py),
-the broker on that Redis and the broker on its embedded store. It fills --keys keys in each, then
-drives PUTs and GETs over HTTP from wrk (or bench/client.py) one target at a time, phase by
-phase, for --rounds rounds, and prints the median figures side by side with the ratio to the
-floor. Measuring the targets back to back, round after round, keeps a busy machine's noise
-from landing on one target only.
+Starts redis-server (unless --redis-url) and up to four uvicorn processes: the floor
+(bench/floor.py), the broker on that Redis, the broker on that Redis with fair-share limits in
+force (target `limited`: namespace rates, quotas and per-agent rates all set far above the load,
+so every request pays for the checks and none is refused) and the broker on its embedded store.
+It fills --keys keys in each, then drives PUTs and GETs over HTTP from wrk (or
+bench/client.py) one target at a time, phase by phase, for --rounds rounds, and prints the
+median figures side by side with the ratio to the floor. Measuring the targets back to back,
+round after round, keeps a busy machine's noise from landing on one target only.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import secrets
 import signal
@@ -24,7 +27,7 @@ from typing import Any
 
 from bench import client, report
 from bench.replay import measure_phase
-from bench.report import TARGETS
+from bench.report import FLOORS, TARGETS
 from bench.servers import (
     Processes,
     choose_loadgen,
@@ -52,6 +55,7 @@ class Config:
     keys: int
     namespace: str
     loadgen: str
+    workers: int = 2
     redis_url: str = ""
     own_redis: bool = True
     admin_key: str = field(default_factory=lambda: f"bench-admin-{secrets.token_hex(16)}")
@@ -65,6 +69,7 @@ class Server:
     proc: subprocess.Popen[bytes]
     port: int
     watch: dict[str, int]
+    namespace: str = ""
     token: str = ""
     key_id: str = ""
 
@@ -88,8 +93,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--redis-url",
                         help="use this Redis instead of starting redis-server; the run uses a "
                              "fresh namespace and deletes its keys afterwards")
-    parser.add_argument("--targets", default="floor,redis,embedded",
-                        help="comma-separated subset of floor,redis,embedded")
+    parser.add_argument("--targets", default="floor,blind,redis,noaudit,embedded",
+                        help="comma-separated subset of floor,blind,redis,noaudit,workers,"
+                             "limited,embedded (default floor,blind,redis,noaudit,embedded); "
+                             "noaudit is the broker on Redis without its audit log, workers "
+                             "the broker on Redis with --workers processes, limited the broker "
+                             "on Redis with every fair-share limit set far above the load")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="worker processes of the workers target (default 2)")
     parser.add_argument("--load-generator", choices=["auto", "wrk", "python"], default="auto",
                         help="wrk (default when installed) or bench/client.py's asyncio client")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
@@ -99,25 +110,33 @@ def _parser() -> argparse.ArgumentParser:
 # ---- load generation ----
 
 
-def _path(cfg: Config, i: int) -> str:
-    return f"/v1/namespaces/{cfg.namespace}/memory/bench/key-{i:05d}"
+# Fair share for the `limited` target: every limit set, none reachable by the load.
+LIMITS = {"writes_per_second": 1_000_000, "write_burst": 1_000_000,
+          "reads_per_second": 1_000_000, "read_burst": 1_000_000,
+          "max_keys": 1_000_000_000, "max_bytes": 10**12, "max_streams": 1_000}
+AGENT_RATES = {"MEMP_AGENT_WRITES_PER_SECOND": "1000000", "MEMP_AGENT_READS_PER_SECOND": "1000000"}
 
 
-def _requests(cfg: Config, method: str, token: str) -> list[bytes]:
+def _path(namespace: str, i: int) -> str:
+    return f"/v1/namespaces/{namespace}/memory/bench/key-{i:05d}"
+
+
+def _requests(cfg: Config, server: Server, method: str) -> list[bytes]:
     body = client.put_body(cfg.value_bytes) if method == "PUT" else None
-    return [client.build_request(method, _path(cfg, i), token, body) for i in range(cfg.keys)]
+    return [client.build_request(method, _path(server.namespace, i), server.token, body)
+            for i in range(cfg.keys)]
 
 
 def _wrk(procs: Processes, cfg: Config, server: Server, method: str, connections: int
          ) -> dict[str, Any]:
     return run_wrk(procs, WRK_SCRIPT, f"http://{HOST}:{server.port}", connections, cfg.seconds,
-                   [method, cfg.namespace, str(cfg.keys), str(cfg.value_bytes), server.token])
+                   [method, server.namespace, str(cfg.keys), str(cfg.value_bytes), server.token])
 
 
 def _drive(procs: Processes, cfg: Config, server: Server, method: str, connections: int
            ) -> dict[str, Any]:
     """One measured phase, with the CPU used meanwhile by the server, Redis and the load."""
-    requests = _requests(cfg, method, server.token) if cfg.loadgen == "python" else []
+    requests = _requests(cfg, server, method) if cfg.loadgen == "python" else []
 
     def drive() -> dict[str, Any]:
         if cfg.loadgen == "wrk":
@@ -134,32 +153,50 @@ def _drive(procs: Processes, cfg: Config, server: Server, method: str, connectio
 
 def _start(procs: Processes, cfg: Config, target: str, redis_pid: int | None) -> Server:
     port = free_port()
-    if target == "floor":
-        argv = [sys.executable, "-m", "uvicorn", "--factory", "bench.floor:create_app",
+    if target in FLOORS:
+        factory = "create_app" if target == "floor" else "create_blind_app"
+        argv = [sys.executable, "-m", "uvicorn", "--factory", f"bench.floor:{factory}",
                 "--host", HOST, "--port", str(port), "--loop", "uvloop", "--http", "httptools",
                 "--no-access-log", "--log-level", "warning"]
         env = clean_env(BENCH_REDIS_URL=cfg.redis_url)
     else:
-        argv = [sys.executable, "-m", "broker.cli", "serve", "--host", HOST, "--port", str(port),
+        module = "bench.noaudit" if target == "noaudit" else "broker.cli"
+        argv = [sys.executable, "-m", module, "serve", "--host", HOST, "--port", str(port),
                 "--log-level", "warning"]
+        if target == "workers":
+            argv += ["--workers", str(cfg.workers)]
         env = clean_env(MEMP_ADMIN_KEY=cfg.admin_key)
-        if target == "redis":
+        if target != "embedded":
             env["MEMP_REDIS_URL"] = cfg.redis_url
+        if target == "limited":
+            env.update(AGENT_RATES)
     proc = procs.start(target, argv, env)
     wait_started(procs, proc, port, TARGETS[target])
     watch = {"server": proc.pid}
     if redis_pid is not None and target != "embedded":
         watch["redis"] = redis_pid
-    server = Server(target, proc, port, watch)
-    if target != "floor":
-        credentials = client.register_agent(HOST, port, cfg.admin_key, cfg.namespace)
+    server = Server(target, proc, port, watch, _namespace(cfg, target))
+    if target not in FLOORS:
+        credentials = client.register_agent(HOST, port, cfg.admin_key, server.namespace)
         server.token, server.key_id = credentials["api_key"], credentials["key_id"]
+    if target == "limited":
+        body = json.dumps({"limits": LIMITS}).encode()
+        path = f"/v1/namespaces/{server.namespace}/config"
+        status, reply = client.run(lambda: client.request_once(
+            HOST, port, client.build_request("PUT", path, cfg.admin_key, body)))
+        if status != 200:
+            raise RuntimeError(f"setting the limits failed: {status} {reply[:300]!r}")
     return server
+
+
+def _namespace(cfg: Config, target: str) -> str:
+    """The limited target has a namespace of its own: limits are per namespace."""
+    return f"{cfg.namespace}-limited" if target == "limited" else cfg.namespace
 
 
 def _fill(cfg: Config, server: Server) -> None:
     print(f"  {TARGETS[server.target]}: writing {cfg.keys} keys", flush=True)
-    puts = _requests(cfg, "PUT", server.token)
+    puts = _requests(cfg, server, "PUT")
     client.run(lambda: client.fill(HOST, server.port, puts, min(cfg.connections, 32)))
 
 
@@ -181,11 +218,13 @@ def _forget(cfg: Config) -> None:
 
     try:
         with redis.Redis.from_url(cfg.redis_url) as conn:
-            for prefix in (f"memp:{{{cfg.namespace}}}:", f"floor:{{{cfg.namespace}}}:"):
+            limited = _namespace(cfg, "limited")
+            for prefix in (f"memp:{{{cfg.namespace}}}:", f"floor:{{{cfg.namespace}}}:",
+                           f"memp:{{{limited}}}:"):
                 batch = list(conn.scan_iter(match=prefix + "*", count=1000))
                 for i in range(0, len(batch), 1000):
                     conn.unlink(*batch[i:i + 1000])
-            conn.srem("memp:namespaces", cfg.namespace)
+            conn.srem("memp:namespaces", cfg.namespace, limited)
     except redis.RedisError as exc:
         print(f"bench: could not clean up Redis: {exc}", file=sys.stderr)
 
@@ -213,16 +252,19 @@ def _measure(procs: Processes, cfg: Config, servers: list[Server]) -> dict[str, 
 
 
 def _config(args: argparse.Namespace, targets: list[str]) -> Config:
-    if args.value_bytes < 11 or min(args.connections, args.keys, args.seconds, args.rounds) < 1:
-        raise SystemExit("bench: --value-bytes must be >= 11; --connections, --keys, --seconds "
-                         "and --rounds >= 1")
-    own_redis = not args.redis_url and bool({"floor", "redis"} & set(targets))
+    if args.value_bytes < 11 or min(args.connections, args.keys, args.seconds, args.rounds,
+                                    args.workers) < 1:
+        raise SystemExit("bench: --value-bytes must be >= 11; --connections, --keys, --seconds, "
+                         "--rounds and --workers >= 1")
+    own_redis = not args.redis_url and bool(
+        {"floor", "blind", "redis", "noaudit", "workers", "limited"} & set(targets))
     if own_redis:
         need_redis_server(", or pass --redis-url")
     return Config(seconds=args.seconds, rounds=args.rounds, connections=args.connections,
                   value_bytes=args.value_bytes, keys=args.keys,
                   namespace="bench" if not args.redis_url else f"bench-{secrets.token_hex(4)}",
-                  loadgen=choose_loadgen(args.load_generator), redis_url=args.redis_url or "",
+                  loadgen=choose_loadgen(args.load_generator), workers=args.workers,
+                  redis_url=args.redis_url or "",
                   own_redis=own_redis)
 
 
@@ -242,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(f"bench: {cfg.connections} connections, {cfg.rounds} rounds of {cfg.seconds} s per "
           f"phase, {cfg.value_bytes}-byte values over {cfg.keys} keys, load generator "
-          f"{cfg.loadgen}, {os.cpu_count()} CPUs, load average {load_before:.2f}", flush=True)
+          f"{cfg.loadgen}, {os.cpu_count()} CPUs, load average {load_before:.2f}"
+          + (f"; xN: {cfg.workers} workers" if "workers" in targets else ""), flush=True)
     try:
         redis_pid = None
         if cfg.own_redis:
@@ -274,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             "config": {"seconds": cfg.seconds, "rounds": cfg.rounds,
                        "connections": cfg.connections, "value_bytes": cfg.value_bytes,
                        "keys": cfg.keys, "load_generator": cfg.loadgen,
+                       "workers": cfg.workers if "workers" in targets else None,
                        "redis": "own redis-server" if cfg.own_redis else "--redis-url"},
             "machine": report.machine(load_before,
                                       versions=report.versions("fakeredis", "lupa")),

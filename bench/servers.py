@@ -113,12 +113,35 @@ def wait_started(procs: Processes, proc: subprocess.Popen[bytes], port: int, lab
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time a process has used so far (Linux /proc; None elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+    """User + system CPU time a process and its descendants (a multi-worker server's workers)
+    have used so far (Linux /proc; None elsewhere)."""
+    stats = _process_stats()
+    if pid not in stats:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(child)
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += stats[current][1]
+        todo += children.get(current, [])
+    return total
+
+
+def _process_stats() -> dict[int, tuple[int, float]]:
+    """Every process's parent and CPU seconds (user + system), from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        out[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
+    return out
 
 
 def cpu_snapshot(watch: dict[str, int]) -> dict[str, float | None]:

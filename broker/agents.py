@@ -8,6 +8,7 @@ import uuid
 import msgspec
 
 from broker.activity import AgentActivity
+from broker.audit import AuditService, actor_fields
 from broker.auth import Principal, create_api_key
 from broker.clock import Clock
 from broker.errors import MempError
@@ -34,11 +35,12 @@ class AgentService:
     """Registers agents and reads them back."""
 
     def __init__(self, settings: Settings, store: AccountStore, activity: AgentActivity,
-                 clock: Clock) -> None:
+                 clock: Clock, audit: AuditService) -> None:
         self.settings = settings
         self.store = store
         self.activity = activity
         self.clock = clock
+        self.audit = audit
 
     async def register(self, principal: Principal, namespace: str, name: str, framework: str,
                        message_id: str | None = None) -> Registration:
@@ -68,6 +70,8 @@ class AgentService:
         )
         result = Registration(agent=agent, credentials=Credentials(
             api_key=api_key, key_id=record.id, agent_id=agent.id))
+        await self.audit.record(namespace, "agent-register", actor_fields(principal),
+                                details={"agent": agent.id, "key": record.id})
         if message_id:
             first = await self.store.remember_reply(namespace, principal.writer_id, message_id,
                                                     sent, msgspec.json.encode(result))
@@ -99,6 +103,8 @@ class AgentService:
             raise MempError("not_found", f"no agent {agent_id!r} in namespace {namespace!r}")
         await self.store.delete_agent(namespace, agent_id)
         await self.store.announce_revocation(f"agent:{agent_id}")
+        await self.audit.record(namespace, "agent-remove", actor_fields(principal),
+                                details={"agent": agent_id})
 
     async def list(self, principal: Principal, namespace: str, cursor: str | None,
                    limit: int | None) -> tuple[list[Agent], str | None]:

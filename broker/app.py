@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -20,33 +21,50 @@ from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.poster import TermPoster
 from broker.amp.service import CellService
 from broker.amp.visibility import CellVisibility
+from broker.audit import AuditService
 from broker.auth import Authenticator
 from broker.changes import ChangeLog
 from broker.clock import Clock, system_clock
+from broker.console import routes as console
 from broker.errors import MempError, store_down
-from broker.http import error_response
+from broker.http import error_response, json_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
+from broker.limits import FairShare, RateLimited
+from broker.logs import RequestIdMiddleware, Throttle
 from broker.mcp import server as mcp
 from broker.mcp.resources import Resources
 from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher
-from broker.memory import MemoryService
+from broker.memory import MemoryService, Proposed
 from broker.messages import MessageHandler
 from broker.metrics import Metrics, MetricsMiddleware
 from broker.namespaces import NamespaceRegistry
+from broker.proposals import ProposalService
 from broker.revocation import StreamGuard
-from broker.routes import agents, api_keys, memory, messages, namespaces, subscribe, system
+from broker.routes import (
+    agents,
+    api_keys,
+    audit,
+    memory,
+    messages,
+    namespaces,
+    proposals,
+    subscribe,
+    system,
+)
 from broker.schema_runner import SchemaRunner
 from broker.settings import Settings
 from broker.sse import AbortableApp, SendWatchdog
 from broker.storage import Storage
 from broker.storage.client import STORE_DOWN, StoreError
 from broker.storage.records import CorruptRecord
+from broker.stream_leases import StreamLeases
 from broker.supervisor import Backoff, Supervisor
-from broker.sweeper import ExpirySweeper
+from broker.sweeper import ExpirySweeper, GovernanceSweeper
 
 log = logging.getLogger("memp")
+OUTAGE_LOG_SECONDS = 30.0  # while the store is out of reach, one warning per this many seconds
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large",
                415: "unsupported_media_type"}
@@ -54,6 +72,8 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_la
 
 async def _mempe_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, MempError)
+    if isinstance(exc, RateLimited) and exc.hold_ms:
+        await asyncio.sleep(exc.hold_ms / 1000)  # a flood's refusals come late (limits.py)
     return error_response(exc)
 
 
@@ -78,8 +98,14 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
+async def _proposed(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Proposed)
+    return json_response(exc.proposal, 202, {"Location": f"/v1/namespaces/{exc.proposal.namespace}"
+                                                          f"/proposals/{exc.proposal.id}"})
+
+
 async def _store_down(request: Request, exc: Exception) -> Response:
-    log.warning("store unavailable: %s", exc)
+    request.app.state.outage.failure("store unavailable, answering 503: %s", exc)
     return error_response(store_down(exc))
 
 
@@ -94,6 +120,15 @@ async def _internal(request: Request, exc: Exception) -> Response:
     return error_response(MempError("internal", "internal error"))
 
 
+async def _watch_store(storage: Storage, outage: Throttle) -> None:
+    """While the store is out of reach, ping it each second; say so once it answers."""
+    while True:
+        await asyncio.sleep(1.0)
+        if outage.failing:
+            await storage.ping()
+            outage.recovered("the store is reachable again")
+
+
 def create_app(settings: Settings, *, clock: Clock = system_clock,
                storage: Storage | None = None) -> Starlette:
     """Build the broker. `storage` may be passed in (tests); otherwise it is opened from
@@ -105,20 +140,31 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         write_replicas=settings.write_replicas,
         write_replicas_timeout_ms=settings.write_replicas_timeout_ms,
     )
-    # Store errors that mean it is out of reach are expected: a warning, not a traceback.
-    supervisor = Supervisor(transient=(*STORE_DOWN, OSError))
+    # Store errors that mean it is out of reach are expected: a warning, not a traceback, and
+    # one per OUTAGE_LOG_SECONDS while it lasts, then a line when the store is back.
+    outage = Throttle(logging.getLogger("memp.store"), OUTAGE_LOG_SECONDS)
+    supervisor = Supervisor(transient=(*STORE_DOWN, OSError), outage=outage)
     activity = AgentActivity(storage.accounts)
+    audit_service = AuditService(storage.audit, clock, storage.entries.namespaces)
     metrics = Metrics()
+    storage.observe(metrics)
     schema_runner = SchemaRunner(settings.schema_timeout_ms / 1000)
     registry = NamespaceRegistry(storage.config, settings.namespace_cache_seconds,
                                  runner=schema_runner)
     cell_visibility = CellVisibility(settings.amp_namespace)
+    fair_share = FairShare(settings, storage.fair_share, metrics, clock)
+    stream_leases = StreamLeases(settings, fair_share, registry, supervisor, clock)
     memory_service = MemoryService(settings, storage.entries, registry, activity, clock,
-                                   cell_visibility)
-    agent_service = AgentService(settings, storage.accounts, activity, clock)
+                                   cell_visibility, fair_share)
+    agent_service = AgentService(settings, storage.accounts, activity, clock, audit_service)
     sweeper = ExpirySweeper(storage.entries, clock, settings.sweep_interval_seconds,
                             settings.sweep_batch, settings.changelog_max_age_seconds * 1000)
     amp_cells = CellService(storage.cells(settings.amp_namespace), clock)
+    proposal_service = ProposalService(storage.proposals, memory_service, amp_cells, clock,
+                                       settings.proposal_ttl_seconds)
+    memory_service.gate = amp_cells.gate = proposal_service
+    governance = GovernanceSweeper(storage.entries, proposal_service, storage.audit, clock,
+                                   settings.audit_retention_seconds * 1000)
     amp_engine = LifecycleEngine(amp_cells, clock)
     amp_poster = TermPoster(amp_cells.index)
     changelog = ChangeLog(storage.changes, cell_visibility)
@@ -139,7 +185,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             await storage.ping()
             await storage.upgrade()
         except StoreError as exc:
-            log.warning("store not reachable at start (%s); serving 503 until it is", exc)
+            outage.failure("store not reachable at start (%s); serving 503 until it is", exc)
         supervisor.start("expiry sweeper", sweeper.run)
         supervisor.every("last-seen flusher", settings.last_seen_flush_seconds, activity.flush)
         # Revocations must reach every process within 2 s: it tries again at least every 1 s.
@@ -147,15 +193,22 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
                          Backoff(cap=1.0))
         supervisor.start("stream guard", stream_guard.run)
         supervisor.start("AMP lifecycle engine",
-                         lambda: amp_engine.run_forever(settings.amp_lifecycle_interval_seconds))
+                         lambda: amp_engine.run_forever(settings.amp_lifecycle_interval_seconds,
+                                                       metrics.amp_pass))
         supervisor.start("AMP term poster",
                          lambda: amp_poster.run_forever(settings.amp_post_interval_seconds))
         supervisor.start("SSE send watchdog", send_watchdog.run)
+        supervisor.every("governance sweeper", max(settings.sweep_interval_seconds, 1.0),
+                         governance.sweep_once)
+        supervisor.start("stream lease renewer", stream_leases.run)
+        supervisor.start("store watch", lambda: _watch_store(storage, outage))
         try:
             async with mcp_server.running():
                 yield
         finally:
             await hub.close()
+            with contextlib.suppress(*StoreError, OSError):
+                await stream_leases.release_all()
             await supervisor.close()
             with contextlib.suppress(*StoreError, OSError):
                 await activity.flush()
@@ -163,11 +216,15 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             schema_runner.close()
 
     app = AbortableApp(
-        routes=[*system.routes, *agents.routes, *memory.routes, *messages.routes, *api_keys.routes,
-                *subscribe.routes, *namespaces.routes, *amp_routes.routes,
-                mcp.route(auth, mcp_server)],
+        # Memory first: no other route matches its paths, and it serves most requests.
+        routes=[*memory.routes, *system.routes, *agents.routes, *messages.routes, *api_keys.routes,
+                *subscribe.routes, *namespaces.routes, *audit.routes, *proposals.routes,
+                *amp_routes.routes,
+                mcp.route(auth, mcp_server),
+                *(console.routes() if settings.console else [])],
         exception_handlers={
             MempError: _mempe_error,
+            Proposed: _proposed,
             HTTPException: _http_error,
             **dict.fromkeys(STORE_DOWN, _store_down),
             CorruptRecord: _corrupt,
@@ -181,6 +238,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.storage = storage
     app.state.metrics = metrics
     app.state.supervisor = supervisor
+    app.state.outage = outage
     app.state.sweeper = sweeper
     app.state.changelog = changelog
     app.state.hub = hub
@@ -188,13 +246,19 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.namespaces = registry
     app.state.amp_cells = amp_cells
     app.state.amp_engine = amp_engine
-    app.state.amp_purger = Purger(amp_cells, clock, settings.amp_purge_retention)
+    app.state.amp_purger = Purger(amp_cells, clock, settings.amp_purge_retention,
+                                  audit_service)
     app.state.activity = activity
     app.state.auth = auth
+    app.state.audit = audit_service
+    app.state.proposals = proposal_service
     app.state.stream_guard = stream_guard
     app.state.memory = memory_service
+    app.state.fair_share = fair_share
+    app.state.stream_leases = stream_leases
     app.state.agents = agent_service
-    app.state.messages = MessageHandler(memory_service, agent_service, clock)
+    app.state.messages = MessageHandler(memory_service, agent_service, clock,
+                                        proposal_service)
     app.state.mcp = mcp_server
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
@@ -202,7 +266,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         app.add_middleware(
             CORSMiddleware, allow_origins=origins, allow_methods=["*"], max_age=600,
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "If-Match",
-                           "If-None-Match", "Last-Event-ID", "X-AMP-Agent-ID"],
-            expose_headers=["ETag", "MEMP-Warning", "Retry-After"],
+                           "If-None-Match", "Last-Event-ID", "X-AMP-Agent-ID", "X-Request-ID"],
+            expose_headers=["ETag", "MEMP-Warning", "Retry-After", "X-Request-ID"],
         )
+    app.add_middleware(RequestIdMiddleware)  # outermost: every reply and line carries the id
     return app

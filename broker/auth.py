@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from broker.errors import MempError
+from broker.flights import Flights
 from broker.grammar import NAMESPACE_GLOB_RE, glob_covers, glob_match
 from broker.identities import ADMIN, check_claimable, is_reserved
 from broker.models import ApiKeyRecord, Grant, Permission
@@ -37,6 +38,7 @@ class Principal:
     key_id: str | None = None
     superuser: bool = False
     expires_at: float | None = None  # a JWT's `exp` (Unix seconds)
+    request_id: str = ""  # the request's X-Request-ID (or message id), for the audit log
 
     @property
     def writer_id(self) -> str:
@@ -154,6 +156,7 @@ class Authenticator:
         self.jwt = _JWTVerifier(settings) if (settings.jwt_secret or settings.jwt_public_key) \
             else None
         self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._lookups: Flights[str, Principal | None] = Flights()
 
     async def authenticate(self, authorization: str | None) -> Principal:
         if not authorization:
@@ -166,21 +169,25 @@ class Authenticator:
             return Principal(subject=ADMIN, grants=(Grant("*", list(_ALL)),), superuser=True)
         cached = self._cache.get(token)
         if cached is not None and cached[0] > time.monotonic():
-            if cached[1] is None:
-                raise _unauthorized("unknown or revoked API key")
-            return cached[1]
-        principal = await self._resolve(token)
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        ttl = self.cache_seconds if principal is not None else min(self.cache_seconds, 1.0)
-        self._cache[token] = (time.monotonic() + ttl, principal)
+            principal = cached[1]
+        else:
+            principal = await self._lookups.load(
+                token, lambda: self._resolve(token),
+                lambda found: self._keep(token, found))
         if principal is None:
             raise _unauthorized("unknown or revoked API key")
         return principal
 
+    def _keep(self, token: str, principal: Principal | None) -> None:
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        ttl = self.cache_seconds if principal is not None else min(self.cache_seconds, 1.0)
+        self._cache[token] = (time.monotonic() + ttl, principal)
+
     def forget(self) -> None:
         """Drop cached look-ups (after a key is revoked, here or in another process)."""
         self._cache.clear()
+        self._lookups.invalidate()
 
     async def live_keys(self, key_ids: set[str]) -> set[str]:
         """Those of these API key ids that are not revoked."""

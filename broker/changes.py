@@ -44,6 +44,7 @@ class Change:
     version: int
     data: bytes
     readers: Readers | None = None  # AMP cells: who may receive it (None: every subscriber)
+    proposer: str | None = None  # a proposal's change: only its proposer and reviewers get it
     order: tuple[int, int] = field(init=False, repr=False, compare=False)
     frame: bytes = field(init=False, repr=False, compare=False)
 
@@ -62,6 +63,10 @@ class ChangeLog:
 
     def change(self, namespace: str, record: ChangeRecord) -> Change:
         entry, kind, readers = record.entry, record.type, None
+        if entry is None:  # a proposal's change: its JSON with the type
+            data = b'{"type":"' + kind.encode() + b'",' + record.doc.removeprefix(b"{")
+            return Change(namespace, record.position, kind, record.key, 0, data,
+                          proposer=record.proposer)
         if self.cells.guards(namespace):
             entry, kind, readers = self.cells.audience(entry, kind)
         return Change(namespace, record.position, kind, record.key, entry.version,

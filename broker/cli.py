@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
+import math
 import os
 import secrets
+import socket
 import sys
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import msgspec
 
+from broker.audit import AuditService, actor_fields
 from broker.auth import Principal, check_binding, check_grants, create_api_key
 from broker.clock import system_clock
 from broker.errors import MempError
+from broker.logs import FORMATS, LEVELS
 from broker.models import PERMISSIONS, Grant
 from broker.settings import Settings, SettingsError
 from broker.storage import Storage
@@ -23,12 +30,20 @@ from broker.storage.urls import redacted
 
 # Whoever runs the CLI holds Redis itself: it acts with the admin key's rights, as `cli`.
 _OPERATOR = Principal(subject="cli", grants=(), superuser=True)
+_OPERATOR_ACTOR = actor_fields(_OPERATOR)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memp-broker", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the broker")
+    serve = commands.add_parser(
+        "serve", help="run the broker",
+        epilog="Every setting is also an environment variable MEMP_<NAME> (README, "
+               "Configuration). Fair share (docs/limits.md): MEMP_AGENT_WRITES_PER_SECOND and "
+               "MEMP_AGENT_READS_PER_SECOND (each agent's own rate in each namespace, bursts "
+               "MEMP_AGENT_WRITE_BURST and MEMP_AGENT_READ_BURST), MEMP_MAX_STREAMS_PER_TOKEN "
+               "(open streams per credential), MEMP_STREAM_LEASE_SECONDS, MEMP_RATE_LIMIT_HOLD_MS; "
+               "0 is no limit.")
     serve.add_argument("--host", help="address to listen on (MEMP_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (MEMP_PORT, default 8080)")
     serve.add_argument(
@@ -44,9 +59,19 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", metavar="PEM",
                        help="the certificate's private key (MEMP_TLS_KEY); default: the key in "
                             "the --tls-cert file")
-    serve.add_argument("--workers", type=int, default=1,
-                       help="uvicorn worker processes (needs Redis when more than 1)")
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--workers", type=_workers, default=1,
+                       help="worker processes: a number, or 'auto' for one per core this "
+                            "process may use (CPU affinity and a cgroup CPU quota count); "
+                            "more than 1 needs Redis, and 'auto' on the embedded store is 1. "
+                            "'auto' is the choice for production")
+    serve.add_argument("--log-level", choices=LEVELS, type=str.lower,
+                       default=os.environ.get("MEMP_LOG_LEVEL", "info").lower(),
+                       help="least severe level logged (MEMP_LOG_LEVEL, default info; "
+                            "info includes one access line per request)")
+    serve.add_argument("--log-format", choices=FORMATS, type=str.lower,
+                       default=os.environ.get("MEMP_LOG_FORMAT", "text").lower(),
+                       help="text lines, or one JSON object per line (MEMP_LOG_FORMAT, "
+                            "default text)")
 
     keys = commands.add_parser("keys", help="manage API keys (needs MEMP_REDIS_URL)")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
@@ -63,15 +88,59 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a number from 1, or auto, not {text!r}")
+    return int(text)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota
+    (a container limited to 2 CPUs on a 16-core host gets 2), at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(cores, 1)
+
+
+def _worker_count(workers: int | str, settings: Settings) -> int:
+    """--workers as a number: `auto` is one per usable core (one on the embedded store)."""
+    if isinstance(workers, int):
+        return workers
+    count = 1 if settings.embedded else usable_cores()
+    note = " (the embedded store is per process)" if settings.embedded else ""
+    print(f"memp-broker: --workers auto: {count} worker process{'es' if count > 1 else ''}"
+          f"{note}", flush=True)
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        for value, choices, variable in ((args.log_level, LEVELS, "MEMP_LOG_LEVEL"),
+                                         (args.log_format, FORMATS, "MEMP_LOG_FORMAT")):
+            if value not in choices:
+                parser.error(f"{variable} must be one of {', '.join(choices)}, not {value!r}")
     try:
         if args.command == "serve":
             settings = Settings.from_env(host=args.host, port=args.port,
                                          redis_url=args.redis_url, tls_cert=args.tls_cert,
                                          tls_key=args.tls_key)
-            return serve(settings, args.workers, args.log_level)
+            return serve(settings, args.workers, args.log_level, args.log_format)
         return asyncio.run(manage_keys(Settings.from_env(), args))
+    except PortTaken as exc:
+        print(f"memp-broker: {exc}", file=sys.stderr)
+        return 1
     except (SettingsError, MempError) as exc:
         message = exc.message if isinstance(exc, MempError) else str(exc)
         print(f"memp-broker: {message}", file=sys.stderr)
@@ -81,44 +150,86 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def serve(settings: Settings, workers: int, log_level: str) -> int:
+def serve(settings: Settings, requested: int | str, log_level: str, log_format: str) -> int:
+    from broker import logs
+
+    workers = _worker_count(requested, settings)
+    if workers > 1:
+        if settings.embedded:
+            raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per "
+                                "process")
+        from broker.metrics import prepare_multiprocess, remove_multiprocess
+
+        # Before the app (and prometheus_client) is imported: the workers add up their metrics.
+        metrics_dir = prepare_multiprocess()
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     from broker.app import create_app
     from broker.gc_tuning import tune_for_server
     from broker.tls import CertificateFiles
 
+    log_config = logs.configure(log_level, log_format)
     certificates = CertificateFiles.of(settings)
     if certificates is not None:
         certificates.load()  # a missing file or a mismatched pair stops here, with its reason
-    if workers > 1 and settings.embedded:
-        raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per process")
     if not settings.production and not settings.admin_key:
         # The embedded quick start: nothing outlives the run, so a key made up for it is safe
         # to show. In production mode no key is ever made up or printed.
         settings = replace(settings, admin_key=f"memp_admin_{secrets.token_urlsafe(24)}")
         print(f"memp-broker: admin key for this run: {settings.admin_key}", flush=True)
+    options: dict[str, Any] = dict(
+        host=settings.host, port=settings.port, log_config=log_config, log_level=log_level,
+        access_log=False, proxy_headers=False, timeout_graceful_shutdown=10,
+        ssl_context_factory=certificates)
+    if workers > 1:
+        # Every worker process builds its own listening context from the files (`broker.tls`).
+        _hand_down(settings)
+        config = uvicorn.Config("broker.asgi:build", factory=True, workers=workers, **options)
+    else:
+        config = uvicorn.Config(create_app(settings), **options)
+        tune_for_server()
+    listener = bind(settings.host, settings.port)
     where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
         else f"in Redis at {redacted(settings.redis_url or '')}"
     scheme = "https" if certificates else "http"
+    console = f"; console at {scheme}://{settings.host}:{settings.port}/console" \
+        if settings.console else ""
     print(f"memp-broker: listening on {scheme}://{settings.host}:{settings.port}; "
-          f"data lives {where}", flush=True)
-    # Access lines are logged at info; above it uvicorn would still format each one's fields.
-    access_log = log_level.lower() in ("trace", "debug", "info")
-    # Every worker process builds its own listening context from the files (`broker.tls`).
+          f"data lives {where}{console}", flush=True)
     if workers > 1:
-        _hand_down(settings)
-        uvicorn.run("broker.asgi:build", factory=True, host=settings.host, port=settings.port,
-                    workers=workers, access_log=access_log,
-                    log_level=log_level, proxy_headers=False,
-                    timeout_graceful_shutdown=10, ssl_context_factory=certificates)
+        try:
+            Multiprocess(config, sockets=[listener]).run()
+        finally:
+            remove_multiprocess(metrics_dir)
     else:
-        app = create_app(settings)
-        tune_for_server()
-        uvicorn.run(app, host=settings.host, port=settings.port,
-                    access_log=access_log, log_level=log_level, proxy_headers=False,
-                    timeout_graceful_shutdown=10, ssl_context_factory=certificates)
+        uvicorn.Server(config).run(sockets=[listener])
     return 0
+
+
+class PortTaken(SettingsError):
+    """The address to listen on is in use."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything says it listens; a port in use is said
+    plainly instead of as `[Errno 98]`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortTaken(f"port {port} on {host} is taken: another program (perhaps another "
+                            "broker) is listening there; stop it, or choose another port with "
+                            "--port or MEMP_PORT") from None
+        raise SettingsError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    # Not listening yet: until the app (every worker's) has started, a connection is refused
+    # rather than left waiting, so a port that accepts means a broker that answers.
+    sock.set_inheritable(True)
+    return sock
 
 
 def _hand_down(settings: Settings) -> None:
@@ -138,6 +249,7 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
                            history_limit=settings.history_limit,
                            changelog_maxlen=settings.changelog_maxlen, idempotency_window_ms=1)
     store = storage.accounts
+    audit = AuditService(storage.audit, system_clock, storage.entries.namespaces)
     try:
         await storage.upgrade()
         if args.keys_command == "create":
@@ -153,15 +265,21 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
             api_key, record = await create_api_key(
                 store, settings.key_env, grants=check_grants(grants), name=args.name,
                 agent_id=args.agent_id, created_by=_OPERATOR.subject, now=system_clock())
+            await audit.record_for_grants(record.grants, "key-create", _OPERATOR_ACTOR,
+                                          {"key": record.id, "agent": record.agent_id})
             print(json.dumps({"api_key": api_key, "key": msgspec.to_builtins(record)}))
         elif args.keys_command == "list":
             for record in await store.list_api_keys():
                 print(json.dumps(msgspec.to_builtins(record)))
         elif args.keys_command == "revoke":
+            revoked = [r for r in await store.list_api_keys() if r.id == args.key_id]
             if not await store.delete_api_key(args.key_id):
                 print(f"memp-broker: no API key {args.key_id}", file=sys.stderr)
                 return 1
             await store.announce_revocation(f"key:{args.key_id}")
+            for record in revoked:
+                await audit.record_for_grants(record.grants, "key-revoke", _OPERATOR_ACTOR,
+                                              {"key": record.id})
             print(f"revoked {args.key_id}")
     finally:
         await storage.close()

@@ -27,6 +27,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "idempotency_key_reused": 422,
     "schema_timeout": 422,
     "rate_limited": 429,
+    "quota_exceeded": 429,
     "internal": 500,
     "unavailable": 503,
 }

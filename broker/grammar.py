@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -130,8 +131,12 @@ def glob_match(glob: str, text: str) -> bool:
     """Match a grant or policy glob where `*` stands for any run of characters."""
     if "*" not in glob:
         return glob == text
-    regex = ".*".join(re.escape(part) for part in glob.split("*"))
-    return re.fullmatch(regex, text, re.DOTALL) is not None
+    return _glob_regex(glob).fullmatch(text) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _glob_regex(glob: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in glob.split("*")), re.DOTALL)
 
 
 def glob_covers(outer: str, inner: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, TypeVar
 
@@ -11,6 +12,7 @@ from starlette.responses import Response
 
 from broker.auth import Principal
 from broker.errors import MempError
+from broker.logs import request_id
 from broker.models import MAX_SAFE_INT, encode
 
 T = TypeVar("T")
@@ -24,13 +26,27 @@ def json_response(payload: Any, status: int = 200, headers: dict[str, str] | Non
 
 
 def error_response(error: MempError) -> Response:
-    return Response(error.encode(), status_code=error.status, media_type=JSON,
+    """The error's JSON reply, carrying the request's id (`error.request_id`) to quote in a
+    report."""
+    body = error.body()
+    rid = request_id.get()
+    if rid is not None:
+        body["error"]["request_id"] = rid
+    return Response(msgspec.json.encode(body), status_code=error.status, media_type=JSON,
                     headers=error.headers)
 
 
+_REQUEST_ID_RE = re.compile(r"[!-~]{1,128}")
+
+
 async def authenticate(request: Request) -> Principal:
+    """The caller, carrying the request's X-Request-ID (printable ASCII, at most 128
+    characters; anything else is left out) for the audit log."""
     principal: Principal = await request.app.state.auth.authenticate(
         request.headers.get("authorization"))
+    request_id = request.headers.get("x-request-id")
+    if request_id and _REQUEST_ID_RE.fullmatch(request_id):
+        principal = dataclasses.replace(principal, request_id=request_id)
     return principal
 
 

@@ -67,9 +67,12 @@ class Subscriber:
     """One subscriber: what it wants, its bounded queue, and flags the hub sets."""
 
     def __init__(self, patterns: dict[str, list[Pattern]], queue_size: int,
-                 viewer: Viewer) -> None:
+                 viewer: Viewer, writer: str = "", reviews: frozenset[str] = frozenset()
+                 ) -> None:
         self.patterns = patterns
         self.viewer = viewer
+        self.writer = writer  # who it is, and where it may review: for proposals' changes
+        self.reviews = reviews
         self.queue = ChangeQueue(queue_size)
         self.overflowed = False
         self.closing = False
@@ -78,6 +81,9 @@ class Subscriber:
 
     def wants(self, change: Change) -> bool:
         if change.readers is not None and not self.viewer.may_read(change.readers):
+            return False
+        if change.proposer is not None and change.proposer != self.writer \
+                and change.namespace not in self.reviews:
             return False
         for pattern in self.patterns.get(change.namespace, ()):
             if pattern.matches(change.key):

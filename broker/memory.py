@@ -6,9 +6,8 @@ import asyncio
 import itertools
 import random
 import time
-import uuid
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -20,12 +19,14 @@ from broker.conflicts import MISSING, Conflict, merge
 from broker.errors import MempError
 from broker.grammar import compile_pattern, validate_key, validate_namespace
 from broker.idempotency import fingerprint, reused
+from broker.limits import FairShare
 from broker.locks import KeyLocks
-from broker.models import Entry, Page
+from broker.models import Entry, Page, Proposal
 from broker.namespaces import NamespaceRegistry, NamespaceState
 from broker.settings import Settings
 from broker.storage.entries import EntryStore
 from broker.storage.records import WriteOutcome, WriteRequest
+from broker.uuids import uuid4
 from broker.validation import (
     check_limit,
     check_message_id,
@@ -47,6 +48,23 @@ class PutOptions:
     if_version: int | None = None
     if_absent: bool = False
     base_version: int | None = None
+    approval_required: bool = False
+
+
+class Proposed(Exception):
+    """A gated write became a proposal instead of a write (answered 202)."""
+
+    def __init__(self, proposal: Proposal) -> None:
+        super().__init__(proposal.id)
+        self.proposal = proposal
+
+
+class Gate(Protocol):
+    """Where gated writes go (broker/proposals.py)."""
+
+    async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
+                      current: Entry | None, request: WriteRequest, incoming: Any) -> Proposal:
+        ...
 
 
 _MODES = {"last-write-wins": "lww", "agent-priority": "priority", "merge": "merge"}
@@ -58,14 +76,17 @@ class MemoryService:
     """Checks, authorises and runs memory operations against the store."""
 
     def __init__(self, settings: Settings, store: EntryStore, namespaces: NamespaceRegistry,
-                 activity: AgentActivity, clock: Clock, cells: CellVisibility) -> None:
+                 activity: AgentActivity, clock: Clock, cells: CellVisibility,
+                 fair_share: FairShare) -> None:
         self.settings = settings
+        self.fair_share = fair_share
         self.store = store
         self.namespaces = namespaces
         self.activity = activity
         self.clock = clock
         self.cells = cells
         self._merges = KeyLocks()
+        self.gate: Gate | None = None  # set by create_app: proposals
 
     def _target(self, principal: Principal, permission: str, namespace: str, key: str
                 ) -> tuple[str, str]:
@@ -77,10 +98,15 @@ class MemoryService:
 
     async def _readable(self, principal: Principal, namespace: str, key: str | None,
                         permission: str = "read") -> None:
+        """Check a read: the namespace, the caller's right, the key, and the read rates (a
+        stream's snapshot pages are not reads: its stream is counted instead)."""
         validate_namespace(namespace)
         await self.namespaces.require(principal, permission, namespace)
         if key is not None:
             validate_key(key, self.settings.max_key_bytes)
+        if permission != "subscribe":
+            limits = (await self.namespaces.state(namespace)).config.limits
+            await self.fair_share.check_read(principal, namespace, limits, self.clock())
 
     def _write_request(self, principal: Principal, namespace: str, state: NamespaceState,
                        strategy: str, timestamp: int | None, message_id: str | None,
@@ -95,7 +121,9 @@ class MemoryService:
             timestamp_from_client=timestamp is not None, message_id=message_id,
             mode=_MODES[strategy], priority=state.priority_of(principal.writer_id),
             default_priority=state.config.default_priority,
-            history_limit=state.config.history_limit, **fields,
+            history_limit=state.config.history_limit, actor=principal.writer_id,
+            key_id=principal.key_id or "", request_id=principal.request_id or message_id or "",
+            **fields,
         )
 
     async def _schema_errors(self, state: NamespaceState, namespace: str, key: str, value: Any,
@@ -110,6 +138,13 @@ class MemoryService:
                             "schema; nothing was written", {"errors": errors})
         return msgspec.json.encode(errors).decode() if errors else ""
 
+    async def check_schemas(self, namespace: str, key: str, value: bytes) -> str:
+        """The schema errors to store with `value` under today's schemas (an approval writes
+        against them); an enforcing schema's failure raises 422."""
+        state = await self.namespaces.state(namespace)
+        return await self._schema_errors(state, namespace, key, msgspec.json.decode(value),
+                                         len(value))
+
     async def put(self, principal: Principal, namespace: str, key: str, value: msgspec.Raw,
                   options: PutOptions) -> tuple[Entry, bool]:
         """Write a value; returns the entry written and whether the write created it."""
@@ -123,21 +158,27 @@ class MemoryService:
         check_version(options.if_version)
         check_version(options.base_version)
         state = await self.namespaces.state(namespace)
+        gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
+        self.fair_share.check_closed(gate, self.clock())
         strategy = state.strategy_for(key)
         if options.ttl_seconds is None and state.config.default_ttl_seconds is not None:
             options = replace(options, ttl_seconds=state.config.default_ttl_seconds)
+        if options.approval_required or state.requires_approval(key):
+            raise Proposed(await self._propose(principal, namespace, key, decoded, options,
+                                               state, sent, strategy))
         if strategy == "merge":
             return await self._merge_put(principal, namespace, key, decoded, options, state,
                                          sent)
         request = self._write_request(
             principal, namespace, state, strategy, options.timestamp, options.message_id,
-            value=encoded, entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
+            value=encoded, entry_id=uuid4(), ttl_seconds=options.ttl_seconds,
             if_version=options.if_version, if_absent=options.if_absent,
             schema_errors=await self._schema_errors(state, namespace, key, decoded,
                                                     len(encoded)),
             fingerprint=sent,
         )
-        outcome = await self.store.put(namespace, key, request)
+        outcome = await self.store.put(namespace, key, request, gate)
+        self.fair_share.check_write(outcome, gate, request.now)
         return _settle(outcome, namespace, key, encoded, options.message_id), outcome.created
 
     async def _merge_put(self, principal: Principal, namespace: str, key: str,
@@ -170,7 +211,7 @@ class MemoryService:
             check_value_size(len(encoded), self.settings)
             request = self._write_request(
                 principal, namespace, state, "merge", options.timestamp, options.message_id,
-                value=encoded, entry_id=str(uuid.uuid4()), ttl_seconds=options.ttl_seconds,
+                value=encoded, entry_id=uuid4(), ttl_seconds=options.ttl_seconds,
                 if_version=current.version if current else None, if_absent=current is None,
                 internal_cas=True,
                 schema_errors=await self._schema_errors(state, namespace, key, merged,
@@ -178,7 +219,11 @@ class MemoryService:
                 conflicts=msgspec.json.encode(conflicts).decode() if conflicts else "",
                 fingerprint=sent,
             )
-            outcome = await self.store.put(namespace, key, request)
+            # A retry after a lost race is the same write: its tokens were taken once.
+            gate = self.fair_share.gate(principal, namespace, "w", state.config.limits,
+                                        cost=1 if attempt == 1 else 0)
+            outcome = await self.store.put(namespace, key, request, gate)
+            self.fair_share.check_write(outcome, gate, request.now)
             if outcome.status != "precondition_failed" or outcome.replayed:
                 return _settle(outcome, namespace, key, encoded, options.message_id), \
                     outcome.created
@@ -208,17 +253,68 @@ class MemoryService:
                      stored_agent=current.agent_id, incoming_agent=writer,
                      arrays=state.config.merge_arrays)
 
+    async def _propose(self, principal: Principal, namespace: str, key: str, incoming: Any,
+                       options: PutOptions, state: NamespaceState, sent: str, strategy: str
+                       ) -> Proposal:
+        """Hand a gated put, merge or delete (`strategy` "delete") to the gate, as the
+        request its approval will write against the current version."""
+        if self.gate is None:
+            raise MempError("internal", "approval is required but proposals are not served")
+        current = await self.store.get(namespace, key, self.clock())
+        if (options.if_absent and current is not None) or (options.if_version is not None and (
+                current is None or current.version != options.if_version)):
+            raise _precondition(current)
+        if strategy == "delete" and current is None:
+            raise MempError("not_found", f"no entry at key {key!r}", {"key": key})
+        request = await self.proposal_request(principal.writer_id, principal, namespace, key,
+                                              incoming, current, options, state, strategy)
+        request = replace(request, fingerprint=sent)
+        operation = strategy if strategy in ("delete", "merge") else "put"
+        return await self.gate.propose(principal, namespace, key, operation, current, request,
+                                       incoming)
+
+    async def proposal_request(self, writer: str, principal: Principal, namespace: str,
+                               key: str, incoming: Any, current: Entry | None,
+                               options: PutOptions, state: NamespaceState, strategy: str
+                               ) -> WriteRequest:
+        """The write a proposal stands for, against `current`: a merge is merged with it
+        (conflicts flagged against `options.base_version`), values are schema-checked."""
+        if strategy == "delete":
+            return replace(self._write_request(principal, namespace, state, "last-write-wins",
+                                               None, options.message_id), agent_id=writer)
+        value: Any = incoming
+        conflicts: list[Conflict] = []
+        if strategy == "merge" and current is not None:
+            value, conflicts = await self._merge_with(namespace, key, current, incoming, writer,
+                                                      options, state)
+        encoded = encode_value(value)
+        check_value_size(len(encoded), self.settings)
+        request = self._write_request(
+            principal, namespace, state, strategy, None, options.message_id, value=encoded,
+            entry_id=uuid4(), ttl_seconds=options.ttl_seconds,
+            schema_errors=await self._schema_errors(state, namespace, key, value, len(encoded)),
+            conflicts=msgspec.json.encode(conflicts).decode() if conflicts else "")
+        return replace(request, agent_id=writer, priority=state.priority_of(writer))
+
     async def delete(self, principal: Principal, namespace: str, key: str, *,
                      timestamp: int | None = None, message_id: str | None = None,
-                     if_version: int | None = None) -> Entry:
+                     if_version: int | None = None, approval_required: bool = False) -> Entry:
         self._target(principal, "write", namespace, key)
         check_version(if_version)
         state = await self.namespaces.state(namespace)
         sent = fingerprint("delete", key, timestamp, if_version) if message_id else ""
+        if approval_required or state.requires_approval(key):
+            raise Proposed(await self._propose(
+                principal, namespace, key, None,
+                PutOptions(message_id=message_id, if_version=if_version), state, sent,
+                "delete"))
         request = self._write_request(principal, namespace, state, state.strategy_for(key),
                                       timestamp, message_id, if_version=if_version,
                                       fingerprint=sent)
-        outcome = await self.store.delete(namespace, key, request)
+        gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
+        self.fair_share.check_closed(gate, request.now)
+        outcome = await self.store.delete(namespace, key, request, gate)
+        self.fair_share.check_write(outcome, gate, request.now)
         return _settle(outcome, namespace, key, None, message_id)
 
     async def get(self, principal: Principal, namespace: str, key: str) -> Entry:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -12,7 +13,7 @@ from broker.agents import AgentService
 from broker.auth import Principal
 from broker.clock import Clock
 from broker.errors import MempError, store_down
-from broker.memory import MemoryService, PutOptions, entry_warnings
+from broker.memory import MemoryService, Proposed, PutOptions, entry_warnings
 from broker.models import (
     AgentGetMessage,
     AgentListMessage,
@@ -20,11 +21,16 @@ from broker.models import (
     DeleteMessage,
     GetMessage,
     HistoryMessage,
+    ProposalApproveMessage,
+    ProposalGetMessage,
+    ProposalListMessage,
+    ProposalRejectMessage,
     PutMessage,
     QueryMessage,
     RegisterMessage,
     message_decoder,
 )
+from broker.proposals import ProposalService
 from broker.storage.client import STORE_DOWN
 from broker.validation import check_message_id
 
@@ -32,8 +38,10 @@ from broker.validation import check_message_id
 class MessageHandler:
     """Runs one protocol message and returns its reply (`ack`, `result` or `error`)."""
 
-    def __init__(self, memory: MemoryService, agents: AgentService, clock: Clock) -> None:
+    def __init__(self, memory: MemoryService, agents: AgentService, clock: Clock,
+                 proposals: ProposalService) -> None:
         self.memory = memory
+        self.proposals = proposals
         self.agents = agents
         self.clock = clock
 
@@ -71,7 +79,13 @@ class MessageHandler:
                             {"agent_id": message.agent_id})
         if message.namespace is None:
             raise MempError("invalid_namespace", "the message has no namespace")
-        return await self._dispatch(principal, message, message.namespace)
+        if message.id is not None and not principal.request_id:
+            principal = dataclasses.replace(principal, request_id=message.id)
+        try:
+            return await self._dispatch(principal, message, message.namespace)
+        except Proposed as gated:
+            return self.reply("ack", message, status="pending_approval",
+                              proposal=gated.proposal)
 
     async def _dispatch(self, principal: Principal, message: AnyMessage, ns: str
                         ) -> dict[str, Any]:
@@ -80,15 +94,33 @@ class MessageHandler:
                 options = PutOptions(
                     ttl_seconds=message.ttl_seconds, timestamp=message.timestamp,
                     message_id=message.id, if_version=message.if_version,
-                    if_absent=message.if_absent, base_version=message.base_version)
+                    if_absent=message.if_absent, base_version=message.base_version,
+                    approval_required=message.approval_required)
                 entry, _ = await self.memory.put(principal, ns, message.key, message.value,
                                                  options)
                 return self.reply("ack", message, entry=entry, warnings=entry_warnings(entry))
             case DeleteMessage():
                 entry = await self.memory.delete(
                     principal, ns, message.key, timestamp=message.timestamp,
-                    message_id=message.id, if_version=message.if_version)
+                    message_id=message.id, if_version=message.if_version,
+                    approval_required=message.approval_required)
                 return self.reply("ack", message, entry=entry)
+            case ProposalListMessage():
+                listed = await self.proposals.list(principal, ns, message.status, message.key,
+                                                   message.cursor, message.limit)
+                return self.reply("result", message, proposals=listed.proposals,
+                                  next_cursor=listed.next_cursor)
+            case ProposalGetMessage():
+                proposal = await self.proposals.get(principal, ns, message.proposal)
+                return self.reply("result", message, proposal=proposal)
+            case ProposalApproveMessage():
+                proposal, written = await self.proposals.approve(
+                    principal, ns, message.proposal, message.base_version)
+                return self.reply("ack", message, proposal=proposal, entry=written)
+            case ProposalRejectMessage():
+                proposal = await self.proposals.reject(principal, ns, message.proposal,
+                                                       message.reason)
+                return self.reply("ack", message, proposal=proposal)
             case GetMessage():
                 entry = await self.memory.get(principal, ns, message.key)
                 return self.reply("result", message, entry=entry)

@@ -7,8 +7,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
-Permission = Literal["read", "write", "subscribe", "admin", "impersonate", "amp"]
-PERMISSIONS: tuple[str, ...] = ("read", "write", "subscribe", "admin", "impersonate", "amp")
+Permission = Literal["read", "write", "subscribe", "admin", "impersonate", "amp", "review",
+                     "audit"]
+PERMISSIONS: tuple[str, ...] = ("read", "write", "subscribe", "admin", "impersonate", "amp",
+                                "review", "audit")
 
 MAX_SAFE_INT = 2**53 - 1
 # Versions, limits and priorities a client sends fit what its JSON peers (JavaScript) and Redis's
@@ -35,6 +37,8 @@ class Entry(Struct, kw_only=True):
     deleted: bool = False
     schema_errors: Raw | UnsetType = UNSET
     conflicts: Raw | UnsetType = UNSET
+    approved_by: str | UnsetType = UNSET
+    proposal_id: str | UnsetType = UNSET
 
 
 class Agent(Struct, kw_only=True):
@@ -81,6 +85,80 @@ class Page(Struct, kw_only=True):
     next_cursor: str | None
 
 
+class Proposal(Struct, kw_only=True):
+    """A gated write awaiting review (docs/governance.md); `diff` is an RFC 6902 patch from
+    the value at `base_version` to the proposed one."""
+
+    id: str
+    status: Literal["pending", "approved", "rejected", "expired"]
+    namespace: str
+    key: str
+    operation: Literal["put", "merge", "delete"]
+    value: Raw  # null for a delete
+    base_version: int
+    proposed_by: str
+    created_at: int
+    expires_at: int
+    diff: Raw
+    ttl_seconds: int | None = None
+    conflicts: Raw | UnsetType = UNSET
+    decided_by: str | None = None
+    decided_at: int | None = None
+    reason: str | None = None
+    version: int | None = None  # the entry version an approval wrote
+
+
+class ProposalPage(Struct, kw_only=True):
+    proposals: list[Proposal]
+    next_cursor: str | None
+
+
+class ApproveBody(Struct, forbid_unknown_fields=True):
+    """Body of `POST .../proposals/{id}/approve`: `base_version` approves the proposal
+    rebased onto that (current) version, after a 409 showed the key had moved."""
+
+    base_version: WireInt | None = None
+
+
+class RejectBody(Struct, forbid_unknown_fields=True):
+    reason: str = ""
+
+
+class AuditRecord(Struct, kw_only=True):
+    """One audit record (docs/governance.md): who did what to which key, the versions before
+    and after, a hash of the content (never the content), and the chain link."""
+
+    id: str  # its position in the log, also the cursor
+    seq: int
+    at: int
+    action: str
+    actor: str
+    agent_id: str | None
+    key_id: str | None
+    key: str | None
+    version_before: int | None
+    version_after: int | None
+    content_hash: str | None
+    request_id: str | None
+    details: dict[str, Any]
+    prev: str
+    hash: str
+
+
+class AuditPage(Struct, kw_only=True):
+    records: list[AuditRecord]
+    next_cursor: str | None
+
+
+class AuditVerdict(Struct, kw_only=True):
+    """What `GET .../audit/verify` found: `broken` names the first bad record."""
+
+    ok: bool
+    records: int
+    head: str
+    broken: dict[str, Any] | None = None
+
+
 # ---- request bodies (REST) ----
 
 
@@ -92,6 +170,7 @@ class PutBody(Struct, forbid_unknown_fields=True):
     ttl_seconds: int | None = None
     timestamp: int | None = None
     base_version: WireInt | None = None
+    approval_required: bool = False
 
 
 class RegisterBody(Struct, forbid_unknown_fields=True):
@@ -144,6 +223,7 @@ class PutMessage(Message, tag="memory.put"):
     if_version: WireInt | None = None
     if_absent: bool = False
     base_version: WireInt | None = None
+    approval_required: bool = False
 
 
 class GetMessage(Message, tag="memory.get"):
@@ -159,6 +239,28 @@ class QueryMessage(Message, tag="memory.query"):
 class DeleteMessage(Message, tag="memory.delete"):
     key: str
     if_version: WireInt | None = None
+    approval_required: bool = False
+
+
+class ProposalListMessage(Message, tag="proposal.list"):
+    status: str | None = None
+    key: str | None = None
+    cursor: str | None = None
+    limit: WireInt | None = None
+
+
+class ProposalGetMessage(Message, tag="proposal.get"):
+    proposal: str
+
+
+class ProposalApproveMessage(Message, tag="proposal.approve"):
+    proposal: str
+    base_version: WireInt | None = None
+
+
+class ProposalRejectMessage(Message, tag="proposal.reject"):
+    proposal: str
+    reason: str = ""
 
 
 class HistoryMessage(Message, tag="memory.history"):
@@ -175,10 +277,15 @@ AnyMessage = (
     | QueryMessage
     | DeleteMessage
     | HistoryMessage
+    | ProposalListMessage
+    | ProposalGetMessage
+    | ProposalApproveMessage
+    | ProposalRejectMessage
 )
 MESSAGE_TYPES: tuple[str, ...] = (
     "agent.register", "agent.get", "agent.list", "memory.put", "memory.get",
-    "memory.query", "memory.delete", "memory.history",
+    "memory.query", "memory.delete", "memory.history", "proposal.list", "proposal.get",
+    "proposal.approve", "proposal.reject",
 )
 
 message_decoder: msgspec.json.Decoder[AnyMessage] = msgspec.json.Decoder(AnyMessage)

@@ -14,7 +14,9 @@ import msgspec
 from broker.auth import Principal
 from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_pattern
 from broker.errors import MempError
+from broker.flights import Flights
 from broker.grammar import NAMESPACE_GLOB_RE, compile_pattern, glob_covers
+from broker.limits import Limits, check_limits
 from broker.models import WireInt
 from broker.schema_runner import SchemaRunner
 from broker.schemas import (
@@ -33,11 +35,13 @@ log = logging.getLogger("memp.namespaces")
 Priority = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
-class StrategyRule(msgspec.Struct, forbid_unknown_fields=True):
-    """Use `strategy` for keys matching `pattern` (the most specific matching rule wins)."""
+class StrategyRule(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """For keys matching `pattern`: use `strategy`, and/or gate writes behind review with
+    `approval: "required"` (for each, the most specific matching rule that sets it wins)."""
 
     pattern: str
-    strategy: Strategy
+    strategy: Strategy | None = None
+    approval: Literal["required", "none"] | None = None
 
 
 class PriorityRule(msgspec.Struct, forbid_unknown_fields=True):
@@ -65,6 +69,8 @@ class NamespaceConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     history_limit: WireInt | None = None
     default_ttl_seconds: WireInt | None = None
     shares: list[Share] = []
+    limits: Limits = msgspec.field(default_factory=Limits)
+    allow_self_approval: bool = False
 
 
 class StoredConfig(NamespaceConfig, kw_only=True):
@@ -85,8 +91,14 @@ class NamespaceState:
     loaded_at: float = field(default_factory=time.monotonic)
 
     def strategy_for(self, key: str) -> Strategy:
-        chosen = pick_by_pattern([(r.pattern, r.strategy) for r in self.config.rules], key)
+        chosen = pick_by_pattern([(r.pattern, r.strategy) for r in self.config.rules
+                                  if r.strategy is not None], key)
         return chosen or self.config.strategy
+
+    def requires_approval(self, key: str) -> bool:
+        """Whether the most specific rule with an `approval` setting for this key requires it."""
+        rules = [(r.pattern, r.approval) for r in self.config.rules if r.approval is not None]
+        return bool(rules) and pick_by_pattern(rules, key) == "required"
 
     def priority_of(self, agent_id: str) -> int:
         rules = [(r.agent, r.priority) for r in self.config.priorities]
@@ -120,6 +132,9 @@ class NamespaceState:
 def check_config(config: NamespaceConfig, max_history: int, max_ttl_seconds: int) -> None:
     """Refuse configurations that cannot work, with the field named."""
     for rule in config.rules:
+        if rule.strategy is None and rule.approval is None:
+            raise MempError("invalid_request", "rules: each rule sets a strategy, an approval "
+                            "or both", {"pattern": rule.pattern[:200]})
         try:
             compile_pattern(rule.pattern)
         except MempError as exc:
@@ -134,6 +149,7 @@ def check_config(config: NamespaceConfig, max_history: int, max_ttl_seconds: int
             0 < config.default_ttl_seconds <= max_ttl_seconds):
         raise MempError("invalid_ttl", f"default_ttl_seconds must be between 1 and "
                         f"{max_ttl_seconds}, or null")
+    check_limits(config.limits)
     for share in config.shares:
         if not NAMESPACE_GLOB_RE.fullmatch(share.namespace):
             raise MempError("invalid_namespace", f"shares: bad namespace {share.namespace!r}")
@@ -149,19 +165,22 @@ class NamespaceRegistry:
         self.ttl = ttl
         self.runner = runner
         self._cache: dict[str, NamespaceState] = {}
+        self._loads: Flights[str, NamespaceState] = Flights()
 
     async def state(self, namespace: str) -> NamespaceState:
         cached = self._cache.get(namespace)
         if cached is not None and time.monotonic() - cached.loaded_at < self.ttl:
             return cached
+        return await self._loads.load(namespace, lambda: self._load(namespace),
+                                      lambda state: self._cache.__setitem__(namespace, state))
+
+    async def _load(self, namespace: str) -> NamespaceState:
         raw_config, raw_schemas = await self.store.load(namespace)
         config = (_decode(raw_config, StoredConfig, f"configuration of {namespace}")
                   if raw_config else StoredConfig(namespace=namespace))
         records = sorted((_decode(r, SchemaRecord, f"a schema of {namespace}")
                           for r in raw_schemas), key=lambda r: r.id)
-        state = NamespaceState(config, await self.runner.compile(namespace, records))
-        self._cache[namespace] = state
-        return state
+        return NamespaceState(config, await self.runner.compile(namespace, records))
 
     async def validate(self, state: NamespaceState, namespace: str, key: str, value: Any,
                        size: int) -> tuple[list[SchemaErrorDetail], bool]:
@@ -181,9 +200,11 @@ class NamespaceRegistry:
 
     def invalidate(self, namespace: str) -> None:
         self._cache.pop(namespace, None)
+        self._loads.invalidate()
 
     def forget_all(self) -> None:
         self._cache.clear()
+        self._loads.invalidate()
 
     async def save_config(self, namespace: str, config: NamespaceConfig, *, by: str, now: int,
                           if_revision: int | None) -> StoredConfig:

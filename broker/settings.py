@@ -80,6 +80,19 @@ class Settings:
     amp_post_interval_seconds: float = 0.05
     amp_purge_retention: bool = False
     cors_origins: str = ""
+    # Fair share (docs/limits.md): every agent's own rates per namespace, and a cap on each
+    # credential's open streams; 0 = none. Bursts default to the rate.
+    agent_writes_per_second: float = 0.0
+    agent_write_burst: int = 0
+    agent_reads_per_second: float = 0.0
+    agent_read_burst: int = 0
+    max_streams_per_token: int = 0
+    stream_lease_seconds: float = 30.0
+    rate_limit_hold_ms: int = 1000  # a flood over its rate gets its 429s this late, at most
+    proposal_ttl_seconds: int = 7 * 24 * 3600
+    audit_retention_seconds: int = 0  # 0: keep every audit record
+    # The review console at /console (docs/console.md): static files, off with MEMP_CONSOLE=0.
+    console: bool = True
 
     @property
     def embedded(self) -> bool:
@@ -116,15 +129,29 @@ class Settings:
             "sse_send_timeout_seconds", "max_stream_patterns", "reader_block_ms",
             "namespace_cache_seconds", "max_schema_bytes", "schema_timeout_ms",
             "schema_check_timeout_ms", "amp_lifecycle_interval_seconds",
-            "amp_post_interval_seconds",
+            "amp_post_interval_seconds", "proposal_ttl_seconds",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be positive, not {getattr(self, name)}")
+        for name in ("agent_writes_per_second", "agent_write_burst", "agent_reads_per_second",
+                     "agent_read_burst", "max_streams_per_token"):
+            if not 0 <= getattr(self, name) <= 1_000_000:
+                raise SettingsError(f"{name} must be between 0 (no limit) and 1000000, "
+                                    f"not {getattr(self, name)}")
+        for name in ("agent_writes_per_second", "agent_reads_per_second"):
+            if 0 < getattr(self, name) < 0.001:
+                raise SettingsError(f"{name} must be 0 (no limit) or at least 0.001")
+        if not 0 <= self.rate_limit_hold_ms <= 10_000:
+            raise SettingsError("rate_limit_hold_ms must be between 0 (off) and 10000")
+        if not 3 <= self.stream_lease_seconds <= 3600:
+            raise SettingsError("stream_lease_seconds must be between 3 and 3600")
         if self.history_limit < 0 or self.idempotency_window_seconds < 0:
             raise SettingsError("history_limit and idempotency_window_seconds must be >= 0")
         if self.history_limit > self.max_history_limit:
             raise SettingsError("history_limit cannot exceed max_history_limit")
+        if self.audit_retention_seconds < 0:
+            raise SettingsError("audit_retention_seconds must be >= 0 (0 = keep every record)")
         if self.changelog_max_age_seconds < 0:
             raise SettingsError("changelog_max_age_seconds must be >= 0 (0 = no age limit)")
         if self.reader_block_ms >= self.redis_timeout_seconds * 1000:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.types import Message, Receive, Scope, Send
+
+from broker.metrics import Metrics
 
 log = logging.getLogger("memp.sse")
 
@@ -58,9 +61,13 @@ class EventStreamResponse(EventSourceResponse):
     """sse-starlette's response (heartbeats, disconnects, shutdown) with its sends timed by a
     `SendWatchdog` instead of one timer each."""
 
-    def __init__(self, content: Any, *, watchdog: SendWatchdog, **kwargs: Any) -> None:
+    def __init__(self, content: Any, *, watchdog: SendWatchdog, metrics: Metrics,
+                 ending: Callable[[], str | None] = lambda: None, **kwargs: Any) -> None:
         super().__init__(content, send_timeout=None, **kwargs)
         self.watchdog = watchdog
+        self.metrics = metrics
+        self.ending = ending  # the reason the content gave for ending, if it ended itself
+        self.close_reason: str | None = None
         self.send_started: float | None = None
         self._sender: asyncio.Task[Any] | None = None
         self._transport: Any = None
@@ -79,10 +86,22 @@ class EventStreamResponse(EventSourceResponse):
                 self.send_started = None
 
         self.watchdog.streams.add(self)
+        self.metrics.subscribers.inc()
+        reason = "client_gone"
         try:
             await super().__call__(scope, receive, timed_send)
+        except OSError:
+            reason = "reset"  # the connection broke under a send
+            raise
+        except Exception:
+            reason = "error"
+            raise
         finally:
             self.watchdog.streams.discard(self)
+            self.metrics.subscribers.dec()
+            if self._shutdown_event is not None and self._shutdown_event.is_set():
+                reason = "shutdown"
+            self.metrics.stream_closed(self.close_reason or self.ending() or reason)
 
     async def _send_with_timeout(self, send: Send, message: Message) -> None:
         await send(message)  # no cancel scope per send: `timed_send` is watched instead
@@ -97,6 +116,7 @@ class EventStreamResponse(EventSourceResponse):
         event, and the last whole event's id resumes the rest. Without a transport (another
         server), the stuck send is cancelled instead."""
         self.send_started = None
+        self.close_reason = "send_timeout"
         self.watchdog.streams.discard(self)
         log.info("closing a stream whose client read nothing for %.0f s", self.watchdog.timeout)
         if self._transport is not None:

@@ -16,6 +16,7 @@ from broker.changes import Change, ChangeLog, encode_frame, encode_payload
 from broker.grammar import Pattern
 from broker.hub import Hub, Subscriber
 from broker.memory import MemoryService
+from broker.metrics import Metrics
 from broker.storage.changelog import format_cursor, position_key
 
 _REPLAY_BATCH = 500
@@ -36,19 +37,22 @@ class EventStream:
 
     def __init__(self, hub: Hub, changelog: ChangeLog, memory: MemoryService,
                  principal: Principal, request: StreamRequest, queue_size: int,
-                 retry_ms: int) -> None:
+                 retry_ms: int, metrics: Metrics) -> None:
         self.hub = hub
         self.changelog = changelog
         self.memory = memory
         self.principal = principal
         self.request = request
-        self.subscriber = Subscriber(request.patterns, queue_size,
-                                         memory.cells.viewer(principal))
+        self.subscriber = Subscriber(
+            request.patterns, queue_size, memory.cells.viewer(principal), principal.writer_id,
+            frozenset(ns for ns in request.patterns if principal.can("review", ns)))
         self.retry_ms = retry_ms
         self.positions: dict[str, str] = {}
         self.orders: dict[str, tuple[int, int]] = {}  # the positions as numbers
         self.single = len(request.patterns) == 1
         self.snapshot_versions: dict[tuple[str, str], int] = {}
+        self.delivered = metrics.events_delivered
+        self.ended: str | None = None  # why the stream ended itself: revoked, overflow, shutdown
 
     @property
     def cursor(self) -> bytes:
@@ -139,7 +143,7 @@ class EventStream:
             return False
         self.positions[change.namespace] = change.position
         self.orders[change.namespace] = change.order
-        if self.snapshot_versions:
+        if self.snapshot_versions and change.proposer is None:
             snapshot_version = self.snapshot_versions.get((change.namespace, change.key), 0)
             if change.version <= snapshot_version:
                 return False
@@ -163,6 +167,7 @@ class EventStream:
                                                          _REPLAY_BATCH)
                     for change in changes:
                         if self._fresh(change):
+                            self.delivered.inc()
                             yield self._frame(change)
                     if len(changes) < _REPLAY_BATCH or self.subscriber.revoked is not None:
                         break
@@ -194,6 +199,7 @@ class EventStream:
                     break
                 change = queue.get_nowait()
             if frames:
+                self.delivered.inc(len(frames))
                 yield b"".join(frames)
 
     def _farewell(self) -> bytes | None:
@@ -206,5 +212,6 @@ class EventStream:
             event, reason = b"shutdown", "the broker is shutting down"
         else:
             return None
+        self.ended = event.decode()
         data = msgspec.json.encode({"cursor": self.cursor.decode(), "reason": reason})
         return encode_frame(event, self.cursor, data)

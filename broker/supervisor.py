@@ -4,9 +4,10 @@ Loops run as arq's worker and uvicorn's supervisors run theirs, so none can end 
 loop that raises (anything, not only a store error) or returns is logged and started again
 after a pause that doubles up to a cap, and starts over from the shortest once a run has stayed
 up `healthy_after` seconds (supervisord's `startsecs`). The store being out of reach is expected
-and logged as a one-line warning; anything else is an error with its traceback. Stopping is
-bounded: a loop that shrugs off its cancel is cancelled again, and one still running after the
-timeout is named in the log and left behind rather than holding up shutdown."""
+and logged as a one-line warning (one a period, when given an outage `Throttle`); anything else
+is an error with its traceback. Stopping is bounded: a loop that shrugs off its cancel is
+cancelled again, and one still running after the timeout is named in the log and left behind
+rather than holding up shutdown."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from broker.logs import Throttle
 from broker.tasks import stop_tasks
 
 log = logging.getLogger("memp.supervisor")
@@ -44,8 +46,10 @@ class Supervisor:
     `transient` lists the exceptions that mean the store is out of reach: logged as a warning
     without a traceback. Everything else a loop raises is logged as an error with one."""
 
-    def __init__(self, transient: tuple[type[BaseException], ...] = ()) -> None:
+    def __init__(self, transient: tuple[type[BaseException], ...] = (),
+                 outage: Throttle | None = None) -> None:
         self.transient = transient
+        self.outage = outage  # where transient failures go: one line a period, not each
         self.tasks: set[asyncio.Task[None]] = set()
         self._stopping: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -142,7 +146,10 @@ class Supervisor:
         if failure is None:
             log.error("%s returned; %s", name, then)
         elif isinstance(failure, self.transient):
-            log.warning("%s failed: %s; %s", name, _describe(failure), then)
+            if self.outage is not None:
+                self.outage.failure("%s failed: %s; %s", name, _describe(failure), then)
+            else:
+                log.warning("%s failed: %s; %s", name, _describe(failure), then)
         else:
             log.error("%s failed: %s; %s", name, _describe(failure), then, exc_info=failure)
 

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
 from broker.clock import Clock
+from broker.storage.audit import AuditStore
 from broker.storage.entries import EntryStore
+
+if TYPE_CHECKING:
+    from broker.proposals import ProposalService
 
 RECHECK_MS = 5_000
 
@@ -77,3 +82,26 @@ class ExpirySweeper:
                 await self.trim_once()
                 self._next_trim = time.monotonic() + self.trim_every
             await asyncio.sleep(self.interval)
+
+
+class GovernanceSweeper:
+    """Closes pending proposals whose time is up, and drops audit records past the audit
+    retention (when one is set). Each close is one script that re-checks the proposal is still
+    pending and due, so processes sweeping at once close it once."""
+
+    def __init__(self, entries: EntryStore, proposals: ProposalService, audit: AuditStore,
+                 clock: Clock, audit_retention_ms: int, batch: int = 1000) -> None:
+        self.entries = entries
+        self.proposals = proposals
+        self.audit = audit
+        self.clock = clock
+        self.audit_retention_ms = audit_retention_ms
+        self.batch = batch
+
+    async def sweep_once(self) -> None:
+        for namespace in await self.entries.namespaces():
+            await self.proposals.expire_due(namespace)
+            if self.audit_retention_ms:
+                before = self.clock() - self.audit_retention_ms
+                while await self.audit.trim(namespace, before, self.batch) == self.batch:
+                    pass

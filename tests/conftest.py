@@ -5,6 +5,7 @@ Set MEMP_TEST_REDIS_URL to use an existing Redis instead (its database is flushe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -16,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,20 +238,22 @@ class ServeProcesses:
         self.redis_url = redis_url
         self.started: list[BrokerProcess] = []
 
-    def start(self, count: int, env: dict[str, str]) -> list[BrokerProcess]:
+    def start(self, count: int, env: dict[str, str], args: tuple[str, ...] = (),
+              timeout: float = 60.0) -> list[BrokerProcess]:
+        """`args` go to `serve` (such as `--workers auto`), `env` to its environment."""
         handles = []
         for _ in range(count):
             port = free_port()
             environment = {**os.environ, "MEMP_REDIS_URL": self.redis_url,
                            "MEMP_ADMIN_KEY": ADMIN_KEY, "MEMP_PORT": str(port), **env}
             process = subprocess.Popen(
-                [sys.executable, "-m", "broker.cli", "serve", "--log-level", "warning"],
+                [sys.executable, "-m", "broker.cli", "serve", "--log-level", "warning", *args],
                 env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
             handles.append(BrokerProcess(f"http://127.0.0.1:{port}", port, process))
             self.started.append(handles[-1])
         for handle in handles:
-            wait_for_port(handle.port, timeout=60)  # a busy machine slows the imports
+            wait_for_port(handle.port, timeout=timeout)  # a busy machine slows the imports
         return handles
 
     def stop(self) -> None:
@@ -266,8 +270,9 @@ def serve_processes(redis_url: str) -> Iterator[ServeProcesses]:
 
 @pytest.fixture
 def broker_process(serve_processes: ServeProcesses) -> Callable[..., BrokerProcess]:
-    """Start a `memp-broker serve` process on the test Redis; stopped after the test."""
-    return lambda **env: serve_processes.start(1, env)[0]
+    """Start a `memp-broker serve` process on the test Redis (`broker_process(*args, **env)`);
+    stopped after the test."""
+    return lambda *args, **env: serve_processes.start(1, env, args)[0]
 
 
 @pytest.fixture
@@ -494,3 +499,38 @@ def data_client(app: Any) -> Any:
         sentinels = Sentinel(list(target.hosts), sentinel_kwargs=credentials, **credentials)
         return sentinels.master_for(target.service, db=target.db)
     return redis.Redis.from_url(target.url)
+
+
+def check_workers_auto(broker: BrokerProcess, ns: str) -> None:
+    """A `serve --workers auto` broker runs one worker process per usable core, and writes
+    through it over many connections each land once and read back."""
+    from broker.cli import usable_cores
+
+    def workers() -> int:
+        children = Path(f"/proc/{broker.process.pid}/task").glob("*/children")
+        pids = " ".join(p.read_text() for p in children).split()
+        return sum(b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in pids
+                   if Path(f"/proc/{pid}/cmdline").exists())
+
+    def poll(condition: Callable[[], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                if condition():
+                    return True
+            time.sleep(0.1)
+        return False
+
+    assert poll(lambda: workers() == usable_cores(), 60), workers()
+    limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
+    with httpx.Client(base_url=broker.url, headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+                      timeout=30, limits=limits) as client:
+        assert poll(lambda: client.get("/readyz").status_code == 200, 60)
+        with ThreadPoolExecutor(16) as pool:
+            puts = list(pool.map(lambda n: client.put(
+                f"/v1/namespaces/{ns}/memory/k{n % 10}", json={"value": n},
+                headers={"Idempotency-Key": f"{ns}-{n}"}).status_code, range(100)))
+        assert sorted(puts) == [200] * 90 + [201] * 10, puts
+        versions = [client.get(f"/v1/namespaces/{ns}/memory/k{n}").json()["version"]
+                    for n in range(10)]
+        assert versions == [10] * 10

@@ -653,6 +653,16 @@ def test_purge_after_the_window_leaves_no_trace(clocked: Amp, clock: TestClock,
 
     assert traces(client, marker) == []
     assert client.exists(f"memp:{{{clocked.namespace}}}:amp:cell:{cell_id}") == 0
+    # An erasure receipt: what, when, by whom, under which rule; hashes, never the text.
+    audit = clocked.http.get(f"/v1/namespaces/{clocked.namespace}/audit").json()["records"]
+    receipt = next(r for r in audit if r["action"] == "purge")
+    assert receipt["details"]["cell"] == cell_id and receipt["actor"] == "admin"
+    assert receipt["details"]["text_hash"].startswith("sha256:")
+    assert "AMP_PURGE_RETENTION" in receipt["details"]["rule"]
+    assert marker not in str(audit) and "passport" not in str(audit)
+    assert {"amp-create", "amp-patch", "amp-archived", "amp-delete"} <= {
+        r["action"] for r in audit}
+    assert clocked.http.get(f"/v1/namespaces/{clocked.namespace}/audit/verify").json()["ok"]
     # Through the APIs: gone from AMP and MEMP, its history and its change-log events.
     assert clocked.get(cell_id).status_code == 404
     assert clocked.entry_response(cell).status_code == 404

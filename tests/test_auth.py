@@ -33,7 +33,8 @@ def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, 
     body = response.json()
     assert set(body) == {"error"}
     error: dict[str, Any] = body["error"]
-    assert set(error) == {"code", "message", "details"}
+    assert set(error) == {"code", "message", "details", "request_id"}
+    assert error["request_id"] == response.headers["x-request-id"]
     assert error["code"] == code
     assert isinstance(error["message"], str) and error["message"]
     assert isinstance(error["details"], dict)

@@ -16,7 +16,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Broker, free_port, wait_for_port
+from broker.cli import usable_cores
+from tests.conftest import (
+    Broker,
+    ServeProcesses,
+    check_workers_auto,
+    free_port,
+    wait_for_port,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 GARBAGE_PEM = "-----BEGIN PUBLIC KEY-----\nabc\n-----END PUBLIC KEY-----\n"
@@ -124,6 +131,32 @@ def serve_process() -> Iterator[Callable[..., tuple[subprocess.Popen[str], list[
             process.wait(timeout=15)
         if process.stdout is not None:
             process.stdout.close()
+
+
+def test_serve_workers_auto_runs_a_worker_per_core_on_redis(
+        serve_processes: ServeProcesses, ns: str) -> None:
+    # Worker processes each import the broker before the port answers: slow on a busy host.
+    check_workers_auto(serve_processes.start(1, {}, ("--workers", "auto"), timeout=120)[0], ns)
+
+
+def test_serve_workers_auto_on_the_embedded_store_is_one_process(
+    serve_process: Callable[..., tuple[subprocess.Popen[str], list[str]]]
+) -> None:
+    port = free_port()
+    _, lines = serve_process("--port", str(port), "--workers", "auto")
+    assert "--workers auto: 1 worker process (the embedded store is per process)" in "".join(lines)
+    wait_for_port(port, timeout=20)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", ""])
+def test_serve_refuses_a_worker_count_that_is_not_one(value: str) -> None:
+    result = run_cli("serve", "--workers", value, MEMP_PORT=str(free_port()))
+    assert result.returncode == 2
+    assert "--workers: a number from 1, or auto" in result.stderr
+
+
+def test_usable_cores_counts_the_cpus_this_process_may_use() -> None:
+    assert 1 <= usable_cores() <= len(os.sched_getaffinity(0))
 
 
 def test_serve_on_the_embedded_store_says_where_and_answers(

@@ -41,7 +41,7 @@ HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "tra
 # Operations that take no input, so every generated request is the same one.
 MCP = ("POST /mcp", "GET /mcp", "DELETE /mcp")
 NO_INPUT = {"GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.yaml",
-            "GET /openapi.json", "GET /v1/keys"}
+            "GET /openapi.json", "GET /docs", "GET /v1/keys", "GET /console"}
 
 
 @dataclass
@@ -159,7 +159,7 @@ def _steer(seeded: Seeded) -> Callable[[Any, Any], Any]:
     forged one. Half of the valid cases are pointed at the seeded data."""
     known = {"namespace": [NAMESPACE], "key": ["customer/123", "profile/42", "order/7"],
              "agent_id": [seeded.agent_id], "schema_id": ["customer"], "id": [seeded.cell_id],
-             "key_id": seeded.key_ids}
+             "key_id": seeded.key_ids, "file": ["", "js/main.js", "console.css"]}
 
     def steer(context: Any, case: Any) -> Any:
         body = None if case.body is NOT_SET else case.body

@@ -47,7 +47,8 @@ def test_default_configuration(admin: httpx.Client, ns: str) -> None:
     assert response.json() == {
         "strategy": "last-write-wins", "rules": [], "priorities": [], "default_priority": 0,
         "merge_arrays": "replace", "history_limit": None, "default_ttl_seconds": None,
-        "shares": [], "namespace": ns, "revision": 0, "updated_at": None, "updated_by": None,
+        "shares": [], "limits": {}, "allow_self_approval": False, "namespace": ns,
+        "revision": 0, "updated_at": None, "updated_by": None,
     }
 
 

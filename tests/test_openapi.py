@@ -36,6 +36,7 @@ from broker.changes import ChangePayload
 from broker.conflicts import STRATEGIES, Conflict
 from broker.errors import STATUS_BY_CODE, MempError
 from broker.grammar import compile_pattern, validate_key
+from broker.limits import Limits
 from broker.namespaces import NamespaceConfig, PriorityRule, Share, StoredConfig, StrategyRule
 from broker.schemas import SchemaBody, SchemaErrorDetail, SchemaRecord
 from broker.settings import Settings
@@ -342,10 +343,23 @@ STRUCTS: list[Any] = [
     pytest.param(StrategyRule, "StrategyRule", id="StrategyRule"),
     pytest.param(PriorityRule, "PriorityRule", id="PriorityRule"),
     pytest.param(Share, "Share", id="Share"),
+    pytest.param(Limits, "Limits", id="Limits"),
     pytest.param(SchemaBody, "SchemaBody", id="SchemaBody"),
     pytest.param(SchemaRecord, "SchemaRecord", id="SchemaRecord"),
     pytest.param(SchemaErrorDetail, "SchemaErrorDetail", id="SchemaErrorDetail"),
     pytest.param(Conflict, "Conflict", id="Conflict"),
+    pytest.param(models.Proposal, "Proposal", id="Proposal"),
+    pytest.param(models.ProposalPage, "ProposalPage", id="ProposalPage"),
+    pytest.param(models.ApproveBody, "ApproveBody", id="ApproveBody"),
+    pytest.param(models.RejectBody, "RejectBody", id="RejectBody"),
+    pytest.param(models.AuditRecord, "AuditRecord", id="AuditRecord"),
+    pytest.param(models.AuditPage, "AuditPage", id="AuditPage"),
+    pytest.param(models.AuditVerdict, "AuditVerdict", id="AuditVerdict"),
+    pytest.param(models.ProposalListMessage, "ProposalListMessage", id="proposal.list"),
+    pytest.param(models.ProposalGetMessage, "ProposalGetMessage", id="proposal.get"),
+    pytest.param(models.ProposalApproveMessage, "ProposalApproveMessage",
+                 id="proposal.approve"),
+    pytest.param(models.ProposalRejectMessage, "ProposalRejectMessage", id="proposal.reject"),
 ]
 AMP_STRUCTS: list[Any] = [
     pytest.param(amp.MemoryCell, "MemoryCell", id="MemoryCell"),
@@ -500,7 +514,8 @@ def _accepted(check: Callable[[str], object], text: str) -> bool:
 NAME_CHARACTERS = st.sampled_from(list("a./*\x01\x1f\x7f\x85\x9f\xa0é✓ "))
 
 
-@settings(max_examples=3000, derandomize=True, database=None)
+# No deadline: the first example reads openapi.yaml, seconds on a busy machine.
+@settings(max_examples=3000, derandomize=True, database=None, deadline=None)
 @given(text=st.text(NAME_CHARACTERS, max_size=12))
 def test_key_and_pattern_grammars_are_the_brokers(text: str) -> None:
     """The document's Key and Pattern regexes accept exactly what the broker does (lengths,
@@ -511,7 +526,7 @@ def test_key_and_pattern_grammars_are_the_brokers(text: str) -> None:
         assert documented == _accepted(check, text), (component, text)
 
 
-@settings(max_examples=500, derandomize=True, database=None,
+@settings(max_examples=500, derandomize=True, database=None, deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_amp_times_the_document_accepts_are_the_brokers(data: st.DataObject) -> None:
@@ -566,7 +581,7 @@ def test_system_endpoints(broker: Broker, contract: Contract) -> None:
         assert contract.check(client.get("/healthz"), 200) == {"status": "ok"}
         ready = contract.check(client.get("/readyz"), 200)
         assert ready["store"] == broker.backend
-        assert "memp_http_requests_total" in contract.check(client.get("/metrics"), 200)
+        assert "memp_http_request_duration_seconds" in contract.check(client.get("/metrics"), 200)
 
 
 # ---- the running broker against the document ----
@@ -1631,3 +1646,66 @@ def test_amp_purge_is_403_unless_enabled(admin: httpx.Client, contract: Contract
     for body in ({}, {"ids": [UNKNOWN_CELL]}):
         refused = contract.check(admin.post("/amp/purge", json=body), 403)
         assert refused["error"]["code"] == "forbidden"
+
+
+def test_fair_share(admin: httpx.Client, ns: str, contract: Contract, broker: Broker) -> None:
+    contract.check(admin.put(f"/v1/namespaces/{ns}/config", json={"limits": {
+        "writes_per_second": 0.001, "write_burst": 1, "max_keys": 5}}), 200)
+    contract.check(admin.get(f"/v1/namespaces/{ns}/usage"), 200)
+    response = admin.post("/v1/agents", json={"name": "limited", "namespace": ns})
+    with broker.client(response.json()["credentials"]["api_key"]) as agent:
+        contract.check(agent.put(entry_url(ns, "a"), json={"value": 1}), 201)
+        contract.check(agent.put(entry_url(ns, "b"), json={"value": 1}), 429)
+        message = {"memp": "1.0", "type": "memory.put", "namespace": ns, "key": "c",
+                   "value": 1}
+        contract.check(agent.post("/v1/messages", json=message), 429)
+        contract.check(agent.post("/v1/messages", json=[message, message]), 200)
+        contract.check(agent.get(entry_url(ns, "a")), 200)
+    contract.check(admin.put(f"/v1/namespaces/{ns}/config", json={"limits": {"max_keys": 1}}),
+                   200)
+    contract.check(admin.put(entry_url(ns, "d"), json={"value": 1}), 429)
+
+
+def test_proposals_and_audit_follow_the_document(admin: httpx.Client, ns: str,
+                                                 contract: Contract) -> None:
+    config = admin.put(config_url(ns), json={
+        "rules": [{"pattern": "facts/*", "approval": "required"}], "allow_self_approval": True})
+    contract.check(config, 200)
+    gated = admin.put(f"/v1/namespaces/{ns}/memory/facts/a", json={"value": {"x": 1}})
+    proposal = contract.check(gated, 202)
+    base = f"/v1/namespaces/{ns}/proposals"
+    contract.check(admin.get(base, params={"status": "pending"}), 200)
+    contract.check(admin.get(f"{base}/{proposal['id']}"), 200)
+    contract.check(admin.get(f"{base}/prop_nope"), 404)
+    approved = contract.check(admin.post(f"{base}/{proposal['id']}/approve"), 200)
+    assert approved["entry"]["proposal_id"] == proposal["id"]
+    again = contract.check(admin.post(f"{base}/{proposal['id']}/approve"), 409)
+    assert again["error"]["details"]["proposal"]["status"] == "approved"
+    second = contract.check(admin.put(f"/v1/namespaces/{ns}/memory/facts/a",
+                                      json={"value": {"x": 2}}), 202)
+    admin.put(config_url(ns), json={"allow_self_approval": True})  # ungated: the key moves
+    contract.check(admin.put(f"/v1/namespaces/{ns}/memory/facts/a", json={"value": 3}), 200)
+    moved = contract.check(admin.post(f"{base}/{second['id']}/approve"), 409)
+    assert moved["error"]["details"]["current_version"] == 2
+    deleting = contract.check(admin.delete(f"/v1/namespaces/{ns}/memory/facts/a",
+                                           params={"approval_required": "true"}), 202)
+    contract.check(admin.post(f"{base}/{deleting['id']}/reject", json={"reason": "no"}), 200)
+    contract.check(admin.post(f"{base}/{deleting['id']}/reject", content=b"{",
+                              headers={"content-type": "application/json"}), 400)
+    records = contract.check(admin.get(f"/v1/namespaces/{ns}/audit"), 200)["records"]
+    assert records[0]["action"] == "reject"
+    contract.check(admin.get(f"/v1/namespaces/{ns}/audit", params={"since": "x"}), 400)
+    assert contract.check(admin.get(f"/v1/namespaces/{ns}/audit/verify"), 200)["ok"] is True
+
+    def send(body: Any) -> Any:
+        return contract.check(admin.post("/v1/messages", json=body), 200)
+
+    pending = send(message(ns, "memory.put", key="facts/m", value=1, approval_required=True))
+    assert pending["status"] == "pending_approval"
+    pid = pending["proposal"]["id"]
+    assert send(message(ns, "proposal.list"))["proposals"]
+    assert send(message(ns, "proposal.get", proposal=pid))["proposal"]["id"] == pid
+    assert send(message(ns, "proposal.approve", proposal=pid))["entry"]["version"] == 1
+    other = send(message(ns, "memory.delete", key="facts/m", approval_required=True))
+    assert send(message(ns, "proposal.reject", proposal=other["proposal"]["id"], reason="r"))[
+        "proposal"]["status"] == "rejected"

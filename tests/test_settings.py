@@ -219,11 +219,12 @@ def sample(field: dataclasses.Field[Any], kind: object) -> tuple[str, Any]:
         return ("yes", True) if default is False else ("no", False)
     if kind is int:
         assert isinstance(default, int)
-        number = default + 1 if field.name == "write_replicas" else default - 1  # >= 0
+        number = default + 1 if default == 0 else default - 1  # counts of 0 mean "none"
         return str(number), number
     if kind is float:
         assert isinstance(default, float)
-        return str(default / 2), default / 2
+        value = default / 2 if default else 1.5  # a rate of 0 means "none"
+        return str(value), value
     return TEXT_SAMPLES[field.name], TEXT_SAMPLES[field.name]
 
 

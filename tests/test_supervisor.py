@@ -18,6 +18,7 @@ import jwt
 import pytest
 
 from broker import revocation
+from broker.metrics import Metrics
 from broker.sse import EventStreamResponse, SendWatchdog
 from broker.storage import layout
 from broker.supervisor import Backoff, Supervisor
@@ -296,7 +297,8 @@ def test_the_lifespan_runs_every_loop_under_the_supervisor(
     names = {task.get_name() for task in broker.app.state.supervisor.tasks} - {"stream recheck"}
     assert names == {"expiry sweeper", "last-seen flusher", "invalidation listener",
                      "stream guard", "AMP lifecycle engine", "AMP term poster",
-                     "SSE send watchdog"}
+                     "SSE send watchdog", "store watch", "governance sweeper",
+                     "stream lease renewer"}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -464,7 +466,7 @@ def test_the_send_watchdog_cuts_streams_after_a_failed_cut(caplog: pytest.LogCap
         loop = asyncio.get_running_loop()
 
         def stuck(transport: _Transport) -> None:
-            stream = EventStreamResponse(iter(()), watchdog=watchdog)
+            stream = EventStreamResponse(iter(()), watchdog=watchdog, metrics=Metrics())
             stream._transport = transport
             stream.send_started = loop.time()
             watchdog.streams.add(stream)

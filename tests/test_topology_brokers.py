@@ -16,7 +16,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_KEY, Broker, BrokerProcess, start_broker
+from tests.conftest import (
+    ADMIN_KEY,
+    Broker,
+    BrokerProcess,
+    ServeProcesses,
+    check_workers_auto,
+    start_broker,
+)
 from tests.test_subscribe import Stream
 from tests.topologies import RedisCluster, RedisSentinel, TlsRedis
 
@@ -186,6 +193,69 @@ def test_the_amp_bridge(broker: Broker, admin: httpx.Client) -> None:
     assert purged.json()["purged"] == ["01HQ3Z8X9Y0000000000000009"], purged.text
 
 
+def test_fair_share(broker: Broker, admin: httpx.Client, ns: str,
+                    streams: Callable[..., Stream]) -> None:
+    """Rates, quotas, usage and stream caps, each one script in the namespace's slot, over
+    namespaces on every shard."""
+    for space in [f"{ns}-{i}" for i in range(6)]:
+        config = {"limits": {"writes_per_second": 0.001, "write_burst": 3,
+                             "reads_per_second": 0.001, "read_burst": 1, "max_keys": 2,
+                             "max_bytes": 100, "max_streams": 1}}
+        assert admin.put(f"/v1/namespaces/{space}/config", json=config).status_code == 200
+        registered = admin.post("/v1/agents", json={"name": "fair", "namespace": space})
+        token = registered.json()["credentials"]["api_key"]
+        with broker.client(token) as agent:
+            assert put(agent, space, "a", 1).status_code == 201
+            assert put(agent, space, "b", 2).status_code == 201
+            over = put(agent, space, "c", 3)
+            assert over.status_code == 429
+            assert over.json()["error"]["details"]["limit"] == "max_keys"
+            limited = put(agent, space, "c", 3)
+            assert limited.status_code == 429 and "retry-after" in limited.headers
+            assert agent.get(f"/v1/namespaces/{space}/memory/a").status_code == 200
+            assert agent.get(f"/v1/namespaces/{space}/memory/a").status_code == 429
+            streams(broker.url, [f"{space}:*"], token=token)
+            refused = agent.get("/v1/subscribe", params={"sub": f"{space}:*"})
+            assert refused.status_code == 429
+        assert admin.delete(f"/v1/namespaces/{space}/memory/a").status_code == 200
+        assert put(admin, space, "d", 4).status_code == 201  # a delete frees its key at once
+        usage = admin.get(f"/v1/namespaces/{space}/usage").json()["usage"]
+        assert usage == {"keys": 2, "bytes": 2, "streams": 1}
+
+
+def test_governance_proposals_and_the_audit_log(admin: httpx.Client, ns: str) -> None:
+    """Proposals, approvals (entries and AMP cells) and audit records across shards: every
+    script touches only its namespace's slot."""
+    spaces = [f"{ns}-g{i}" for i in range(6)]
+    for space in spaces:
+        admin.put(f"/v1/namespaces/{space}/config", json={
+            "rules": [{"pattern": "facts/*", "approval": "required"}],
+            "allow_self_approval": True})
+        proposed = put(admin, space, "facts/a", {"n": 1})
+        assert proposed.status_code == 202, proposed.text
+        assert admin.get(f"/v1/namespaces/{space}/memory/facts/a").status_code == 404
+        approve = f"/v1/namespaces/{space}/proposals/{proposed.json()['id']}/approve"
+        assert admin.post(approve).status_code == 200
+        assert admin.post(approve).status_code == 409
+        assert put(admin, space, "other", 1).status_code == 201
+        verdict = admin.get(f"/v1/namespaces/{space}/audit/verify").json()
+        assert verdict["ok"] is True and verdict["records"] == 5  # config, propose, put,
+        # approve, put
+    admin.put("/v1/namespaces/cells/config", json={
+        "rules": [{"pattern": "cells/user/u-gov/*", "approval": "required"}],
+        "allow_self_approval": True})
+    proposed = admin.post("/amp/memories", headers={"X-AMP-Agent-ID": "agent-1"}, json={
+        "type": "semantic", "content": {"text": "the user prefers rooibos"},
+        "identity": {"owner_id": "u-gov", "owner_type": "user"}})
+    assert proposed.status_code == 202, proposed.text
+    approved = admin.post(f"/v1/namespaces/cells/proposals/{proposed.json()['id']}/approve")
+    assert approved.status_code == 200, approved.text
+    cell_id = proposed.json()["value"]["id"]
+    assert admin.get(f"/amp/memories/{cell_id}",
+                     headers={"X-AMP-Agent-ID": "agent-1"}).status_code == 200
+    assert admin.get("/v1/namespaces/cells/audit/verify").json()["ok"] is True
+
+
 def test_a_revocation_reaches_a_stream_on_another_process(
         topology: Topology, broker_processes: Callable[..., list[BrokerProcess]],
         streams: Callable[..., Stream], ns: str) -> None:
@@ -200,6 +270,13 @@ def test_a_revocation_reaches_a_stream_on_another_process(
     event = stream.wait_event(lambda e: e.event == "revoked", "the revoked event", timeout=5)
     assert time.monotonic() - started < 2.5
     assert event.data["reason"] == "the API key was revoked"
+
+
+def test_serve_workers_auto_runs_a_worker_per_core(
+        topology: Topology, serve_processes: ServeProcesses, ns: str) -> None:
+    broker = serve_processes.start(1, {"MEMP_REDIS_URL": topology.url}, ("--workers", "auto"),
+                                   timeout=120)[0]
+    check_workers_auto(broker, ns)
 
 
 # ---- a primary killed under load ----

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from broker.amp.cells import MemoryCell, iso, parse_time
 from broker.amp.index import index_update, reference_ms, terms_of
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
 from broker.amp.service import CellService, decode_cell
+from broker.audit import AuditService
 from broker.clock import Clock
 from broker.errors import MempError
 from broker.identities import AMP_ENGINE
 from broker.storage.amp import CellRecord, IndexUpdate
+from broker.storage.entries import content_hash
 from broker.storage.records import WriteRequest, live_entry
 
 log = logging.getLogger("memp.amp")
@@ -128,7 +131,7 @@ class LifecycleEngine:
             if target is not None:
                 cell.lifecycle.status = target  # type: ignore[assignment]
                 cell.lifecycle.stale_since = iso(as_of) if target == "stale" else None
-                request = cells.request(cell, AMP_ENGINE, entry.version, now)
+                request = cells.request(cell, AMP_ENGINE, entry.version, now, f"amp-{target}")
             # Without a write, the update describes the version loaded: it must not land
             # over a write made since.
             update = index_update(cell, record.key, max(reference_ms(cell), record.ref),
@@ -140,25 +143,35 @@ class LifecycleEngine:
         return sum(request is not None and ok
                    for (_, request), ok in zip(changes, applied, strict=True))
 
-    async def run_forever(self, interval: float) -> None:
-        """A pass every `interval` seconds; a failure ends the run (the supervisor restarts
-        it)."""
+    async def run_forever(self, interval: float,
+                          observe: Callable[[float, dict[str, int]], None] | None = None
+                          ) -> None:
+        """A pass every `interval` seconds, each reported to `observe` (its seconds and the
+        cells moved to each status); a failure ends the run (the supervisor restarts it)."""
+        clock = time.perf_counter
         while True:
             await asyncio.sleep(interval)
+            started = clock()
             counts = await self.run()
+            if observe is not None:
+                observe(clock() - started, counts)
             if any(counts.values()):
                 log.info("AMP lifecycle pass: %s", counts)
 
 
 class Purger:
-    """Hard-deletes deleted cells whose 30-day window has passed, only when enabled."""
+    """Hard-deletes deleted cells whose 30-day window has passed, only when enabled, leaving
+    an erasure receipt for each in the audit log: hashes, never the text."""
 
-    def __init__(self, cells: CellService, clock: Clock, enabled: bool) -> None:
+    def __init__(self, cells: CellService, clock: Clock, enabled: bool,
+                 audit: AuditService) -> None:
         self.cells = cells
         self.clock = clock
         self.enabled = enabled
+        self.audit = audit
 
-    async def purge(self, as_of: int | None, ids: list[str] | None) -> list[str]:
+    async def purge(self, as_of: int | None, ids: list[str] | None,
+                    by: dict[str, str] | None = None) -> list[str]:
         if not self.enabled:
             raise MempError("forbidden", "purge is disabled; start the broker with "
                             "AMP_PURGE_RETENTION=1 to allow it")
@@ -175,6 +188,7 @@ class Purger:
         loaded = await cells.index.load(ids)
         refused = {}
         texts = {}
+        receipts = {}
         for cell_id in ids:
             if cell_id not in loaded:
                 refused[cell_id] = "no such cell"
@@ -191,6 +205,12 @@ class Purger:
                 refused[cell_id] = f"inside its retention window until {window_ends}"
                 continue
             texts[cell_id] = (record.key, cell.content.text)
+            receipts[cell_id] = {
+                "cell": cell_id, "version": entry.version if entry else None,
+                "content_hash": content_hash(entry.value or b"") if entry else None,
+                "text_hash": content_hash(cell.content.text.encode()),
+                "deleted_at": cell.lifecycle.deleted_at,
+                "rule": "AMP_PURGE_RETENTION: deleted more than 30 days before the purge"}
         if refused:
             raise MempError("precondition_failed", "purge refused; nothing was erased",
                             {"refused": refused})
@@ -198,4 +218,7 @@ class Purger:
             return []
         await cells.index.purge({cell_id: (key, terms_of(text))
                                  for cell_id, (key, text) in texts.items()})
+        for cell_id, receipt in sorted(receipts.items()):
+            await self.audit.record(cells.namespace, "purge", by or {"actor": "system"},
+                                    key=texts[cell_id][0], details=receipt)
         return sorted(texts)

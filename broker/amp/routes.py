@@ -15,6 +15,7 @@ from broker.amp.cells import NAME_RE, CellPatch, ImportBody, NewCell, parse_time
 from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.search import CellSearch, SearchBody
 from broker.amp.service import CellService
+from broker.audit import actor_fields
 from broker.auth import Principal
 from broker.errors import MempError
 from broker.http import authenticate, json_response, read_body
@@ -137,10 +138,11 @@ async def run_lifecycle(request: Request) -> Response:
 
 
 async def purge(request: Request) -> Response:
-    await _acting_admin(request)
+    principal, _ = await _acting_admin(request)
     body = await _body(request, RunBody)
     purger: Purger = request.app.state.amp_purger
-    return json_response({"purged": await purger.purge(_as_of(body), body.ids)})
+    return json_response({"purged": await purger.purge(_as_of(body), body.ids,
+                                                        actor_fields(principal))})
 
 
 async def import_cells(request: Request) -> Response:

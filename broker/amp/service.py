@@ -5,6 +5,7 @@ change is versioned and reaches MEMP subscribers."""
 from __future__ import annotations
 
 import uuid
+from typing import Protocol
 
 import msgspec
 
@@ -24,11 +25,14 @@ from broker.amp.index import index_update, reference_ms
 from broker.amp.rules import can_read, can_write
 from broker.clock import Clock
 from broker.errors import MempError
-from broker.models import Entry
+from broker.memory import Proposed
+from broker.models import Entry, Proposal
 from broker.storage.amp import CellIndexStore, CellRecord, IndexUpdate
 from broker.storage.records import RawHash, WriteRequest, live_entry
 
-_CAS_ATTEMPTS = 10
+# A retry happens only when another write to the cell landed in between, so this bounds how
+# many concurrent writers a patch outlasts before answering 409 write_conflict.
+_CAS_ATTEMPTS = 32
 
 
 def cell_key(cell: MemoryCell) -> str:
@@ -53,6 +57,19 @@ def decode_cell(entry: Entry) -> MemoryCell:
     return msgspec.json.decode(entry.value, type=MemoryCell)
 
 
+class CellGate(Protocol):
+    """Where a create or patch goes when the namespace's rules require approval for the cell's
+    key (broker/proposals.py)."""
+
+    async def requires(self, namespace: str, key: str) -> bool:
+        ...
+
+    async def propose_cell(self, agent: str, namespace: str, key: str, cell: MemoryCell,
+                           current: Entry | None, action: str, patch: CellPatch | None
+                           ) -> Proposal:
+        ...
+
+
 class CellService:
     """Creates and changes cells under AMP's rules, on top of the MEMP store."""
 
@@ -61,15 +78,46 @@ class CellService:
         self.namespace = index.namespace
         self.clock = clock
         self.access = AccessCounter(index)
+        self.gate: CellGate | None = None  # set by create_app: proposals
+
+    async def _gated(self, agent: str, key: str, cell: MemoryCell, current: Entry | None,
+                     action: str, patch: CellPatch | None = None) -> None:
+        """Raise Proposed (202) when the cell's key requires approval: nothing is written."""
+        if self.gate is not None and await self.gate.requires(self.namespace, key):
+            raise Proposed(await self.gate.propose_cell(agent, self.namespace, key, cell,
+                                                        current, action, patch))
+
+    async def approval(self, key: str, value: bytes, base_version: int,
+                       patch: CellPatch | None, now: int, rebase: bool
+                       ) -> tuple[bytes, IndexUpdate]:
+        """The cell an approved proposal writes (a patch re-applied to the current cell when
+        the proposal is rebased onto a later version) and its index update."""
+        cell = msgspec.json.decode(value, type=MemoryCell)
+        if base_version == 0:
+            return value, index_update(cell, key, reference_ms(cell), count=0)
+        record, current, entry = await self.load(cell.id)
+        if current.lifecycle.status == "archived":
+            raise MempError("write_conflict", "the cell is archived: archived cells cannot "
+                            "change", {"status": "archived", "key": key})
+        if entry.version != base_version:
+            raise MempError("write_conflict", "the cell changed since the proposal was made",
+                            {"key": key, "current_version": entry.version})
+        if rebase and patch is not None:
+            _apply(current, patch, now)
+            cell, value = current, msgspec.json.encode(current)
+        return value, index_update(cell, record.key, max(reference_ms(cell), record.ref),
+                                   recheck=current.lifecycle.status == "stale")
 
     @staticmethod
-    def request(cell: MemoryCell, agent: str, version: int | None, now: int) -> WriteRequest:
+    def request(cell: MemoryCell, agent: str, version: int | None, now: int, action: str
+                ) -> WriteRequest:
         """A versioned write of the cell: compare-and-set on `version`, None for a new cell
-        (only a new entry takes the entry id given)."""
+        (only a new entry takes the entry id given); `action` names it in the audit log."""
         return WriteRequest(
             agent_id=agent, now=now, timestamp=now, timestamp_from_client=False,
             value=msgspec.json.encode(cell), entry_id="" if version else str(uuid.uuid4()),
             if_version=version, if_absent=version is None, mode="merge", internal_cas=True,
+            actor=agent, action=action,
         )
 
     async def commit(self, changes: list[tuple[IndexUpdate, WriteRequest | None]]) -> list[bool]:
@@ -115,8 +163,10 @@ class CellService:
             lifecycle=Lifecycle(created_at=stamp, last_updated_at=stamp,
                                 expires_at=iso(expires) if expires else None, status="active"),
         )
+        await self._gated(agent, cell_key(cell), cell, None, "amp-create")
         update = index_update(cell, cell_key(cell), now, count=0)
-        if not (await self.commit([(update, self.request(cell, agent, None, now))]))[0]:
+        written = self.request(cell, agent, None, now, "amp-create")
+        if not (await self.commit([(update, written)]))[0]:
             raise MempError("write_conflict", "a cell with this id already exists; retry")
         return cell
 
@@ -157,9 +207,11 @@ class CellService:
                                 "lifecycle engine and cannot be patched",
                                 {"field": "lifecycle.status", "status": status})
             _apply(cell, patch, now)
+            await self._gated(agent, record.key, cell, entry, "amp-patch", patch)
             update = index_update(cell, record.key, max(reference_ms(cell), record.ref),
                                  recheck=status == "stale")
-            if (await self.commit([(update, self.request(cell, agent, entry.version, now))]))[0]:
+            written = self.request(cell, agent, entry.version, now, "amp-patch")
+            if (await self.commit([(update, written)]))[0]:
                 return cell
         raise MempError("write_conflict", "the cell kept changing; retry the patch")
 
@@ -178,7 +230,8 @@ class CellService:
             cell.lifecycle.status = "deleted"
             cell.lifecycle.deleted_at = iso(now)
             update = index_update(cell, record.key, max(reference_ms(cell), record.ref))
-            if (await self.commit([(update, self.request(cell, agent, entry.version, now))]))[0]:
+            written = self.request(cell, agent, entry.version, now, "amp-delete")
+            if (await self.commit([(update, written)]))[0]:
                 return cell
         raise MempError("write_conflict", "the cell kept changing; retry the delete")
 
@@ -206,7 +259,7 @@ class CellService:
         changes: list[tuple[IndexUpdate, WriteRequest | None]] = [
             (index_update(cells[at], cell_key(cells[at]), reference_ms(cells[at]),
                          count=cells[at].scoring.access_count),
-             self.request(cells[at], agent, None, now)) for at in wanted.values()]
+             self.request(cells[at], agent, None, now, "amp-import")) for at in wanted.values()]
         for at, stored in zip(wanted.values(), await self.commit(changes), strict=True):
             if not stored:
                 outcome[at] = _exists(cells[at].id)

@@ -33,6 +33,7 @@ from broker.http import error_response
 from broker.mcp.resources import TEMPLATES, Resources
 from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher, Watches, listen
+from broker.memory import Proposed
 from broker.models import encode
 from broker.storage.client import STORE_DOWN
 from broker.storage.records import CorruptRecord
@@ -130,6 +131,9 @@ class McpServer:
         principal = _principal(ctx)
         try:
             result = await self.toolbox.call(principal, params.name, params.arguments)
+        except Proposed as gated:  # not an error: the write awaits a reviewer
+            result = {"status": "pending_approval",
+                      "proposal": msgspec.json.decode(encode(gated.proposal))}
         except _FAILURES as exc:
             error = _error(exc)
             return types.CallToolResult(

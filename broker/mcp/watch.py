@@ -57,9 +57,12 @@ class Watcher:
         target = parse_uri(uri)
         await self.namespaces.require(principal, "subscribe", target.namespace)
         pattern = compile_pattern(target.watched, self.settings.max_key_bytes)
+        reviews = frozenset({target.namespace} if principal.can("review", target.namespace)
+                            else ())
         subscriber = Subscriber({target.namespace: [pattern]},
                                 self.settings.subscriber_queue_size,
-                                self.memory.cells.viewer(principal))
+                                self.memory.cells.viewer(principal), principal.writer_id,
+                                reviews)
         await self.hub.join(subscriber)
         self.guard.watch(subscriber, principal)
         return subscriber

@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from broker.audit import actor_fields
 from broker.auth import Principal, check_binding, check_grants, create_api_key
 from broker.errors import MempError
 from broker.http import authenticate, decode_json, json_response, read_body
@@ -32,6 +33,8 @@ async def create_key(request: Request) -> Response:
         state.storage.accounts, state.settings.key_env, grants=grants, name=body.name,
         agent_id=body.agent_id, created_by=principal.subject, now=state.clock(),
     )
+    await state.audit.record_for_grants(record.grants, "key-create", actor_fields(principal),
+                                        {"key": record.id, "agent": record.agent_id})
     return json_response({"api_key": api_key, "key": record}, 201)
 
 
@@ -54,6 +57,8 @@ async def revoke_key(request: Request) -> Response:
     await store.delete_api_key(key_id)
     request.app.state.auth.forget()
     await store.announce_revocation(f"key:{key_id}")
+    await request.app.state.audit.record_for_grants(
+        record.grants, "key-revoke", actor_fields(principal), {"key": key_id})
     return Response(status_code=204)
 
 

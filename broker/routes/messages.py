@@ -30,14 +30,29 @@ async def post_messages(request: Request) -> Response:
                         f"a batch holds at most {settings.max_batch} messages, not {len(items)}",
                         {"limit": settings.max_batch})
     replies = [(await handler.handle_raw(principal, bytes(item)))[1] for item in items]
-    return json_response(replies)
+    waits = [_retry_after(reply) for reply in replies]
+    longest = max((w for w in waits if w is not None), default=None)
+    return json_response(replies, headers=None if longest is None
+                         else {"Retry-After": str(longest)})
+
+
+def _retry_after(reply: dict[str, object]) -> int | None:
+    """The seconds a reply asks the client to wait: 1 when the store is down, the rate's wait
+    when rate limited (also in the error's `details.retry_after`)."""
+    error = reply.get("error")
+    if not isinstance(error, dict):
+        return None
+    if error.get("code") == "unavailable":
+        return 1
+    details = error.get("details")
+    if error.get("code") == "rate_limited" and isinstance(details, dict):
+        return int(details.get("retry_after", 1))
+    return None
 
 
 def _headers(reply: dict[str, object]) -> dict[str, str] | None:
-    error = reply.get("error")
-    if isinstance(error, dict) and error.get("code") == "unavailable":
-        return {"Retry-After": "1"}
-    return None
+    wait = _retry_after(reply)
+    return None if wait is None else {"Retry-After": str(wait)}
 
 
 routes = [Route("/v1/messages", post_messages, methods=["POST"])]

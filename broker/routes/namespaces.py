@@ -7,10 +7,12 @@ import functools
 from collections.abc import Callable
 from typing import TypeVar
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from broker.audit import AuditService, actor_fields
 from broker.errors import MempError
 from broker.grammar import compile_pattern, validate_namespace
 from broker.http import authenticate, decode_json, int_header, json_response, read_body
@@ -30,7 +32,13 @@ async def _namespace(request: Request, permission: str) -> tuple[str, str]:
     principal = await authenticate(request)
     namespace = validate_namespace(request.path_params["namespace"])
     await _registry(request).require(principal, permission, namespace)
+    request.state.actor = actor_fields(principal)
     return namespace, principal.writer_id
+
+
+async def _audit(request: Request, namespace: str, action: str, **details: object) -> None:
+    audit: AuditService = request.app.state.audit
+    await audit.record(namespace, action, request.state.actor, details=details)
 
 
 async def get_config(request: Request) -> Response:
@@ -45,10 +53,22 @@ async def put_config(request: Request) -> Response:
     config = decode_json(await read_body(request, settings.max_config_bytes), NamespaceConfig)
     check_config(config, max_history=settings.max_history_limit,
                  max_ttl_seconds=settings.max_ttl_seconds)
+    before = (await _registry(request).state(namespace)).config.shares
     stored = await _registry(request).save_config(
         namespace, config, by=subject, now=request.app.state.clock(),
         if_revision=int_header(request, "if-match", minimum=0))
+    await _audit(request, namespace, "config", revision=stored.revision)
+    if msgspec.to_builtins(before) != msgspec.to_builtins(stored.shares):
+        await _audit(request, namespace, "shares", before=before, after=stored.shares)
     return json_response(stored, headers={"ETag": f'"{stored.revision}"'})
+
+
+async def get_usage(request: Request) -> Response:
+    namespace, _ = await _namespace(request, "admin")
+    limits = (await _registry(request).state(namespace)).config.limits
+    report = await request.app.state.fair_share.report(namespace, limits,
+                                                       request.app.state.clock())
+    return json_response(report)
 
 
 def _schema_id(request: Request) -> str:
@@ -89,6 +109,8 @@ async def put_schema(request: Request) -> Response:
                           schema=body.schema, enforce=body.enforce, draft=draft,
                           created_at=request.app.state.clock(), created_by=subject)
     await registry.save_schema(record)
+    await _audit(request, namespace, "schema", schema=schema_id, pattern=body.pattern,
+                 enforce=body.enforce)
     return json_response(record, 200 if existed else 201)
 
 
@@ -109,12 +131,14 @@ async def delete_schema(request: Request) -> Response:
     schema_id = _schema_id(request)
     if not await _registry(request).delete_schema(namespace, schema_id):
         raise MempError("not_found", f"no schema {schema_id!r} in namespace {namespace!r}")
+    await _audit(request, namespace, "schema-delete", schema=schema_id)
     return Response(status_code=204)
 
 
 routes = [
     Route("/v1/namespaces/{namespace}/config", get_config, methods=["GET"]),
     Route("/v1/namespaces/{namespace}/config", put_config, methods=["PUT"]),
+    Route("/v1/namespaces/{namespace}/usage", get_usage, methods=["GET"]),
     Route("/v1/namespaces/{namespace}/schemas", list_schemas, methods=["GET"]),
     Route("/v1/namespaces/{namespace}/schemas/{schema_id}", get_schema, methods=["GET"]),
     Route("/v1/namespaces/{namespace}/schemas/{schema_id}", put_schema, methods=["PUT"]),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,6 +16,7 @@ from broker.http import authenticate
 from broker.revocation import StreamGuard
 from broker.sse import EventStreamResponse
 from broker.storage.changelog import parse_cursor
+from broker.stream_leases import StreamLeases
 from broker.streams import EventStream, StreamRequest
 
 
@@ -51,21 +54,35 @@ async def subscribe(request: Request) -> Response:
     cursor_text = request.headers.get("last-event-id") or request.query_params.get(
         "last_event_id")
     snapshot = request.query_params.get("snapshot", "").lower() in ("1", "true", "yes")
-    stream = EventStream(
-        state.hub, state.changelog, state.memory, principal,
-        StreamRequest(targets, parse_cursor(cursor_text), snapshot),
-        settings.subscriber_queue_size, settings.sse_retry_ms,
-    )
-    lost = await stream.open()
+    wanted = StreamRequest(targets, parse_cursor(cursor_text), snapshot)
+    leases: StreamLeases = state.stream_leases
+    lease = await leases.take(principal, list(targets))
+    try:
+        stream = EventStream(state.hub, state.changelog, state.memory, principal, wanted,
+                             settings.subscriber_queue_size, settings.sse_retry_ms,
+                             state.metrics)
+        lost = await stream.open()
+    except BaseException:
+        leases.drop(lease)
+        raise
     guard: StreamGuard = state.stream_guard
     guard.watch(stream.subscriber, principal)
 
     def close() -> None:
         guard.forget(stream.subscriber)
         stream.close()
+        leases.drop(lease)
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            async for frame in stream.frames(lost):
+                yield frame
+        finally:
+            leases.drop(lease)
 
     return EventStreamResponse(
-        stream.frames(lost), ping=settings.heartbeat_seconds, watchdog=state.send_watchdog,
+        frames(), ping=settings.heartbeat_seconds, watchdog=state.send_watchdog,
+        metrics=state.metrics, ending=lambda: stream.ended,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         shutdown_event=state.hub.shutdown_event(), shutdown_grace_period=1.0,
         background=BackgroundTask(close),

@@ -1,4 +1,5 @@
-"""Unauthenticated endpoints: health, readiness, metrics and the OpenAPI document."""
+"""Unauthenticated endpoints: health, readiness, metrics, the OpenAPI document and the API
+reference page."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from importlib import resources
 
 import yaml
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
+from broker import reference
 from broker.errors import unavailable
 from broker.http import error_response, json_response
+from broker.metrics import CONTENT_TYPE
 from broker.storage.client import StoreError
 
 
@@ -40,12 +43,18 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    return PlainTextResponse(request.app.state.metrics.render(),
-                             media_type="text/plain; version=0.0.4")
+    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
 
 
 async def openapi_yaml(request: Request) -> Response:
     return Response(openapi_text(), media_type="application/yaml")
+
+
+async def docs(request: Request) -> Response:
+    # Everything is inline and from the package: nothing else may load (no CDN, no script).
+    return Response(reference.page(), media_type="text/html; charset=utf-8", headers={
+        "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+                                   "img-src 'self'; base-uri 'none'; form-action 'none'"})
 
 
 async def openapi_json(request: Request) -> Response:
@@ -58,4 +67,5 @@ routes = [
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.yaml", openapi_yaml, methods=["GET"]),
     Route("/openapi.json", openapi_json, methods=["GET"]),
+    Route("/docs", docs, methods=["GET"]),
 ]

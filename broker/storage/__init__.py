@@ -13,10 +13,13 @@ from collections.abc import AsyncIterator
 from broker.storage import bulletins
 from broker.storage.accounts import AccountStore
 from broker.storage.amp import CellIndexStore
+from broker.storage.audit import AuditStore
 from broker.storage.changelog import ChangeLogStore
 from broker.storage.client import Backend
 from broker.storage.config import ConfigStore
 from broker.storage.entries import EntryStore
+from broker.storage.proposals import ProposalStore
+from broker.storage.timing import CommandObserver, time_commands, time_pipe
 
 
 class Storage:
@@ -29,8 +32,11 @@ class Storage:
         self.entries = EntryStore(backend, history_limit=history_limit,
                                   changelog_maxlen=changelog_maxlen,
                                   idempotency_window_ms=idempotency_window_ms)
+        self.fair_share = self.entries.fair_share
         self.accounts = AccountStore(backend, self.entries, idempotency_window_ms)
         self.config = ConfigStore(backend.redis)
+        self.audit = AuditStore(backend)
+        self.proposals = ProposalStore(backend, self.entries)
         self._waiting = backend.new_client()
         self.changes = ChangeLogStore(self._waiting)
 
@@ -44,6 +50,12 @@ class Storage:
                                wait_ms=write_replicas_timeout_ms)
         return cls(backend, history_limit=history_limit, changelog_maxlen=changelog_maxlen,
                    idempotency_window_ms=idempotency_window_ms)
+
+    def observe(self, observer: CommandObserver) -> None:
+        """Report every command of the shared client (its time, or its failure)."""
+        time_commands(self.backend.redis, observer)
+        if self.backend.pipe is not None:
+            time_pipe(self.backend.pipe, observer)
 
     @property
     def embedded(self) -> bool:

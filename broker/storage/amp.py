@@ -96,6 +96,10 @@ class IndexUpdate:
             terms=None if self.terms is None else list(self.terms))
 
 
+# A cell's index keys, its namespace's prefixes and one update, as a script's KEYS and ARGV.
+CellBlocks = tuple[list[Any], list[Any], list[Any]]
+
+
 def _loaded(cell_id: str, row: list[Any]) -> tuple[CellRecord, RawHash]:
     """A record and its entry's fields from a row of amp_load.lua or amp_read.lua."""
     raw = row[len(RECORD_FIELDS)]
@@ -132,10 +136,15 @@ class CellIndexStore:
             **{f"due_{t}": layout.amp_due(ns, t) for t in TRANSITIONS})
         self._namespace_keys = NAMESPACE_KEYS.pack(
             index=layout.index(ns), ttl=layout.expiries(ns), log=layout.changelog(ns),
-            meta=layout.meta(ns))
+            meta=layout.meta(ns), usage=layout.usage(ns), audit=layout.audit(ns))
         self._prefixes = CELL_PREFIXES.pack(
             entry_prefix=layout.entry_prefix(ns), record_prefix=layout.amp_cell(ns, ""),
             term_prefix=layout.amp_term(ns, ""))
+
+    def blocks(self, update: IndexUpdate) -> CellBlocks:
+        """The index keys, prefixes and `update` for a script that indexes a cell it writes
+        (an approved proposal: storage/proposals.py)."""
+        return list(self._index_keys), list(self._prefixes), update.args()
 
     def live_entry(self, key: str, raw: RawHash, now: int) -> Any:
         """The cell's MEMP entry from its raw fields, or None when deleted or expired."""
@@ -250,6 +259,25 @@ class CellIndexStore:
             "-inf" if start is None else start, start=offset, num=limit)
         return [text(i) for i in found]
 
+    async def _erase_proposals(self, keys: set[str]) -> None:
+        """Remove every proposal for these keys: a proposal holds the value it proposed."""
+        ns = self.namespace
+        ids = [text(i) for i in await self.redis.zrange(layout.proposals(ns), 0, -1)]
+        if not ids:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for proposal_id in ids:
+                pipe.hget(layout.proposal(ns, proposal_id), "key")
+            found = await pipe.execute()
+        doomed = [i for i, key in zip(ids, found, strict=True) if key and text(key) in keys]
+        if doomed:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                for proposal_id in doomed:
+                    pipe.delete(layout.proposal(ns, proposal_id))
+                pipe.zrem(layout.proposals(ns), *doomed)
+                pipe.zrem(layout.pending_proposals(ns), *doomed)
+                await pipe.execute()
+
     async def purge(self, cells: dict[str, tuple[str, set[str]]]) -> None:
         """Erase cells for good (cell id -> its MEMP key and the terms of its current text):
         their entries, history and change-log records, then every index entry, including each
@@ -260,6 +288,7 @@ class CellIndexStore:
                 pipe.hmget(layout.amp_cell(self.namespace, cell_id), "terms", "posted")
             rows = await pipe.execute()
         await self.entries.erase(self.namespace, [key for key, _ in cells.values()])
+        await self._erase_proposals({key for key, _ in cells.values()})
         ns = self.namespace
         async with self.redis.pipeline(transaction=True) as pipe:
             for cell_id, row in zip(ids, rows, strict=True):

@@ -44,14 +44,22 @@ def position_key(position: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
+# Change types about proposals (docs/governance.md): their record holds the proposal's JSON
+# (`doc`) and its proposer (`by`), not an entry version.
+PROPOSAL_EVENTS = frozenset({"proposal", "approved", "rejected", "expired"})
+
+
 @dataclass(frozen=True, slots=True)
 class ChangeRecord:
-    """One change-log record: where it sits, the change type, and the entry version."""
+    """One change-log record: where it sits, the change type, and the entry version (or, for
+    a proposal's change, the proposal's JSON and its proposer)."""
 
     position: str
     type: str
     key: str
-    entry: Entry
+    entry: Entry | None
+    doc: bytes = b""
+    proposer: str | None = None
 
 
 def _record(namespace: str, record: StreamRecord) -> ChangeRecord:
@@ -59,6 +67,9 @@ def _record(namespace: str, record: StreamRecord) -> ChangeRecord:
     fields = {k.decode(): v for k, v in raw_fields.items()}
     kind = fields.pop("type", b"put").decode()
     key = fields.pop("key", b"").decode()
+    if kind in PROPOSAL_EVENTS:
+        return ChangeRecord(raw_id.decode(), kind, key, None, fields.get("doc") or b"{}",
+                            (fields.get("by") or b"").decode())
     if kind != "put":
         fields["del"] = b"1"
     return ChangeRecord(raw_id.decode(), kind, key, entry_from_fields(namespace, key, fields))

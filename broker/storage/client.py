@@ -35,6 +35,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from broker.storage.pipe import AutoPipeline
 from broker.storage.urls import RedisTarget, parse
 
 # The client type the stores use. A Cluster client is not a subclass but answers the same
@@ -123,13 +124,16 @@ class Backend:
     that wait for replicas when writes must survive a failover (`MEMP_WRITE_REPLICAS`)."""
 
     def __init__(self, connect: Callable[[], Redis], *, kind: str = "single",
-                 embedded: bool = False, replicas: int = 0, wait_ms: int = 1000) -> None:
+                 embedded: bool = False, replicas: int = 0, wait_ms: int = 1000,
+                 pipe: AutoPipeline | None = None) -> None:
         self._connect = connect
         self.redis = connect()
         self.kind = kind
         self.embedded = embedded
         self.replicas = replicas
         self.wait_ms = wait_ms
+        # The hot path's commands on one `redis://` server (see pipe.py); None elsewhere.
+        self.pipe = pipe
         self._sentinels: list[Redis] = []  # Sentinel's own clients, closed with the backend
 
     @property
@@ -154,8 +158,9 @@ class Backend:
             backend._sentinels = sentinel.sentinels
             return backend
         connect = _cluster if target.kind == "cluster" else _single
+        pipe = AutoPipeline(target.url, timeout) if target.url.startswith("redis://") else None
         return cls(lambda: connect(target, timeout), kind=target.kind, replicas=replicas,
-                   wait_ms=wait_ms)
+                   wait_ms=wait_ms, pipe=pipe)
 
     def new_client(self) -> Redis:
         return self._connect()
@@ -173,6 +178,8 @@ class Backend:
             raise
 
     async def close(self) -> None:
+        if self.pipe is not None:
+            await self.pipe.close()
         await self.redis.aclose()
         for client in self._sentinels:
             await client.aclose()
@@ -194,8 +201,17 @@ class Backend:
             return list(await asyncio.gather(*(self._on_primary(c, wait) for c in calls)))
         if len(calls) == 1 and not wait:  # a call of its own costs less than a pipeline
             script, keys, args = calls[0]
+            if self.pipe is not None:
+                return [await _auto_pipelined(self.pipe, script, keys, args)]
             return [await script(keys, args)]
         return await self._pipelined(calls, wait)
+
+    async def hgetall(self, key: str) -> dict[bytes, bytes]:
+        """A hash's fields (the hot path's read: auto-pipelined on one server)."""
+        if self.pipe is None:
+            return cast(dict[bytes, bytes], await self.redis.hgetall(key))
+        flat = await self.pipe.execute("HGETALL", key)
+        return dict(zip(flat[::2], flat[1::2], strict=True))
 
     async def _pipelined(self, calls: Sequence[ScriptCall], wait: bool) -> list[Any]:
         """Calls by digest in one pipeline (and a WAIT after them). Calls Redis refuses for an
@@ -278,6 +294,17 @@ class Backend:
             raise count
         if int(count) < self.replicas:
             raise NotReplicated(int(count), self.replicas, self.wait_ms)
+
+
+async def _auto_pipelined(pipe: AutoPipeline, script: AsyncScript, keys: list[Any],
+                          args: list[Any]) -> Any:
+    """One script call in this turn's batch; a script Redis does not know (a restart or SCRIPT
+    FLUSH emptied its cache) did not run, and is sent again once loaded."""
+    try:
+        return await pipe.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        await pipe.execute("SCRIPT", "LOAD", script.script)
+        return await pipe.execute("EVALSHA", script.sha, len(keys), *keys, *args)
 
 
 async def read_stream(client: Redis, key: str, position: str, count: int, block_ms: int

@@ -3,8 +3,10 @@ script, and reads (get, key scans, history). See docs/design.md, "One write, one
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from typing import Any, cast
+from dataclasses import replace
+from typing import Any
 
 import msgspec
 
@@ -12,8 +14,15 @@ from broker.grammar import Pattern
 from broker.models import Entry
 from broker.storage import layout, scripts
 from broker.storage.client import Backend, text
+from broker.storage.fairshare import (
+    GATE,
+    GATE_FILES,
+    GATE_KEYS,
+    FairShareStore,
+    Gate,
+    open_gate,
+)
 from broker.storage.records import (
-    RawHash,
     WriteOutcome,
     WriteRequest,
     entry_from_fields,
@@ -22,22 +31,30 @@ from broker.storage.records import (
 from broker.storage.scripts import Fields
 
 # One write's keys and arguments, shared by put.lua, delete.lua and amp_commit.lua.
-WRITE_KEYS = Fields("write_keys", ("entry", "history", "index", "ttl", "log", "idem", "meta"))
+WRITE_KEYS = Fields("write_keys", ("entry", "history", "index", "ttl", "log", "idem", "meta",
+                                   "usage", "audit"))
 WRITE = Fields("write", (
     "key", "now", "agent", "ts", "ts_from_client",  # who, when, and whose clock
     "mode", "priority", "default_priority",  # the strategy: lww, priority or merge
     "if_version", "if_absent", "internal_cas",  # conditions ('' / '0' when none)
     "entry_id", "value", "ttl", "exp", "schema_errors", "conflicts",  # what a put stores
     "history_limit", "log_maxlen", "remember", "idem_window_ms", "fingerprint",
+    "actor", "key_id", "request_id", "content_hash", "action",  # for the audit log
 ))
-NAMESPACE_KEYS = Fields("namespace_keys", ("index", "ttl", "log", "meta"))
+NAMESPACE_KEYS = Fields("namespace_keys", ("index", "ttl", "log", "meta", "usage", "audit"))
 ENTRY_KEYS = Fields("entry_keys", ("entry", "history"))
 EXPIRE = Fields("expire", ("now", "history_limit", "log_maxlen"), rest="names")
 LOG_KEYS = Fields("log_keys", ("log", "meta"))
 TRIM = Fields("trim", ("upto", "count"))
-WRITE_FILES = ("common.lua", "put_entry.lua")
+COMMON_FILES = ("sha1.lua", "audit.lua", "common.lua")
+WRITE_FILES = (*COMMON_FILES, *GATE_FILES, "put_entry.lua")
 
 _history_decoder = msgspec.json.Decoder(dict[str, str])
+
+
+def content_hash(value: bytes) -> str:
+    """What the audit log keeps of a value: its SHA-256, never the value."""
+    return f"sha256:{hashlib.sha256(value).hexdigest()}" if value else ""
 
 
 def _opt(value: int | None) -> int | str:
@@ -54,12 +71,14 @@ class EntryStore:
         self.history_limit = history_limit
         self.changelog_maxlen = changelog_maxlen
         self.idempotency_window_ms = max(idempotency_window_ms, 1)
-        self._put = scripts.register(client, [*WRITE_FILES, "put.lua"], [WRITE_KEYS, WRITE])
-        self._delete = scripts.register(client, ["common.lua", "delete.lua"],
-                                        [WRITE_KEYS, WRITE])
-        self._expire = scripts.register(client, ["common.lua", "expire.lua"],
+        self._put = scripts.register(client, [*WRITE_FILES, "put.lua"],
+                                     [WRITE_KEYS, GATE_KEYS, WRITE, GATE])
+        self._delete = scripts.register(client, [*WRITE_FILES, "delete_entry.lua", "delete.lua"],
+                                        [WRITE_KEYS, GATE_KEYS, WRITE, GATE])
+        self._expire = scripts.register(client, [*COMMON_FILES, "expire.lua"],
                                         [NAMESPACE_KEYS, ENTRY_KEYS, EXPIRE])
-        self._trim = scripts.register(client, ["common.lua", "trim.lua"], [LOG_KEYS, TRIM])
+        self._trim = scripts.register(client, [*COMMON_FILES, "trim.lua"], [LOG_KEYS, TRIM])
+        self.fair_share = FairShareStore(backend)
         self._known_namespaces: set[str] = set()
         self._expiry_hints: dict[str, int] = {}
 
@@ -100,7 +119,8 @@ class EntryStore:
             log=layout.changelog(namespace),
             # Every key of a script shares the namespace's slot, the unused one too.
             idem=layout.idempotency(namespace, agent_id, message_id or ""),
-            meta=layout.meta(namespace))
+            meta=layout.meta(namespace), usage=layout.usage(namespace),
+            audit=layout.audit(namespace))
 
     def write_args(self, namespace: str, key: str, req: WriteRequest) -> list[Any]:
         """The arguments of one write (WRITE), for put.lua, delete.lua and amp_commit.lua."""
@@ -118,19 +138,38 @@ class EntryStore:
             exp=_opt(expires_at), schema_errors=req.schema_errors, conflicts=req.conflicts,
             history_limit=self.history_limit if req.history_limit is None else req.history_limit,
             log_maxlen=self.changelog_maxlen, remember="1" if req.message_id else "0",
-            idem_window_ms=self.idempotency_window_ms, fingerprint=req.fingerprint)
+            idem_window_ms=self.idempotency_window_ms, fingerprint=req.fingerprint,
+            actor=req.actor, key_id=req.key_id, request_id=req.request_id,
+            content_hash=content_hash(req.value), action=req.action)
 
-    async def put(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
+    async def put(self, namespace: str, key: str, req: WriteRequest, gate: Gate | None = None
+                  ) -> WriteOutcome:
+        """One put, held to `gate`. A namespace whose byte count is not exact yet is counted
+        first; a write over a key or byte quota is tried once more after expiring the
+        namespace's due entries (expiries free quota at once, not at the sweeper's next run),
+        without taking its tokens again."""
         await self.note_namespace(namespace)
-        raw = await self.backend.call(
-            self._put, self.write_keys(namespace, key, req.message_id, req.agent_id),
-            self.write_args(namespace, key, req), durable=True)
-        return WriteOutcome.decode(raw)
+        gate = gate or open_gate(namespace)
+        keys = [*self.write_keys(namespace, key, req.message_id, req.agent_id), *gate.keys]
+        args = self.write_args(namespace, key, req)
+        outcome = WriteOutcome.decode(
+            await self.backend.call(self._put, keys, [*args, *gate.args], durable=True))
+        if outcome.status == "uncounted":
+            await self.fair_share.recount(namespace)
+        elif not (outcome.status == "quota_exceeded"
+                  and await self.expire_due(namespace, req.now, 1000)):
+            return outcome
+        retry = replace(gate, cost=0)
+        return WriteOutcome.decode(
+            await self.backend.call(self._put, keys, [*args, *retry.args], durable=True))
 
-    async def delete(self, namespace: str, key: str, req: WriteRequest) -> WriteOutcome:
+    async def delete(self, namespace: str, key: str, req: WriteRequest, gate: Gate | None = None
+                     ) -> WriteOutcome:
+        gate = gate or open_gate(namespace)
         raw = await self.backend.call(
-            self._delete, self.write_keys(namespace, key, req.message_id, req.agent_id),
-            self.write_args(namespace, key, req), durable=True)
+            self._delete, [*self.write_keys(namespace, key, req.message_id, req.agent_id),
+                           *gate.keys],
+            [*self.write_args(namespace, key, req), *gate.args], durable=True)
         return WriteOutcome.decode(raw)
 
     async def expire_due(self, namespace: str, now: int, batch: int) -> int:
@@ -140,7 +179,9 @@ class EntryStore:
             return 0
         names = [text(k) for k in due]
         keys = NAMESPACE_KEYS.pack(index=layout.index(namespace), ttl=layout.expiries(namespace),
-                                   log=layout.changelog(namespace), meta=layout.meta(namespace))
+                                   log=layout.changelog(namespace), meta=layout.meta(namespace),
+                                   usage=layout.usage(namespace),
+                                   audit=layout.audit(namespace))
         for name in names:
             keys += ENTRY_KEYS.pack(entry=layout.entry(namespace, name),
                                     history=layout.history(namespace, name))
@@ -176,14 +217,15 @@ class EntryStore:
                 pipe.zrem(layout.expiries(namespace), key)
             for start in range(0, len(doomed), 500):
                 pipe.xdel(log_key, *doomed[start:start + 500])
+            pipe.hdel(layout.usage(namespace), "counted")  # the next quota check recounts
             await pipe.execute()
         return len(doomed)
 
     # ---- reads ----
 
     async def get(self, namespace: str, key: str, now: int) -> Entry | None:
-        fields = await self.redis.hgetall(layout.entry(namespace, key))
-        return live_entry(namespace, key, cast(RawHash, fields), now)
+        fields = await self.backend.hgetall(layout.entry(namespace, key))
+        return live_entry(namespace, key, fields, now)
 
     async def scan_keys(self, namespace: str, pattern: Pattern, after: str | None,
                         count: int) -> tuple[list[str], bool]:

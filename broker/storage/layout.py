@@ -92,6 +92,50 @@ def meta(namespace: str) -> str:
     return f"{_ns(namespace)}:meta"
 
 
+def usage(namespace: str) -> str:
+    """Hash of the namespace's quota bookkeeping: `bytes` (the size of the values its index
+    holds) and `counted` (set once `bytes` is exact; a recount sets it, an erasure drops it)."""
+    return f"{_ns(namespace)}:usage"
+
+
+def rate(namespace: str, kind: str, terms: str, who: str) -> str:
+    """A rate bucket (GCRA: the theoretical arrival time, ms) of `kind` (`w` writes, `r`
+    reads) under `terms` (its rate and burst: a changed limit starts a fresh bucket), for the
+    whole namespace (`who` empty) or one agent in it."""
+    return f"{_ns(namespace)}:rate:{kind}:{terms}:{who}"
+
+
+def streams(namespace: str) -> str:
+    """Sorted set of the namespace's open streams, scored by when their lease runs out."""
+    return f"{_ns(namespace)}:streams"
+
+
+def token_streams(token: str) -> str:
+    """Sorted set of one credential's open streams, by lease end, in a slot of its own."""
+    return f"{PREFIX}:{{token:{token}}}:streams"
+
+
+def audit(namespace: str) -> str:
+    """Stream of the namespace's audit records, hash-chained; never trimmed by the change-log
+    limits (docs/governance.md)."""
+    return f"{_ns(namespace)}:audit"
+
+
+def proposal(namespace: str, proposal_id: str) -> str:
+    """Hash of one proposed write (pending, approved, rejected or expired)."""
+    return f"{_ns(namespace)}:prop:{proposal_id}"
+
+
+def proposals(namespace: str) -> str:
+    """Sorted set of every proposal id by creation time (ms), for listing."""
+    return f"{_ns(namespace)}:props"
+
+
+def pending_proposals(namespace: str) -> str:
+    """Sorted set of pending proposal ids by when they expire (ms), for the sweeper."""
+    return f"{_ns(namespace)}:props:due"
+
+
 def config(namespace: str) -> str:
     """The namespace's configuration (conflict strategies, priorities, shares...), as JSON."""
     return f"{_ns(namespace)}:config"

@@ -15,9 +15,10 @@ from broker.values import recanonical
 
 # An entry hash's fields, in the order scripts flatten them: id, author, the canonical JSON
 # value, version, created and updated (ms), last-write-wins timestamp, TTL (s), expiry (ms),
-# tombstone flag, schema errors (JSON), merge conflicts (JSON) and the writer's priority.
+# tombstone flag, schema errors (JSON), merge conflicts (JSON), the writer's priority, and for
+# an approved proposal the reviewer and the proposal id.
 ENTRY_FIELDS = ("id", "agent", "val", "ver", "ca", "ua", "ts", "ttl", "exp", "del", "sv", "cf",
-                "pr")
+                "pr", "apb", "pid")
 # The same but the value, which a write reads only for a reply that carries it.
 ENTRY_META = tuple(name for name in ENTRY_FIELDS if name != "val")
 
@@ -68,6 +69,8 @@ def entry_from_fields(namespace: str, key: str, fields: Mapping[str, Any]) -> En
         deleted=deleted,
         schema_errors=msgspec.Raw(schema_errors) if schema_errors else msgspec.UNSET,
         conflicts=msgspec.Raw(conflicts) if conflicts else msgspec.UNSET,
+        approved_by=_text(fields.get("apb") or "") or msgspec.UNSET,
+        proposal_id=_text(fields.get("pid") or "") or msgspec.UNSET,
     )
 
 
@@ -81,10 +84,11 @@ def live_entry(namespace: str, key: str, raw: RawHash, now: int) -> Entry | None
     return entry_from_fields(namespace, key, {_text(k): v for k, v in raw.items()})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WriteRequest:
     """Everything a put or delete needs besides the namespace and key, in domain terms: the
-    store turns the message id into its idempotency record."""
+    store turns the message id into its idempotency record. (Not frozen: a frozen dataclass
+    sets each of its 18 fields through object.__setattr__, a visible cost per write.)"""
 
     agent_id: str
     now: int
@@ -104,6 +108,10 @@ class WriteRequest:
     history_limit: int | None = None
     schema_errors: str = ""
     conflicts: str = ""
+    actor: str = ""  # who acts, for the audit log: an agent, a key, a token subject or admin
+    key_id: str = ""
+    request_id: str = ""
+    action: str = ""  # the audit record's action, when not the write's own (put or merge)
 
 
 _outcome_decoder = msgspec.json.Decoder(tuple[str, dict[str, str]])

@@ -1,8 +1,9 @@
 /** The client: `MEMP`, its `memory` and `keys`. */
 
 import { Agents, Messages } from './agents.js'
+import { Audit, Proposals, type Proposal } from './governance.js'
 import { Amp } from './amp.js'
-import { InvalidRequestError } from './errors.js'
+import { ApprovalPendingError, InvalidRequestError } from './errors.js'
 import { Namespaces, Schemas } from './namespaces.js'
 import {
   toAgent,
@@ -45,11 +46,15 @@ export interface PutOptions extends CallOptions {
   baseVersion?: number | undefined
   /** The write's last-write-wins time (Unix ms or a Date); default: the broker's clock. */
   timestamp?: number | Date | undefined
+  /** Make the write a proposal a reviewer must approve (ApprovalPendingError). */
+  approvalRequired?: boolean | undefined
 }
 
 export interface DeleteOptions extends CallOptions {
   ifVersion?: number | undefined
   timestamp?: number | Date | undefined
+  /** Make the delete a proposal a reviewer must approve (ApprovalPendingError). */
+  approvalRequired?: boolean | undefined
 }
 
 export interface QueryOptions extends CallOptions {
@@ -102,6 +107,7 @@ function millis(timestamp: number | Date | undefined): number | undefined {
 }
 
 function entryOf<T>(reply: Reply): Entry<T> {
+  if (reply.status === 202) throw new ApprovalPendingError(reply.body as Proposal)
   return toEntry<T>(reply.body as WireEntry, parseWarnings(reply.headers.get('memp-warning')))
 }
 
@@ -119,6 +125,7 @@ export class Memory {
     if (options.ttlSeconds != null) body['ttl_seconds'] = options.ttlSeconds
     if (options.baseVersion != null) body['base_version'] = options.baseVersion
     if (options.timestamp != null) body['timestamp'] = millis(options.timestamp)
+    if (options.approvalRequired) body['approval_required'] = true
     const headers: Record<string, string> = { 'Idempotency-Key': messageId() }
     if (options.ifVersion != null) headers['If-Match'] = `"${options.ifVersion}"`
     if (options.ifAbsent) headers['If-None-Match'] = '*'
@@ -186,7 +193,10 @@ export class Memory {
     const reply = await this.transport.send({
       method: 'DELETE',
       path: entryPath('memory', namespace, key),
-      query: { timestamp: millis(options.timestamp) },
+      query: {
+        timestamp: millis(options.timestamp),
+        approval_required: options.approvalRequired ? 'true' : undefined,
+      },
       headers,
       idempotent: true,
       signal: options.signal,
@@ -263,6 +273,8 @@ export class MEMP {
   readonly schemas: Schemas
   readonly agents: Agents
   readonly messages: Messages
+  readonly proposals: Proposals
+  readonly audit: Audit
   readonly amp: Amp
   /** The agent registered with `register()`. */
   agent: Agent | null = null
@@ -280,6 +292,8 @@ export class MEMP {
     this.schemas = new Schemas(this.#transport, this)
     this.agents = new Agents(this.#transport, this)
     this.messages = new Messages(this.#transport, this)
+    this.proposals = new Proposals(this.#transport, this)
+    this.audit = new Audit(this.#transport, this)
     this.amp = new Amp(this.#transport, this)
   }
 
@@ -332,6 +346,7 @@ export class MEMP {
       patterns,
       options.snapshot ?? false,
       options.lastEventId ?? null,
+      options.onState,
     )
     const open = this.#subscriptions
     let subscription: Subscription<T> | undefined = undefined

@@ -10,6 +10,8 @@ export class MempError extends Error {
   readonly code: string
   readonly status: number | null
   readonly details: Record<string, unknown>
+  /** The broker's id for the request (its `X-Request-ID`), to quote when reporting a problem. */
+  readonly requestId: string | null
 
   constructor(
     message: string,
@@ -18,6 +20,7 @@ export class MempError extends Error {
       status?: number | null
       details?: Record<string, unknown>
       cause?: unknown
+      requestId?: string | null
     } = {},
   ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause })
@@ -25,12 +28,28 @@ export class MempError extends Error {
     this.code = options.code ?? 'internal'
     this.status = options.status ?? null
     this.details = options.details ?? {}
+    this.requestId = options.requestId ?? null
   }
 
   /** The request field the broker names as wrong (`details.field`, e.g. on `/amp`). */
   get field(): string | null {
     const field = this.details['field']
     return typeof field === 'string' ? field : null
+  }
+}
+
+/** 202: the write needs a reviewer's approval and was not applied; `proposal` is the pending
+ * proposal (`client.proposals.get(proposal.id)` follows it). */
+export class ApprovalPendingError extends MempError {
+  readonly proposal: any
+
+  constructor(proposal: { id: string; key: string }) {
+    super(`${proposal.key} awaits approval as proposal ${proposal.id}`, {
+      code: 'approval_pending',
+      status: 202,
+      details: { id: proposal.id },
+    })
+    this.proposal = proposal
   }
 }
 
@@ -88,14 +107,56 @@ export class SchemaViolationError extends MempError {
   }
 }
 
-/** 429: too many requests. */
-export class RateLimitedError extends MempError {}
+/** 429 rate_limited: the agent's or the namespace's rate is spent (`scope`); nothing was
+ * written. `retryAfter` is how many seconds to wait. The SDK retries by itself when the wait is
+ * within its backoff cap (`maxBackoff`), and throws this otherwise. */
+export class RateLimitedError extends MempError {
+  get retryAfter(): number | null {
+    const ms = this.details['retry_after_ms']
+    if (typeof ms === 'number') return ms / 1000
+    const seconds = this.details['retry_after']
+    return typeof seconds === 'number' ? seconds : null
+  }
+
+  get scope(): string | null {
+    const scope = this.details['scope']
+    return typeof scope === 'string' ? scope : null
+  }
+}
+
+/** 429 quota_exceeded: the write (or stream) would take the namespace past `limit`
+ * (`max_keys`, `max_bytes`, `max_streams`, `max_streams_per_token`); `used` of `maximum` are in
+ * use. Nothing was written; waiting does not help, deleting does. Never retried. */
+export class QuotaExceededError extends MempError {
+  get limit(): string | null {
+    const limit = this.details['limit']
+    return typeof limit === 'string' ? limit : null
+  }
+
+  get used(): number | null {
+    const used = this.details['used']
+    return typeof used === 'number' ? used : null
+  }
+
+  get maximum(): number | null {
+    const maximum = this.details['max']
+    return typeof maximum === 'number' ? maximum : null
+  }
+}
 
 /** 503: the broker cannot reach its store; safe to retry later. */
 export class UnavailableError extends MempError {}
 
 /** The broker could not be reached, or the connection broke, after every retry. */
 export class ConnectionFailedError extends MempError {}
+
+/** A browser page's origin is not in the broker's MEMP_CORS_ORIGINS: the broker answers, but
+ * the browser hides its replies from this page. Retrying cannot help. */
+export class CorsRefusedError extends ConnectionFailedError {}
+
+/** `Subscription.open({ timeout })` passed without the stream opening; `cause` is the last
+ * error. */
+export class OpenTimeoutError extends ConnectionFailedError {}
 
 type MempErrorOptions = ConstructorParameters<typeof MempError>[1]
 type ErrorClass = new (message: string, options: MempErrorOptions) => MempError
@@ -122,6 +183,7 @@ export const ERROR_CODES = [
   'schema_timeout',
   'idempotency_key_reused',
   'rate_limited',
+  'quota_exceeded',
   'internal',
   'unavailable',
 ] as const
@@ -147,6 +209,7 @@ const BY_CODE: Record<ErrorCode, ErrorClass> = {
   payload_too_large: PayloadTooLargeError,
   schema_violation: SchemaViolationError,
   rate_limited: RateLimitedError,
+  quota_exceeded: QuotaExceededError,
   unavailable: UnavailableError,
   method_not_allowed: MempError,
   schema_timeout: MempError,
@@ -169,18 +232,25 @@ const BY_STATUS: Record<number, [ErrorClass, string]> = {
 }
 
 /** The error for a broker's error reply, from its `{"error": {...}}` body when it has one. */
-export function errorFromReply(status: number, statusText: string, body: unknown): MempError {
+export function errorFromReply(
+  status: number,
+  statusText: string,
+  body: unknown,
+  headers?: Headers,
+): MempError {
   let [kind, code] = BY_STATUS[status] ?? [MempError, status >= 500 ? 'internal' : 'http_error']
   let message = statusText || `HTTP ${status}`
   let details: Record<string, unknown> = {}
+  let requestId = headers?.get('x-request-id') ?? null
   const error = isObject(body) ? body['error'] : undefined
   if (isObject(error)) {
     if (typeof error['code'] === 'string') code = error['code']
     if (typeof error['message'] === 'string') message = error['message']
     if (isObject(error['details'])) details = error['details']
+    if (typeof error['request_id'] === 'string') requestId = error['request_id']
     if (Object.hasOwn(BY_CODE, code)) kind = BY_CODE[code as ErrorCode]
   }
-  return new kind(message, { code, status, details })
+  return new kind(message, { code, status, details, requestId })
 }
 
 function entryDetail(raw: unknown): Entry | null {

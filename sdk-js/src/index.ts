@@ -2,6 +2,17 @@
 
 export { MEMP, Memory, Keys } from './client.js'
 export { Agents, Messages } from './agents.js'
+export { Audit, Proposals } from './governance.js'
+export type {
+  Approval,
+  AuditFilter,
+  AuditPage,
+  AuditRecord,
+  AuditVerdict,
+  Proposal,
+  ProposalPage,
+  ProposalStatus,
+} from './governance.js'
 export type { AgentPage, Message, MessageReply } from './agents.js'
 export { Amp } from './amp.js'
 export type {
@@ -19,7 +30,14 @@ export type {
   Provenance,
 } from './amp.js'
 export { Namespaces, Schemas } from './namespaces.js'
-export type { NamespaceConfig, SchemaRecord, StoredConfig, Strategy } from './namespaces.js'
+export type {
+  Limits,
+  NamespaceConfig,
+  SchemaRecord,
+  StoredConfig,
+  Strategy,
+  UsageReport,
+} from './namespaces.js'
 export type {
   DeleteOptions,
   HistoryOptions,
@@ -30,14 +48,18 @@ export type {
 } from './client.js'
 export {
   ERROR_CODES,
+  ApprovalPendingError,
   ConflictError,
   ConnectionFailedError,
+  CorsRefusedError,
   ForbiddenError,
   InvalidRequestError,
   MempError,
   NotFoundError,
+  OpenTimeoutError,
   PayloadTooLargeError,
   PreconditionFailedError,
+  QuotaExceededError,
   RateLimitedError,
   SchemaViolationError,
   UnauthorizedError,
@@ -62,7 +84,7 @@ export type {
 } from './models.js'
 export { QueryResult } from './query.js'
 export { Subscription } from './subscription.js'
-export type { SubscribeOptions } from './subscription.js'
+export type { ConnectionState, SubscribeOptions } from './subscription.js'
 export { DEFAULT_BASE_URL } from './transport.js'
 export type { CallOptions, MempOptions } from './transport.js'
 export type { CertificateAuthorities } from './trust.js'

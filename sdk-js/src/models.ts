@@ -50,6 +50,9 @@ export interface Entry<T = any> {
   schemaErrors: SchemaError[] | null
   /** Paths a merge write flagged. */
   conflicts: Conflict[] | null
+  /** On a version an approved proposal wrote: who approved it, and the proposal. */
+  approvedBy: string | null
+  proposalId: string | null
   /** The `MEMP-Warning` words: `schema_violation` and/or `conflicts`; empty when all is well. */
   warnings: Warning[]
 }
@@ -72,7 +75,16 @@ export interface Credentials {
 }
 
 /** Every permission a grant may carry. */
-export const PERMISSIONS = ['read', 'write', 'subscribe', 'admin', 'impersonate', 'amp'] as const
+export const PERMISSIONS = [
+  'read',
+  'write',
+  'subscribe',
+  'admin',
+  'impersonate',
+  'amp',
+  'review',
+  'audit',
+] as const
 
 export type Permission = (typeof PERMISSIONS)[number]
 
@@ -105,7 +117,18 @@ export interface Page<T = any> {
 }
 
 /** The events a subscription hands out. */
-export const EVENT_TYPES = ['put', 'delete', 'expire', 'snapshot', 'snapshot-end', 'reset'] as const
+export const EVENT_TYPES = [
+  'put',
+  'delete',
+  'expire',
+  'snapshot',
+  'snapshot-end',
+  'reset',
+  'proposal',
+  'approved',
+  'rejected',
+  'expired',
+] as const
 
 export type EventType = (typeof EVENT_TYPES)[number]
 
@@ -152,6 +175,8 @@ export interface WireEntry {
   schema_violation?: boolean
   deleted?: boolean
   schema_errors?: { schema_id: string; path: string; message: string }[] | null
+  approved_by?: string | null
+  proposal_id?: string | null
   conflicts?: {
     path: string
     base?: unknown
@@ -223,6 +248,8 @@ export function toEntry<T = any>(wire: WireEntry, headerWarnings: string[] = [])
     deleted: wire.deleted ?? false,
     schemaErrors,
     conflicts,
+    approvedBy: wire.approved_by ?? null,
+    proposalId: wire.proposal_id ?? null,
     warnings: [...warnings],
   }
 }

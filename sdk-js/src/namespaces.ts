@@ -5,17 +5,50 @@ import type { CallOptions, Transport } from './transport.js'
 
 export type Strategy = 'last-write-wins' | 'agent-priority' | 'merge'
 
-/** A namespace's conflict strategies, agent priorities, retention and shares; a field left
- * out takes the broker's default. Field names are the broker's (snake_case). */
+/** A namespace's fair share: write and read rates (per second, with a burst: how many at once;
+ * default the rate) and quotas on live keys, stored bytes and open streams. A field left out is
+ * no limit. */
+export interface Limits {
+  writes_per_second?: number
+  write_burst?: number
+  reads_per_second?: number
+  read_burst?: number
+  max_keys?: number
+  max_bytes?: number
+  max_streams?: number
+}
+
+/** What a namespace uses against its limits (`namespaces.usage()`, admins only). */
+export interface UsageReport {
+  namespace: string
+  limits: Limits
+  /** Live keys, bytes of stored values and open streams, on every broker process. */
+  usage: { keys: number; bytes: number; streams: number }
+  /** The limits every agent (and credential) has from the broker's settings; null: none. */
+  agent_defaults: {
+    writes_per_second: number | null
+    write_burst: number | null
+    reads_per_second: number | null
+    read_burst: number | null
+    max_streams_per_token: number | null
+  }
+}
+
+/** A namespace's conflict strategies, agent priorities, retention, shares and limits; a field
+ * left out takes the broker's default. Field names are the broker's (snake_case). */
 export interface NamespaceConfig {
   strategy?: Strategy
-  rules?: { pattern: string; strategy: Strategy }[]
+  /** Per key pattern: a strategy, and/or `approval: 'required'` to gate writes behind review. */
+  rules?: { pattern: string; strategy?: Strategy | null; approval?: 'required' | 'none' | null }[]
   priorities?: { agent: string; priority: number }[]
   default_priority?: number
   merge_arrays?: 'replace' | 'append'
   history_limit?: number | null
   default_ttl_seconds?: number | null
   shares?: { namespace: string; permissions: ('read' | 'subscribe')[] }[]
+  limits?: Limits
+  /** Let a reviewer approve its own proposals (refused by default). */
+  allow_self_approval?: boolean
 }
 
 /** The configuration as stored, with its `revision` (pass it as `ifRevision`). */
@@ -72,6 +105,8 @@ const CONFIG_FIELDS = [
   'history_limit',
   'default_ttl_seconds',
   'shares',
+  'limits',
+  'allow_self_approval',
 ] as const
 
 function path(namespace: string, ...rest: string[]): string {
@@ -95,6 +130,19 @@ export class Namespaces {
       signal: options.signal,
     })
     return reply.body as StoredConfig
+  }
+
+  /** The namespace's usage (live keys, stored bytes, open streams) beside its limits and the
+   * broker's per-agent defaults. */
+  async usage(options: CallOptions = {}): Promise<UsageReport> {
+    const namespace = this.client.requireNamespace(options.namespace)
+    const reply = await this.transport.send({
+      method: 'GET',
+      path: path(namespace, 'usage'),
+      idempotent: true,
+      signal: options.signal,
+    })
+    return reply.body as UsageReport
   }
 
   /** Replace the configuration (fields left out take their defaults); with `ifRevision`,

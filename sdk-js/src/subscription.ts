@@ -10,7 +10,7 @@
 
 import { createParser, type EventSourceMessage } from 'eventsource-parser'
 
-import { ConnectionFailedError, errorFromReply, MempError } from './errors.js'
+import { ConnectionFailedError, errorFromReply, MempError, OpenTimeoutError } from './errors.js'
 import {
   END_EVENT_TYPES,
   toEntry,
@@ -18,7 +18,14 @@ import {
   type MempEvent,
   type WireEntry,
 } from './models.js'
-import { certificateError, link, parseJson, sleep, type Transport } from './transport.js'
+import {
+  certificateError,
+  corsRefusal,
+  link,
+  parseJson,
+  sleep,
+  type Transport,
+} from './transport.js'
 
 export interface SubscribeOptions {
   /** Start with the current matching entries (`snapshot` events), then `snapshot-end`. */
@@ -29,6 +36,20 @@ export interface SubscribeOptions {
   signal?: AbortSignal | undefined
   /** Resume after this cursor (a `MempEvent.id` or `Subscription.lastEventId` kept earlier). */
   lastEventId?: string | undefined
+  /** Called with each change of the connection's state (see `ConnectionState`). */
+  onState?: ((state: ConnectionState) => void) | undefined
+}
+
+/**
+ * Where a subscription's connection stands: `connecting` (the first attempt), `connected` (the
+ * stream is open), `reconnecting` (after a break: `attempt` counts the tries since the last
+ * success, `error` says what broke), `closed` (for good: `error` is why, or null after
+ * `close()`).
+ */
+export interface ConnectionState {
+  status: 'connecting' | 'connected' | 'reconnecting' | 'closed'
+  attempt: number
+  error: unknown
 }
 
 const ENTRY_EVENTS = new Set(['put', 'delete', 'expire', 'snapshot'])
@@ -55,12 +76,18 @@ export class StreamState {
   resumeNow = false
   /** Connection attempts made so far. */
   attempts = 0
+  /** Streams opened so far. */
+  connections = 0
+  /** What ended the last attempt. */
+  error: unknown = null
+  status: ConnectionState['status'] | null = null
 
   constructor(
     readonly namespace: string,
     readonly patterns: string[],
     snapshot: boolean,
     lastEventId: string | null,
+    readonly onState?: ((state: ConnectionState) => void) | undefined,
   ) {
     this.cursor = lastEventId || null
     this.snapshotPending = snapshot && this.cursor === null
@@ -84,6 +111,23 @@ export class StreamState {
   /** The connection closed or failed. */
   ended(): void {
     if (!this.live) this.failures += 1
+  }
+
+  /** Tell the listener where the connection stands (each change once). */
+  report(status: ConnectionState['status'], error: unknown = null): void {
+    if (status === this.status && status !== 'reconnecting') return
+    this.status = status
+    const attempt = status === 'reconnecting' ? this.failures : 0
+    try {
+      this.onState?.({ status, attempt, error })
+    } catch {
+      // a listener's failure is its own; the stream goes on
+    }
+  }
+
+  attempting(): void {
+    const first = this.connections === 0 && this.failures === 0
+    this.report(first ? 'connecting' : 'reconnecting', first ? null : this.error)
   }
 
   /** No wait after a stream that worked or asked to be resumed; backoff after failures. */
@@ -212,12 +256,38 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
    * Connect now (retrying with backoff while the broker is unreachable) and resolve once the
    * stream is open: every change made after that is delivered. Call it before iterating.
    */
-  async open(): Promise<this> {
+  async open(options: { timeout?: number } = {}): Promise<this> {
     if (!this.#opened) {
-      const item = await this.#items.next()
+      let timer: ReturnType<typeof setTimeout> | undefined
+      const pending = this.#items.next()
+      const expired = new Promise<'expired'>((resolve) => {
+        if (options.timeout !== undefined) timer = setTimeout(() => resolve('expired'), options.timeout)
+      })
+      let item: IteratorResult<MempEvent<T> | typeof OPENED, void> | 'expired'
+      try {
+        item = await Promise.race([pending, expired])
+      } catch (error) {
+        this.close()
+        throw error
+      } finally {
+        clearTimeout(timer)
+      }
+      if (item === 'expired') {
+        const last = this.#state.error
+        const error = new OpenTimeoutError(
+          `the event stream at ${this.#transport.config.baseUrl} did not open within ` +
+            `${options.timeout} ms` + (last ? `: ${describeError(last)}` : ''),
+          { code: 'connection_error', cause: last ?? undefined },
+        )
+        this.#state.report('closed', error)
+        this.close()
+        pending.catch(() => {})
+        throw error
+      }
       if (!item.done && item.value !== OPENED) {
         throw new Error('open() must be called before the subscription is iterated')
       }
+      if (item.done) throw new ConnectionFailedError('the subscription was closed before it opened', { code: 'connection_error' })
       this.#opened = true
     }
     return this
@@ -271,7 +341,24 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
     const config = transport.config
     const state = this.#state
     const stop = this.#stop.signal
+    try {
+      yield* this.#connections(transport, config, state, stop)
+    } catch (error) {
+      state.report('closed', error)
+      throw error
+    } finally {
+      state.report('closed', null)
+    }
+  }
+
+  async *#connections(
+    transport: Transport,
+    config: Transport['config'],
+    state: StreamState,
+    stop: AbortSignal,
+  ): AsyncGenerator<MempEvent<T> | typeof OPENED, void, undefined> {
     while (!stop.aborted) {
+      state.attempting()
       const connection = new AbortController()
       const unlink = link(stop, connection)
       let timer: ReturnType<typeof setTimeout> | undefined
@@ -293,9 +380,10 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
         })
         if (response.status !== 200) {
           const text = await response.text()
-          if (fatal(response.status)) {
-            throw errorFromReply(response.status, response.statusText, parseJson(text))
-          }
+          const refusal = errorFromReply(response.status, response.statusText, parseJson(text),
+            response.headers)
+          if (fatal(response.status)) throw refusal
+          state.error = refusal
         } else if (!response.body || !isEventStream(response)) {
           throw new ConnectionFailedError(
             `${config.baseUrl} did not answer with an event stream`,
@@ -313,6 +401,8 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
             if (done) break
             if (!opened) {
               opened = true
+              state.connections += 1
+              state.report('connected')
               yield OPENED
             }
             parser.feed(decoder.decode(value, { stream: true }))
@@ -322,14 +412,19 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
               if (stop.aborted) return
             }
           }
+          state.error = new ConnectionFailedError('the broker ended the stream', {
+            code: 'connection_error',
+          })
         }
       } catch (error) {
         if (stop.aborted) return
         if (error instanceof MempError) throw error
-        // A certificate that cannot be verified would be refused on every reconnect.
-        const refused = certificateError(error, config)
+        // A certificate that cannot be verified, or a page origin the broker's CORS policy
+        // refuses, would be refused on every reconnect.
+        const refused = certificateError(error, config) ?? (await corsRefusal(error, config))
         if (refused) throw refused
         // Network trouble (refused, reset, the broker went away, silence): reconnect.
+        state.error = error
       } finally {
         clearTimeout(timer)
         unlink()
@@ -344,6 +439,12 @@ export class Subscription<T = any> implements AsyncIterableIterator<MempEvent<T>
       }
     }
   }
+}
+
+function describeError(error: unknown): string {
+  if (!(error instanceof Error)) return String(error)
+  const cause = (error as { cause?: unknown }).cause
+  return cause instanceof Error ? `${error.message} (${cause.message})` : error.message
 }
 
 function isEventStream(response: Response): boolean {

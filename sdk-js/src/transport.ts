@@ -6,7 +6,7 @@
  * (fetch, AbortController, crypto, TextDecoder) are used, so this runs in browsers as is.
  */
 
-import { ConnectionFailedError, errorFromReply } from './errors.js'
+import { ConnectionFailedError, CorsRefusedError, errorFromReply } from './errors.js'
 import { fetchTrusting, unverified, type CertificateAuthorities } from './trust.js'
 
 export const DEFAULT_BASE_URL = 'http://127.0.0.1:8080'
@@ -80,9 +80,20 @@ export function resolveConfig(options: MempOptions): Config {
     fetcher = fetchTrusting(undefined, bundle)
     trust = `the CA bundle ${bundle}`
   }
+  const apiKey = options.apiKey || env('MEMP_API_KEY') || null
+  if (!apiKey) {
+    // Every call needs a token: say so now rather than with a 401 (or a stream retried) later.
+    throw new TypeError(
+      'no API key: pass { apiKey } or set MEMP_API_KEY (a key from registering an agent or ' +
+        'from POST /v1/keys, or the admin key)',
+    )
+  }
+  if (!/^https?:\/\/[^/]/i.test(baseUrl)) {
+    throw new TypeError(`the broker URL must start with http:// or https:// (got ${JSON.stringify(baseUrl)})`)
+  }
   return {
     baseUrl: baseUrl.replace(/\/+$/, ''),
-    apiKey: options.apiKey || env('MEMP_API_KEY') || null,
+    apiKey,
     namespace: options.namespace || env('MEMP_NAMESPACE') || null,
     timeout: options.timeout ?? 10_000,
     maxRetries: options.maxRetries ?? 3,
@@ -188,8 +199,8 @@ export class Transport {
       } catch (error) {
         call.signal?.throwIfAborted()
         if (error instanceof ConnectionFailedError) throw error // an unreadable CA bundle
-        const refused = certificateError(error, this.config)
-        if (refused) throw refused // the same certificate would be refused again
+        const refused = certificateError(error, this.config) ?? (await corsRefusal(error, this.config))
+        if (refused) throw refused // the same certificate (or origin) would be refused again
         const resendable = call.idempotent || notSent(error)
         if (attempt >= this.config.maxRetries || !resendable) {
           throw new ConnectionFailedError(
@@ -211,9 +222,49 @@ export class Transport {
         await sleep(this.delay(attempt, response.headers.get('retry-after')), call.signal)
         continue
       }
-      throw errorFromReply(response.status, response.statusText, json)
+      // A 429 wrote nothing: any call is resent once the wait it asks for has passed, when
+      // that is within the backoff cap (a quota's 429 asks for none: waiting lifts no quota).
+      const wait = response.headers.get('retry-after')
+      if (
+        response.status === 429 &&
+        wait !== null &&
+        /^\d+$/.test(wait) &&
+        Number(wait) * 1000 <= this.config.maxBackoff &&
+        attempt < this.config.maxRetries
+      ) {
+        await sleep(this.delay(attempt, wait), call.signal)
+        continue
+      }
+      throw errorFromReply(response.status, response.statusText, json, response.headers)
     }
   }
+}
+
+/**
+ * In a browser, a fetch the broker's CORS policy refuses fails exactly as an unreachable broker
+ * does. A `no-cors` request (whose reply the page may not read) tells them apart: it succeeds
+ * when the broker answers. Returns the error for a refused origin, or null.
+ */
+export async function corsRefusal(error: unknown, config: Config): Promise<CorsRefusedError | null> {
+  const origin = (globalThis as { location?: { origin?: string } }).location?.origin
+  if (!(error instanceof TypeError) || !origin || origin === 'null') return null
+  let target: URL
+  try {
+    target = new URL(config.baseUrl)
+  } catch {
+    return null
+  }
+  if (target.origin === origin) return null
+  try {
+    await config.fetch(`${config.baseUrl}/healthz`, { mode: 'no-cors', cache: 'no-store' })
+  } catch {
+    return null // the broker is out of reach: a network failure after all
+  }
+  return new CorsRefusedError(
+    `the broker at ${config.baseUrl} does not allow this page's origin ${origin}: add it to ` +
+      'the broker\'s MEMP_CORS_ORIGINS',
+    { code: 'cors_refused', cause: error },
+  )
 }
 
 /** The JSON in a reply body, or null when it has none. */

@@ -59,9 +59,18 @@ describe('broker errors', () => {
     await rejectsWith(broker.memory.put('k', 1), UnauthorizedError, 'unauthorized', 401)
     await rejectsWith(broker.memory.get('k'), UnauthorizedError, 'unauthorized', 401)
     await rejectsWith(drain(broker.subscribe('*')), UnauthorizedError, 'unauthorized', 401)
-    const anonymous = new MEMP({ namespace: namespace(), baseUrl: services.url })
     if (!process.env.MEMP_API_KEY) {
-      await rejectsWith(anonymous.memory.query('*'), UnauthorizedError, 'unauthorized', 401)
+      // Without a key the client fails at once, naming what to set, instead of a 401 later.
+      assert.throws(() => new MEMP({ namespace: namespace(), baseUrl: services.url }),
+        (error) => error instanceof TypeError && /MEMP_API_KEY/.test(error.message))
+    }
+    const refused = await broker.memory.get('k').catch((error) => error)
+    assert.match(refused.requestId, /^[0-9a-f]{16}$/) // the broker's id, to quote in a report
+  })
+
+  test('a base URL without http:// or https:// is refused at once', () => {
+    for (const baseUrl of ['127.0.0.1:8080', 'localhost', 'ftp://host']) {
+      assert.throws(() => new MEMP({ apiKey: 'k', namespace: 'n', baseUrl }), TypeError)
     }
   })
 

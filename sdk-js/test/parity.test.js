@@ -19,11 +19,14 @@ const EXEMPT = {
   metrics: 'system: for Prometheus',
   getOpenapiYaml: 'system: the contract itself',
   getOpenapiJson: 'system: the contract itself',
+  getDocs: 'system: the contract as a web page, for people',
   runCellLifecycle: 'AMP admin pass: run by the broker every interval',
   purgeMemoryCells: "AMP admin pass: erasure is an operator's decision",
   mcpPost: 'MCP: spoken by MCP clients',
   mcpGet: 'MCP: spoken by MCP clients',
   mcpDelete: 'MCP: spoken by MCP clients',
+  consoleRedirect: 'the console: a page for browsers',
+  getConsoleFile: 'the console: a page for browsers',
 }
 
 /** @type {any} */

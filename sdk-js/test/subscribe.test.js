@@ -346,3 +346,47 @@ describe('ending a subscription', () => {
     assert.equal(b.closed, true)
   })
 })
+
+describe('connection state', () => {
+  test('onState tells connecting, connected and closed', async () => {
+    const broker = admin(services.url, namespace())
+    /** @type {string[]} */
+    const seen = []
+    const subscription = broker.subscribe('*', { onState: (state) => seen.push(state.status) })
+    await subscription.open({ timeout: WAIT })
+    subscription.close()
+    await until(() => seen.at(-1) === 'closed', 'closed')
+    assert.deepEqual(seen, ['connecting', 'connected', 'closed'])
+  })
+
+  test('open({ timeout }) rejects against an unreachable broker, after reconnecting states', async () => {
+    const { freePort } = await import('./helpers.js')
+    const { MEMP, OpenTimeoutError } = await import('memp-sdk')
+    const broker = new MEMP({ apiKey: 'k', namespace: 'n', baseUrl: `http://127.0.0.1:${await freePort()}` })
+    /** @type {import('memp-sdk').ConnectionState[]} */
+    const states = []
+    const subscription = broker.subscribe('*', { onState: (state) => states.push(state) })
+    await assert.rejects(subscription.open({ timeout: 1000 }), (error) =>
+      error instanceof OpenTimeoutError && error.code === 'connection_error' &&
+      /did not open within 1000 ms/.test(error.message))
+    assert.equal(states[0]?.status, 'connecting')
+    const reconnecting = states.filter((s) => s.status === 'reconnecting')
+    assert.ok(reconnecting.length >= 1)
+    assert.deepEqual(reconnecting.map((s) => s.attempt), reconnecting.map((_, i) => i + 1))
+    assert.ok(reconnecting[0]?.error instanceof Error)
+    assert.equal(states.at(-1)?.status, 'closed')
+    assert.ok(subscription.closed)
+  })
+
+  test('a 4xx on the stream closes it with the error, without retrying', async () => {
+    const { MEMP, UnauthorizedError } = await import('memp-sdk')
+    const broker = new MEMP({ apiKey: 'memp_sk_nonsense', namespace: namespace(), baseUrl: services.url })
+    /** @type {import('memp-sdk').ConnectionState[]} */
+    const states = []
+    const subscription = broker.subscribe('*', { onState: (state) => states.push(state) })
+    await assert.rejects(subscription.open({ timeout: WAIT }), UnauthorizedError)
+    assert.deepEqual(states.map((s) => s.status), ['connecting', 'closed'])
+    assert.ok(states[1]?.error instanceof UnauthorizedError)
+    assert.equal(subscription.attempts, 1)
+  })
+})

@@ -15,13 +15,17 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
-from memp.errors import SchemaViolationWarning
+from memp.errors import ApprovalPending, SchemaViolationWarning
 from memp.models import (
     AccessPolicy,
     Agent,
     AgentPage,
     AnyMessage,
     ApiKey,
+    Approval,
+    AuditPage,
+    AuditRecord,
+    AuditVerdict,
     CellSearchPage,
     CreatedKey,
     Entry,
@@ -30,11 +34,14 @@ from memp.models import (
     MemoryCell,
     NamespaceConfig,
     Page,
+    Proposal,
+    ProposalPage,
     Provenance,
     Registration,
     Reply,
     SchemaRecord,
     StoredConfig,
+    UsageReport,
 )
 
 T = TypeVar("T")
@@ -89,7 +96,10 @@ def _decoder(kind: type[T]) -> Callable[[httpx.Response], T]:
 
 
 def _written(response: httpx.Response) -> Entry:
-    """A write's reply; a stored value that violates a schema is reported as a warning."""
+    """A write's reply; a stored value that violates a schema is reported as a warning, a
+    write that awaits approval raises ApprovalPending."""
+    if response.status_code == 202:
+        raise ApprovalPending(msgspec.json.decode(response.content, type=Proposal))
     entry = msgspec.json.decode(response.content, type=Entry)
     if entry.schema_violation:
         warnings.warn(
@@ -117,8 +127,10 @@ def register(namespace: str, name: str, framework: str) -> Call[Registration]:
 
 def put(namespace: str, key: str, value: Any, *, ttl_seconds: int | None,
         if_version: int | None, if_absent: bool, timestamp: int | datetime | None,
-        base_version: int | None) -> Call[Entry]:
+        base_version: int | None, approval_required: bool = False) -> Call[Entry]:
     payload: dict[str, Any] = {"value": value}
+    if approval_required:
+        payload["approval_required"] = True
     if ttl_seconds is not None:
         payload["ttl_seconds"] = ttl_seconds
     if base_version is not None:
@@ -139,15 +151,15 @@ def get(namespace: str, key: str) -> Call[Entry]:
 
 
 def delete(namespace: str, key: str, *, if_version: int | None,
-           timestamp: int | datetime | None) -> Call[Entry]:
+           timestamp: int | datetime | None, approval_required: bool = False) -> Call[Entry]:
     headers = {"Idempotency-Key": message_id()}
     if if_version is not None:
         headers["If-Match"] = f'"{if_version}"'
-    params: dict[str, str | int] = {}
+    params: dict[str, str | int] = {"approval_required": "true"} if approval_required else {}
     stamp = _millis(timestamp)
     if stamp is not None:
         params["timestamp"] = stamp
-    return Call("DELETE", entry_path(namespace, key), _decoder(Entry), params=params,
+    return Call("DELETE", entry_path(namespace, key), _written, params=params,
                 headers=headers)
 
 
@@ -230,6 +242,10 @@ def put_config(namespace: str, config: NamespaceConfig, if_revision: int | None
                 headers=headers, idempotent=if_revision is None)
 
 
+def get_usage(namespace: str) -> Call[UsageReport]:
+    return Call("GET", _namespace_path(namespace, "usage"), _decoder(UsageReport))
+
+
 class _Schemas(msgspec.Struct):
     schemas: list[SchemaRecord]
 
@@ -277,6 +293,73 @@ def remove_agent(namespace: str, agent_id: str) -> Call[None]:
     # Not resent after a lost reply: a first try that was applied would turn it into NotFound.
     return Call("DELETE", _namespace_path(namespace, "agents", agent_id), lambda response: None,
                 idempotent=False)
+
+
+# ---- governance ----
+
+
+def _params(**values: Any) -> dict[str, str | int]:
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def list_proposals(namespace: str, status: str | None, key: str | None, cursor: str | None,
+                   limit: int | None) -> Call[ProposalPage]:
+    return Call("GET", _namespace_path(namespace, "proposals"), _decoder(ProposalPage),
+                params=_params(status=status, key=key, cursor=cursor, limit=limit))
+
+
+def get_proposal(namespace: str, proposal_id: str) -> Call[Proposal]:
+    return Call("GET", _namespace_path(namespace, "proposals", proposal_id),
+                _decoder(Proposal))
+
+
+def approve_proposal(namespace: str, proposal_id: str, base_version: int | None
+                     ) -> Call[Approval]:
+    # Not resent after a lost reply: an approval that was applied would answer 409.
+    body, headers = _json_body({} if base_version is None else {"base_version": base_version})
+    return Call("POST", _namespace_path(namespace, "proposals", proposal_id, "approve"),
+                _decoder(Approval), body=body, headers=headers, idempotent=False)
+
+
+def reject_proposal(namespace: str, proposal_id: str, reason: str) -> Call[Proposal]:
+    body, headers = _json_body({"reason": reason})
+    return Call("POST", _namespace_path(namespace, "proposals", proposal_id, "reject"),
+                _decoder(Proposal), body=body, headers=headers, idempotent=False)
+
+
+def list_audit(namespace: str, *, since: int | datetime | str | None,
+               until: int | datetime | str | None, actor: str | None, key: str | None,
+               action: str | None, cursor: str | None, limit: int | None) -> Call[AuditPage]:
+    return Call("GET", _namespace_path(namespace, "audit"), _decoder(AuditPage),
+                params=audit_params(since, until, actor, key, action, cursor, limit))
+
+
+def audit_params(since: int | datetime | str | None, until: int | datetime | str | None,
+                 actor: str | None, key: str | None, action: str | None,
+                 cursor: str | None = None, limit: int | None = None) -> dict[str, str | int]:
+    def bound(value: int | datetime | str | None) -> str | int | None:
+        return _millis(value) if isinstance(value, datetime) else value
+
+    return _params(since=bound(since), until=bound(until), actor=actor, key=key,
+                   action=action, cursor=cursor, limit=limit)
+
+
+def export_audit(namespace: str, *, since: int | datetime | str | None,
+                 until: int | datetime | str | None, actor: str | None, key: str | None,
+                 action: str | None) -> Call[list[AuditRecord]]:
+    """The whole selection, newest first, read from the broker's NDJSON export."""
+    decoder = msgspec.json.Decoder(AuditRecord)
+
+    def parse(response: httpx.Response) -> list[AuditRecord]:
+        return [decoder.decode(line) for line in response.content.splitlines() if line]
+
+    return Call("GET", _namespace_path(namespace, "audit"), parse,
+                params=audit_params(since, until, actor, key, action),
+                headers={"Accept": "application/x-ndjson"})
+
+
+def verify_audit(namespace: str) -> Call[AuditVerdict]:
+    return Call("GET", _namespace_path(namespace, "audit", "verify"), _decoder(AuditVerdict))
 
 
 # ---- protocol messages ----

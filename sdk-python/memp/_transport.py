@@ -28,7 +28,7 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _MAYBE_SENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 # Replies that say "not now", to try again after a while. A 429 did nothing; a 503 may have
 # been applied (the store froze after running the write), so after one only idempotent calls
-# are resent.
+# are resent. A 429 without Retry-After is a quota, which waiting does not lift.
 RETRY_STATUSES = frozenset({429, 503})
 
 
@@ -95,9 +95,13 @@ class Config:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def stream_timeouts(self) -> httpx.Timeout:
-        """A stream waits longer between frames than a request (heartbeats come every 15 s)."""
-        return httpx.Timeout(self.timeout, read=self.stream_timeout)
+    def stream_timeouts(self, deadline: float | None = None) -> httpx.Timeout:
+        """A stream waits longer between frames than a request (heartbeats come every 15 s);
+        before a `deadline` (monotonic), connecting waits no longer than the time left."""
+        connect = self.timeout
+        if deadline is not None:
+            connect = max(min(connect, deadline - time.monotonic()), 0.05)
+        return httpx.Timeout(self.timeout, connect=connect, read=self.stream_timeout)
 
 
 def _resendable(call: Call[T], exc: httpx.TransportError) -> bool:
@@ -124,8 +128,13 @@ def check_trust(ca_bundle: object, http_client: object) -> None:
                          "http_client verify=ssl.create_default_context(cafile=...) instead")
 
 
-def _try_again(call: Call[T], response: httpx.Response) -> bool:
-    return response.status_code == 429 or (response.status_code == 503 and call.idempotent)
+def _try_again(call: Call[T], response: httpx.Response, config: Config) -> bool:
+    """A 503 on an idempotent call, or a 429 rate_limited whose Retry-After is within the
+    backoff cap (a longer wait is the caller's to make: RateLimited.retry_after says it)."""
+    if response.status_code == 429:
+        wait = response.headers.get("retry-after", "")
+        return wait.isdigit() and int(wait) <= config.max_backoff
+    return response.status_code == 503 and call.idempotent
 
 
 def failed(exc: httpx.TransportError, config: Config) -> MempError:
@@ -162,7 +171,7 @@ class SyncTransport:
                 continue
             if response.is_success:
                 return call.parse(response)
-            if _try_again(call, response) and attempt < self.config.max_retries:
+            if _try_again(call, response, self.config) and attempt < self.config.max_retries:
                 time.sleep(self.config.delay(attempt, response.headers.get("retry-after")))
                 attempt += 1
                 continue
@@ -192,7 +201,7 @@ class AsyncTransport:
                 continue
             if response.is_success:
                 return call.parse(response)
-            if _try_again(call, response) and attempt < self.config.max_retries:
+            if _try_again(call, response, self.config) and attempt < self.config.max_retries:
                 await asyncio.sleep(self.config.delay(attempt,
                                                       response.headers.get("retry-after")))
                 attempt += 1

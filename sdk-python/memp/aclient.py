@@ -16,6 +16,7 @@ from memp._transport import AsyncTransport, Config, check_trust
 from memp.agents import AsyncAgents, AsyncMessages
 from memp.amp import AsyncAmp
 from memp.errors import NotFound, PreconditionFailed
+from memp.governance import AsyncAudit, AsyncProposals
 from memp.models import (
     Agent,
     ApiKey,
@@ -28,8 +29,9 @@ from memp.models import (
     Page,
     SchemaRecord,
     StoredConfig,
+    UsageReport,
 )
-from memp.subscription import AsyncSubscription, StreamState, targets
+from memp.subscription import AsyncSubscription, StateListener, StreamState, targets
 
 _MISSING: Any = object()
 
@@ -91,11 +93,11 @@ class AsyncMemory:
     async def put(self, key: str, value: Any, ttl_seconds: int | None = None, *,
                   if_version: int | None = None, if_absent: bool = False,
                   timestamp: int | datetime | None = None, base_version: int | None = None,
-                  namespace: str | None = None) -> Entry:
+                  approval_required: bool = False, namespace: str | None = None) -> Entry:
         return await self._transport.send(_calls.put(
             self._config.require_namespace(namespace), key, value, ttl_seconds=ttl_seconds,
             if_version=if_version, if_absent=if_absent, timestamp=timestamp,
-            base_version=base_version))
+            base_version=base_version, approval_required=approval_required))
 
     async def get(self, key: str, default: Any = _MISSING, *, namespace: str | None = None
                   ) -> Any:
@@ -121,11 +123,11 @@ class AsyncMemory:
             self._config.require_namespace(namespace), pattern, cursor, limit))
 
     async def delete(self, key: str, *, if_version: int | None = None,
-                     timestamp: int | datetime | None = None, namespace: str | None = None
-                     ) -> Entry:
+                     timestamp: int | datetime | None = None, approval_required: bool = False,
+                     namespace: str | None = None) -> Entry:
         return await self._transport.send(_calls.delete(
             self._config.require_namespace(namespace), key, if_version=if_version,
-            timestamp=timestamp))
+            timestamp=timestamp, approval_required=approval_required))
 
     async def history(self, key: str, limit: int | None = None, *,
                       namespace: str | None = None) -> list[Entry]:
@@ -143,6 +145,12 @@ class AsyncNamespaces:
     async def config(self, *, namespace: str | None = None) -> StoredConfig:
         return await self._transport.send(
             _calls.get_config(self._config.require_namespace(namespace)))
+
+    async def usage(self, *, namespace: str | None = None) -> UsageReport:
+        """The namespace's usage (live keys, stored bytes, open streams) beside its limits
+        and the broker's per-agent defaults; needs `admin` on the namespace."""
+        return await self._transport.send(
+            _calls.get_usage(self._config.require_namespace(namespace)))
 
     async def set_config(self, config: NamespaceConfig | None = None, *,
                          if_revision: int | None = None, namespace: str | None = None,
@@ -225,6 +233,8 @@ class AsyncMEMP:
         self.keys = AsyncKeys(self._transport)
         self.agents = AsyncAgents(self._transport)
         self.messages = AsyncMessages(self._transport)
+        self.proposals = AsyncProposals(self._transport)
+        self.audit = AsyncAudit(self._transport)
         self.amp = AsyncAmp(self._transport, lambda: self.agent.id if self.agent else None)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None
@@ -248,10 +258,10 @@ class AsyncMEMP:
         return registration.agent
 
     def subscribe(self, pattern: str | Sequence[str] = "*", *, snapshot: bool = False,
-                  namespace: str | None = None, last_event_id: str | None = None
-                  ) -> AsyncSubscription:
+                  namespace: str | None = None, last_event_id: str | None = None,
+                  on_state: StateListener | None = None) -> AsyncSubscription:
         state = StreamState(targets(self.config.require_namespace(namespace), pattern),
-                            snapshot, last_event_id)
+                            snapshot, last_event_id, on_state)
         subscription = AsyncSubscription(self._transport, state)
         self._subscriptions.add(subscription)
         return subscription

@@ -1,5 +1,5 @@
 """`memp`: the command line for a MEMP broker (put, get, query, delete, history, watch, config,
-schema, ...).
+schema, proposals, approve, reject, audit, ...).
 
 Output is JSON (one document, or one per line for lists and events) unless `--table` asks for
 a readable table. Exit codes: 0 done, 1 the broker refused (message on stderr), 2 bad usage,
@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -20,8 +22,9 @@ import msgspec
 
 from memp._version import __version__
 from memp.client import MEMP
-from memp.errors import ConnectionFailed, MempError
-from memp.models import Entry, Event, Grant, NamespaceConfig, to_builtins
+from memp.errors import ApprovalPending, ConnectionFailed, MempError, SchemaViolationWarning
+from memp.models import Agent, Entry, Event, Grant, NamespaceConfig, to_builtins
+from memp.subscription import ConnectionState
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 
@@ -85,10 +88,23 @@ def _json_value(text: str) -> Any:
         raise UsageError(f"VALUE must be JSON ({exc}); quote strings: '\"text\"'") from None
 
 
+def _pending(pending: ApprovalPending) -> None:
+    """A gated write: print its proposal; it is not an error."""
+    _out(to_builtins(pending.proposal))
+    print(f"memp: not written yet: awaits approval as proposal {pending.proposal.id}",
+          file=sys.stderr)
+
+
 def cmd_put(broker: MEMP, args: argparse.Namespace) -> None:
     text = sys.stdin.read() if args.value in (None, "-") else args.value
-    entry = broker.memory.put(args.key, _json_value(text), args.ttl, if_version=args.if_version,
-                              if_absent=args.if_absent, timestamp=args.timestamp)
+    try:
+        entry = broker.memory.put(args.key, _json_value(text), args.ttl,
+                                  if_version=args.if_version, if_absent=args.if_absent,
+                                  timestamp=args.timestamp,
+                                  approval_required=args.approval_required)
+    except ApprovalPending as pending:
+        _pending(pending)
+        return
     _out(to_builtins(entry))
 
 
@@ -107,7 +123,75 @@ def cmd_query(broker: MEMP, args: argparse.Namespace) -> None:
 
 
 def cmd_delete(broker: MEMP, args: argparse.Namespace) -> None:
-    _out(to_builtins(broker.memory.delete(args.key, if_version=args.if_version)))
+    try:
+        _out(to_builtins(broker.memory.delete(args.key, if_version=args.if_version,
+                                              approval_required=args.approval_required)))
+    except ApprovalPending as pending:
+        _pending(pending)
+
+
+def cmd_proposals(broker: MEMP, args: argparse.Namespace) -> None:
+    cursor = None
+    if args.table:
+        _line(f"{'ID':<33}  {'STATUS':<8}  {'OP':<6}  {'BY':<24}  KEY")
+    while True:
+        page = broker.proposals.list(status=args.status, key=args.key, cursor=cursor)
+        for proposal in page.proposals:
+            if args.table:
+                _line(f"{proposal.id:<33}  {proposal.status:<8}  {proposal.operation:<6}  "
+                      f"{proposal.proposed_by[:24]:<24}  {proposal.key}")
+            else:
+                _out(to_builtins(proposal))
+        cursor = page.next_cursor
+        if not cursor:
+            return
+
+
+def cmd_proposal(broker: MEMP, args: argparse.Namespace) -> None:
+    _out(to_builtins(broker.proposals.get(args.proposal_id)))
+
+
+def cmd_approve(broker: MEMP, args: argparse.Namespace) -> None:
+    _out(to_builtins(broker.proposals.approve(args.proposal_id,
+                                              base_version=args.base_version)))
+
+
+def cmd_reject(broker: MEMP, args: argparse.Namespace) -> None:
+    _out(to_builtins(broker.proposals.reject(args.proposal_id, args.reason)))
+
+
+_SPANS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def time_bound(text: str | None) -> int | str | None:
+    """`1h`, `30m`, `7d`, `45s` ago as Unix ms; anything else (ms, ISO 8601) as given."""
+    if text is None:
+        return None
+    if len(text) > 1 and text[-1] in _SPANS and text[:-1].isdigit():
+        return int(datetime.now().timestamp() * 1000) - int(text[:-1]) * _SPANS[text[-1]]
+    return text
+
+
+def cmd_audit(broker: MEMP, args: argparse.Namespace) -> None:
+    if args.what == "verify":
+        verdict = broker.audit.verify()
+        _out(to_builtins(verdict))
+        if not verdict.ok:
+            raise MempError("the audit log's hash chain is broken", code="audit_broken")
+        return
+    selection = {"since": time_bound(args.since), "until": time_bound(args.until),
+                 "actor": args.actor, "key": args.key, "action": args.action}
+    records = broker.audit.export(**selection) if args.what == "export" or args.limit is None \
+        else broker.audit.list(limit=args.limit, **selection).records
+    if args.table:
+        _line(f"{'TIME':<12}  {'ACTION':<14}  {'ACTOR':<24}  {'VERSIONS':<9}  KEY")
+        for record in records:
+            versions = f"{record.version_before or '-'}>{record.version_after or '-'}"
+            _line(f"{_clock(record.at):<12}  {record.action:<14}  {record.actor[:24]:<24}  "
+                  f"{versions:<9}  {record.key or ''}")
+    else:
+        for record in records:
+            _out(to_builtins(record))
 
 
 def cmd_history(broker: MEMP, args: argparse.Namespace) -> None:
@@ -119,10 +203,41 @@ def cmd_history(broker: MEMP, args: argparse.Namespace) -> None:
             _out(to_builtins(entry))
 
 
+def _say_state(url: str) -> Callable[[ConnectionState], None]:
+    """Prints a stream's trouble to stderr (each failed attempt, then its recovery), so a
+    broker out of reach is seen; a stream that simply works prints nothing."""
+    troubled = False
+
+    def say(state: ConnectionState) -> None:
+        nonlocal troubled
+        if state.status == "reconnecting":
+            troubled = True
+            text = f"cannot reach {url} (attempt {state.attempt}): {_describe(state.error)}; " \
+                "retrying"
+        elif state.status == "connected" and troubled:
+            troubled = False
+            text = "connected again"
+        elif state.status == "closed" and state.error is not None:
+            text = f"stream closed: {_describe(state.error)}"
+        else:
+            return
+        print(f"memp: {text}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def _describe(error: BaseException | None) -> str:
+    if error is None:
+        return "the stream ended"
+    if isinstance(error, MempError):
+        return error.message
+    return str(error) or type(error).__name__
+
+
 def cmd_watch(broker: MEMP, args: argparse.Namespace) -> None:
     patterns = args.patterns or ["*"]
-    with broker.subscribe(patterns, snapshot=args.snapshot,
-                          last_event_id=args.last_event_id) as events:
+    with broker.subscribe(patterns, snapshot=args.snapshot, last_event_id=args.last_event_id,
+                          on_state=_say_state(broker.config.base_url)) as events:
         print(f"memp: watching {broker.namespace}: {' '.join(patterns)} (Ctrl-C to stop)",
               file=sys.stderr, flush=True)
         for event in events:
@@ -192,12 +307,55 @@ def cmd_schema_delete(broker: MEMP, args: argparse.Namespace) -> None:
     print(f"deleted schema {args.schema_id}", file=sys.stderr)
 
 
+def _agents(broker: MEMP) -> Iterable[Agent]:
+    cursor = None
+    while True:
+        page = broker.agents.list(cursor=cursor)
+        yield from page.agents
+        cursor = page.next_cursor
+        if cursor is None:
+            return
+
+
 def cmd_register(broker: MEMP, args: argparse.Namespace) -> None:
-    agent = broker.register(name=args.name, framework=args.framework)
-    credentials = to_builtins(broker.credentials)
+    existing = next((a for a in _agents(broker) if a.name == args.name), None) \
+        if args.reuse else None
+    if existing is None:
+        agent = broker.register(name=args.name, framework=args.framework)
+        credentials = to_builtins(broker.credentials)
+    else:
+        # The agent's first key was shown once, at registration: this one is new, bound to it.
+        created = broker.keys.create([Grant(existing.namespace, ["read", "write", "subscribe"])],
+                                     f"{existing.name} (reused)", existing.id)
+        agent = existing
+        credentials = {"api_key": created.api_key, "key_id": created.key.id,
+                       "agent_id": existing.id}
+        print(f"# reusing agent {existing.name} ({existing.id}) with a new API key",
+              file=sys.stderr)
     _out({"agent": to_builtins(agent), "credentials": credentials})
     print(f"# the agent's API key is shown only now: export MEMP_API_KEY="
           f"{credentials['api_key']}", file=sys.stderr)
+
+
+def cmd_agents_list(broker: MEMP, args: argparse.Namespace) -> None:
+    agents = list(_agents(broker))
+    if args.table:
+        _line(f"{'ID':<36}  {'NAME':<24}  {'FRAMEWORK':<12}  LAST SEEN")
+        for agent in agents:
+            _line(f"{agent.id:<36}  {agent.name[:24]:<24}  {agent.framework[:12]:<12}  "
+                  f"{_clock(agent.last_seen)}")
+    else:
+        for agent in agents:
+            _out(to_builtins(agent))
+
+
+def cmd_agents_get(broker: MEMP, args: argparse.Namespace) -> None:
+    _out(to_builtins(broker.agents.get(args.agent_id)))
+
+
+def cmd_agents_remove(broker: MEMP, args: argparse.Namespace) -> None:
+    broker.agents.remove(args.agent_id)
+    print(f"removed agent {args.agent_id}", file=sys.stderr)
 
 
 def cmd_mcp(broker: MEMP, args: argparse.Namespace) -> None:
@@ -255,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _connection_options()
     admin = _connection_options(namespace=False)  # `keys create --namespace` names grants
     parser = argparse.ArgumentParser(
-        prog="memp", parents=[common], description=__doc__,
+        prog="memp", parents=[common], description=__doc__, epilog=_examples(""),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"memp-sdk {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -263,8 +421,11 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, handler: Callable[[MEMP, argparse.Namespace], None], text: str,
                 under: Any = commands, parent: argparse.ArgumentParser = common
                 ) -> argparse.ArgumentParser:
-        sub: argparse.ArgumentParser = under.add_parser(name, parents=[parent], help=text,
-                                                        description=text)
+        path = f"{under.dest.removesuffix('_command')} {name}" if under is not commands \
+            else name
+        sub: argparse.ArgumentParser = under.add_parser(
+            name, parents=[parent], help=text, description=text,
+            epilog=_examples(path), formatter_class=argparse.RawDescriptionHelpFormatter)
         sub.set_defaults(handler=handler)
         return sub
 
@@ -275,6 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("--if-version", type=int, help="write only while the version is this")
     put.add_argument("--if-absent", action="store_true", help="write only if the key is free")
     put.add_argument("--timestamp", type=int, help="the write's time, Unix ms")
+    put.add_argument("--approval-required", action="store_true",
+                     help="make it a proposal a reviewer must approve (prints the proposal)")
 
     get = command("get", cmd_get, "print the value under a key")
     get.add_argument("key")
@@ -288,6 +451,36 @@ def build_parser() -> argparse.ArgumentParser:
     delete = command("delete", cmd_delete, "delete a key; prints the tombstone")
     delete.add_argument("key")
     delete.add_argument("--if-version", type=int, help="delete only while the version is this")
+    delete.add_argument("--approval-required", action="store_true",
+                        help="make it a proposal a reviewer must approve")
+
+    proposals = command("proposals", cmd_proposals,
+                        "list proposals (gated writes), newest first, one per line")
+    proposals.add_argument("--status", choices=["pending", "approved", "rejected", "expired"])
+    proposals.add_argument("--key")
+    proposals.add_argument("--table", action="store_true", help="print a readable table")
+    proposal = command("proposal", cmd_proposal, "print a proposal with its diff")
+    proposal.add_argument("proposal_id", metavar="ID")
+    approve = command("approve", cmd_approve,
+                      "approve a proposal, writing it (needs review); prints it and the entry")
+    approve.add_argument("proposal_id", metavar="ID")
+    approve.add_argument("--base-version", type=int,
+                         help="after a conflict: approve it rebased onto this current version")
+    reject = command("reject", cmd_reject, "reject a proposal (needs review)")
+    reject.add_argument("proposal_id", metavar="ID")
+    reject.add_argument("--reason", default="")
+
+    audit = command("audit", cmd_audit,
+                    "read the audit log, newest first (needs audit): list (default), export "
+                    "the whole selection, or verify its hash chain (exit 1 when broken)")
+    audit.add_argument("what", nargs="?", choices=["list", "export", "verify"], default="list")
+    audit.add_argument("--since", help="e.g. 1h, 30m, 7d, Unix ms or an ISO 8601 time")
+    audit.add_argument("--until", help="as --since")
+    audit.add_argument("--actor", help="an agent id, key id or admin")
+    audit.add_argument("--key")
+    audit.add_argument("--action", help="put, delete, merge, propose, approve, config, ...")
+    audit.add_argument("--limit", type=int, help="at most this many records (default: all)")
+    audit.add_argument("--table", action="store_true", help="print a readable table")
 
     history = command("history", cmd_history, "print a key's recent versions, newest first")
     history.add_argument("key")
@@ -307,6 +500,25 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--name", required=True)
     register.add_argument("--framework", default="custom",
                           help="langchain, crewai, claude, autogen, custom, ...")
+    register.add_argument("--reuse", action="store_true",
+                          help="if an agent of this name is registered in the namespace, "
+                               "use it (with a new API key bound to it) instead of "
+                               "registering another")
+
+    agents = commands.add_parser("agents", parents=[common], help="list, show or remove agents",
+                                 description="the namespace's registered agents",
+                                 epilog=_examples("agents"),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    agent_commands = agents.add_subparsers(dest="agents_command", required=True,
+                                           metavar="COMMAND")
+    agents_list = command("list", cmd_agents_list, "print the namespace's agents, one per line",
+                          agent_commands)
+    agents_list.add_argument("--table", action="store_true", help="print a readable table")
+    agents_get = command("get", cmd_agents_get, "print one agent", agent_commands)
+    agents_get.add_argument("agent_id", metavar="ID")
+    agents_remove = command("remove", cmd_agents_remove, "remove an agent (admin)",
+                            agent_commands)
+    agents_remove.add_argument("agent_id", metavar="ID")
 
     command("mcp", cmd_mcp,
             "serve the broker's MCP tools and resources over stdin/stdout, for desktop MCP "
@@ -314,6 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = commands.add_parser(
         "config", parents=[common], help="read or replace the namespace configuration (admin)",
+        epilog=_examples("config"), formatter_class=argparse.RawDescriptionHelpFormatter,
         description="read or replace the namespace's configuration: conflict strategies, "
                     "agent priorities, retention, shares (needs admin on the namespace)")
     config_commands = config.add_subparsers(dest="config_command", required=True,
@@ -332,6 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = commands.add_parser(
         "schema", parents=[common], help="manage JSON Schemas for key patterns",
+        epilog=_examples("schema"), formatter_class=argparse.RawDescriptionHelpFormatter,
         description="manage the namespace's JSON Schemas (put and delete need admin)")
     schema_commands = schema.add_subparsers(dest="schema_command", required=True,
                                             metavar="COMMAND")
@@ -357,7 +571,9 @@ def build_parser() -> argparse.ArgumentParser:
     schema_delete.add_argument("schema_id", metavar="ID")
 
     keys = commands.add_parser("keys", parents=[admin], help="manage API keys (admin)",
-                               description="manage API keys (needs an admin token)")
+                               description="manage API keys (needs an admin token)",
+                               epilog=_examples("keys"),
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     key_commands = keys.add_subparsers(dest="key_command", required=True, metavar="COMMAND")
     create = command("create", cmd_keys_create, "create an API key and print it once",
                      key_commands, admin)
@@ -376,7 +592,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_EXAMPLES = {
+    "": ["export MEMP_BASE_URL=http://127.0.0.1:8080 MEMP_API_KEY=... MEMP_NAMESPACE=my-app",
+         "memp put customer/123 '{\"plan\": \"pro\"}'",
+         "memp watch 'customer/*' --table"],
+    "config": ["memp -n my-app config get"],
+    "schema": ["memp -n my-app schema list --table"],
+    "keys": ["memp keys list --table"],
+    "agents": ["memp -n my-app agents list --table"],
+    "put": ["memp -n my-app put customer/123 '{\"plan\": \"pro\"}'",
+            "echo '[1, 2]' | memp -n my-app put lists/a --ttl 3600"],
+    "get": ["memp -n my-app get customer/123", "memp -n my-app get customer/123 --entry"],
+    "query": ["memp -n my-app query 'customer/*' --table"],
+    "delete": ["memp -n my-app delete customer/123 --if-version 3"],
+    "history": ["memp -n my-app history customer/123 --table"],
+    "watch": ["memp -n my-app watch 'customer/*' --table",
+              "memp -n my-app watch --snapshot --last-event-id \"$CURSOR\""],
+    "register": ["memp -n my-app register --name planner --framework langchain --reuse"],
+    "mcp": ["MEMP_API_KEY=... MEMP_NAMESPACE=my-app memp mcp"],
+    "agents list": ["memp -n my-app agents list --table"],
+    "agents get": ["memp -n my-app agents get AGENT_ID"],
+    "agents remove": ["memp -n my-app agents remove AGENT_ID"],
+    "config get": ["memp -n my-app config get"],
+    "config set": ["memp -n my-app config set '{\"strategy\": \"merge\"}'",
+                   "memp -n my-app config get | memp -n my-app config set -"],
+    "schema put": ["memp -n my-app schema put customer @customer.schema.json "
+                   "--pattern 'customer/*' --enforce"],
+    "schema get": ["memp -n my-app schema get customer"],
+    "schema list": ["memp -n my-app schema list --table"],
+    "schema delete": ["memp -n my-app schema delete customer"],
+    "key create": ["memp keys create --namespace 'my-app' --permissions read,subscribe"],
+    "key list": ["memp keys list --table"],
+    "key revoke": ["memp keys revoke KEY_ID"],
+}
+
+
+def _examples(path: str) -> str | None:
+    lines = _EXAMPLES.get(path)
+    return "example:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
+
+
+def _check_base_url(args: argparse.Namespace) -> None:
+    url = getattr(args, "base_url", None) or os.environ.get("MEMP_BASE_URL")
+    if url and not re.match(r"https?://[^/]", url, re.IGNORECASE):
+        raise UsageError(f"the broker URL must start with http:// or https:// (got {url!r}); "
+                         "e.g. --base-url http://127.0.0.1:8080")
+
+
+def _warn_in_one_line(message: Warning | str, category: type[Warning], filename: str,
+                      lineno: int, file: Any = None, line: str | None = None) -> None:
+    text = str(message)
+    label = "schema violation" if issubclass(category, SchemaViolationWarning) else "warning"
+    print(f"memp: {label}: {text}", file=sys.stderr, flush=True)
+
+
 def _client(args: argparse.Namespace) -> MEMP:
+    _check_base_url(args)
     return MEMP(api_key=getattr(args, "api_key", None),
                 namespace=getattr(args, "namespace", None),
                 base_url=getattr(args, "base_url", None),
@@ -386,6 +657,7 @@ def _client(args: argparse.Namespace) -> MEMP:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.showwarning = _warn_in_one_line
     try:
         with _client(args) as broker:
             args.handler(broker, args)
@@ -406,6 +678,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNREACHABLE
     except MempError as exc:
         print(f"memp: {exc}", file=sys.stderr)
+        if exc.status == 401:
+            print("memp: the broker refused the token: set MEMP_API_KEY or pass --api-key "
+                  "(an API key, or the admin key)", file=sys.stderr)
         if exc.details:
             print(json.dumps(exc.details, ensure_ascii=False), file=sys.stderr)
         return EXIT_REFUSED

@@ -17,6 +17,7 @@ from memp._transport import Config, SyncTransport, check_trust
 from memp.agents import Agents, Messages
 from memp.amp import Amp
 from memp.errors import NotFound, PreconditionFailed
+from memp.governance import Audit, Proposals
 from memp.models import (
     Agent,
     ApiKey,
@@ -29,8 +30,9 @@ from memp.models import (
     Page,
     SchemaRecord,
     StoredConfig,
+    UsageReport,
 )
-from memp.subscription import StreamState, Subscription, targets
+from memp.subscription import StateListener, StreamState, Subscription, targets
 
 _MISSING: Any = object()
 
@@ -113,14 +115,16 @@ class Memory:
     def put(self, key: str, value: Any, ttl_seconds: int | None = None, *,
             if_version: int | None = None, if_absent: bool = False,
             timestamp: int | datetime | None = None, base_version: int | None = None,
-            namespace: str | None = None) -> Entry:
+            approval_required: bool = False, namespace: str | None = None) -> Entry:
         """Store `value` under `key`; returns the entry written. `if_version` / `if_absent`
         make it compare-and-set (PreconditionFailed otherwise); `base_version` tells a merge
-        namespace which version the value was based on, so conflicts can be flagged."""
+        namespace which version the value was based on, so conflicts can be flagged. A write
+        that needs a reviewer's approval (`approval_required`, or the namespace's rule)
+        raises ApprovalPending with the proposal."""
         return self._transport.send(_calls.put(
             self._config.require_namespace(namespace), key, value, ttl_seconds=ttl_seconds,
             if_version=if_version, if_absent=if_absent, timestamp=timestamp,
-            base_version=base_version))
+            base_version=base_version, approval_required=approval_required))
 
     def get(self, key: str, default: Any = _MISSING, *, namespace: str | None = None) -> Any:
         """The value under `key`; raises NotFound unless a default is given."""
@@ -147,11 +151,13 @@ class Memory:
             self._config.require_namespace(namespace), pattern, cursor, limit))
 
     def delete(self, key: str, *, if_version: int | None = None,
-               timestamp: int | datetime | None = None, namespace: str | None = None) -> Entry:
-        """Delete `key`; returns the tombstone version."""
+               timestamp: int | datetime | None = None, approval_required: bool = False,
+               namespace: str | None = None) -> Entry:
+        """Delete `key`; returns the tombstone version. A delete that needs approval
+        raises ApprovalPending, as a put does."""
         return self._transport.send(_calls.delete(
             self._config.require_namespace(namespace), key, if_version=if_version,
-            timestamp=timestamp))
+            timestamp=timestamp, approval_required=approval_required))
 
     def history(self, key: str, limit: int | None = None, *, namespace: str | None = None
                 ) -> list[Entry]:
@@ -171,6 +177,11 @@ class Namespaces:
     def config(self, *, namespace: str | None = None) -> StoredConfig:
         """The configuration, with its `revision` (0 and the defaults if never set)."""
         return self._transport.send(_calls.get_config(self._config.require_namespace(namespace)))
+
+    def usage(self, *, namespace: str | None = None) -> UsageReport:
+        """The namespace's usage (live keys, stored bytes, open streams) beside its limits
+        and the broker's per-agent defaults; needs `admin` on the namespace."""
+        return self._transport.send(_calls.get_usage(self._config.require_namespace(namespace)))
 
     def set_config(self, config: NamespaceConfig | None = None, *,
                    if_revision: int | None = None, namespace: str | None = None,
@@ -269,6 +280,8 @@ class MEMP:
         self.keys = Keys(self._transport)
         self.agents = Agents(self._transport)
         self.messages = Messages(self._transport)
+        self.proposals = Proposals(self._transport)
+        self.audit = Audit(self._transport)
         self.amp = Amp(self._transport, lambda: self.agent.id if self.agent else None)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None
@@ -294,12 +307,14 @@ class MEMP:
         return registration.agent
 
     def subscribe(self, pattern: str | Sequence[str] = "*", *, snapshot: bool = False,
-                  namespace: str | None = None, last_event_id: str | None = None
-                  ) -> Subscription:
+                  namespace: str | None = None, last_event_id: str | None = None,
+                  on_state: StateListener | None = None) -> Subscription:
         """Events for keys matching `pattern`, live, reconnecting and resuming by itself.
-        `snapshot=True` starts with the current entries, then a `snapshot-end` event."""
+        `snapshot=True` starts with the current entries, then a `snapshot-end` event;
+        `on_state` is called with each ConnectionState (connecting, connected, reconnecting
+        with the error and attempt, closed)."""
         state = StreamState(targets(self.config.require_namespace(namespace), pattern),
-                            snapshot, last_event_id)
+                            snapshot, last_event_id, on_state)
         subscription = Subscription(self._transport, state)
         self._subscriptions.add(subscription)
         return subscription

@@ -15,12 +15,13 @@ class MempError(Exception):
     from reaching it (`code` "connection_error", `status` None)."""
 
     def __init__(self, message: str, *, code: str = "internal", status: int | None = None,
-                 details: dict[str, Any] | None = None) -> None:
+                 details: dict[str, Any] | None = None, request_id: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.status = status
         self.details: dict[str, Any] = details or {}
+        self.request_id = request_id  # the broker's id of the request, to quote in a report
 
     def __str__(self) -> str:
         status = f" {self.status}" if self.status is not None else ""
@@ -31,6 +32,16 @@ class MempError(Exception):
         """The request field the broker names as wrong (`details.field`, e.g. on `/amp`)."""
         field = self.details.get("field")
         return field if isinstance(field, str) else None
+
+
+class ApprovalPending(MempError):
+    """202: the write needs a reviewer's approval and was not applied; `proposal` is the
+    pending proposal (`memp.Proposal`), which `proposals.get(id)` follows."""
+
+    def __init__(self, proposal: Any) -> None:
+        super().__init__(f"{proposal.key} awaits approval as proposal {proposal.id}",
+                         code="approval_pending", status=202, details={"id": proposal.id})
+        self.proposal = proposal
 
 
 class InvalidRequest(MempError):
@@ -100,7 +111,43 @@ class SchemaViolation(MempError):
 
 
 class RateLimited(MempError):
-    """429: too many requests."""
+    """429 rate_limited: the agent's or the namespace's rate is spent (`scope`); nothing was
+    written. `retry_after` is how many seconds to wait. The SDK retries by itself when the
+    wait is within its backoff cap, and raises this otherwise."""
+
+    @property
+    def retry_after(self) -> float | None:
+        wait = self.details.get("retry_after_ms")
+        if isinstance(wait, int):
+            return wait / 1000
+        wait = self.details.get("retry_after")
+        return float(wait) if isinstance(wait, int | float) else None
+
+    @property
+    def scope(self) -> str | None:
+        scope = self.details.get("scope")
+        return scope if isinstance(scope, str) else None
+
+
+class QuotaExceeded(MempError):
+    """429 quota_exceeded: the write (or stream) would take the namespace past `limit`
+    (`max_keys`, `max_bytes`, `max_streams`, `max_streams_per_token`); `used` of `maximum` are
+    in use. Nothing was written; waiting does not help, deleting does. Never retried."""
+
+    @property
+    def limit(self) -> str | None:
+        limit = self.details.get("limit")
+        return limit if isinstance(limit, str) else None
+
+    @property
+    def used(self) -> int | None:
+        used = self.details.get("used")
+        return used if isinstance(used, int) else None
+
+    @property
+    def maximum(self) -> int | None:
+        maximum = self.details.get("max")
+        return maximum if isinstance(maximum, int) else None
 
 
 class Unavailable(MempError):
@@ -133,7 +180,8 @@ ERROR_CLASSES: dict[str, type[MempError]] = {
     "method_not_allowed": MempError, "write_conflict": ConflictError,
     "precondition_failed": PreconditionFailed, "payload_too_large": PayloadTooLarge,
     "schema_violation": SchemaViolation, "schema_timeout": MempError,
-    "idempotency_key_reused": MempError, "rate_limited": RateLimited, "internal": MempError,
+    "idempotency_key_reused": MempError, "rate_limited": RateLimited,
+    "quota_exceeded": QuotaExceeded, "internal": MempError,
     "unavailable": Unavailable,
 }
 
@@ -159,6 +207,7 @@ def error_from_response(response: httpx.Response) -> MempError:
     kind, code = _BY_STATUS.get(response.status_code, (MempError, "internal"))
     message = response.reason_phrase or f"HTTP {response.status_code}"
     details: dict[str, Any] = {}
+    request_id = response.headers.get("x-request-id")
     try:
         body = msgspec.json.decode(response.content)
     except msgspec.DecodeError:
@@ -169,4 +218,7 @@ def error_from_response(response: httpx.Response) -> MempError:
         message = str(error.get("message", message))
         details = error.get("details") if isinstance(error.get("details"), dict) else {}
         kind = ERROR_CLASSES.get(code, kind)
-    return kind(message, code=code, status=response.status_code, details=details)
+        if isinstance(error.get("request_id"), str):
+            request_id = error["request_id"]
+    return kind(message, code=code, status=response.status_code, details=details,
+                request_id=request_id)

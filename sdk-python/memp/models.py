@@ -10,8 +10,10 @@ from typing import Any, Literal, TypedDict
 import msgspec
 from msgspec import Struct
 
-Permission = Literal["read", "write", "subscribe", "admin", "impersonate", "amp"]
-EventType = Literal["put", "delete", "expire", "snapshot", "snapshot-end", "reset"]
+Permission = Literal["read", "write", "subscribe", "admin", "impersonate", "amp", "review",
+                     "audit"]
+EventType = Literal["put", "delete", "expire", "snapshot", "snapshot-end", "reset", "proposal",
+                    "approved", "rejected", "expired"]
 # Events that end a stream; the subscription resumes from their cursor instead of handing them
 # out (after `revoked`, the reconnect is refused with the error that says why).
 EndEventType = Literal["overflow", "shutdown", "revoked"]
@@ -58,6 +60,8 @@ class Entry(Struct, kw_only=True, frozen=True):
     deleted: bool = False
     schema_errors: list[SchemaError] | None = None  # with schema_violation
     conflicts: list[Conflict] | None = None  # paths a merge write flagged
+    approved_by: str | None = None  # on a version an approved proposal wrote
+    proposal_id: str | None = None
 
 
 class Agent(Struct, kw_only=True, frozen=True):
@@ -146,11 +150,13 @@ class Event(Struct, kw_only=True, frozen=True):
         return self.entry.version if self.entry is not None else None
 
 
-class StrategyRule(Struct, frozen=True):
-    """Use `strategy` for keys matching `pattern` (the most specific matching rule wins)."""
+class StrategyRule(Struct, frozen=True, omit_defaults=True):
+    """For keys matching `pattern`: use `strategy`, and/or require review of every write
+    (`approval="required"`); the most specific matching rule that sets either wins."""
 
     pattern: str
-    strategy: Strategy
+    strategy: Strategy | None = None
+    approval: Literal["required", "none"] | None = None
 
 
 class PriorityRule(Struct, frozen=True):
@@ -167,9 +173,50 @@ class Share(Struct, frozen=True):
     permissions: list[SharePermission]
 
 
+class Limits(Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """A namespace's fair share: write and read rates (per second, with a burst: how many at
+    once; default the rate) and quotas on live keys, stored bytes and open streams. A field
+    left out is no limit."""
+
+    writes_per_second: float | None = None
+    write_burst: int | None = None
+    reads_per_second: float | None = None
+    read_burst: int | None = None
+    max_keys: int | None = None
+    max_bytes: int | None = None
+    max_streams: int | None = None
+
+
+class Usage(Struct, frozen=True):
+    """What a namespace uses: live keys, bytes of stored values, open streams."""
+
+    keys: int
+    bytes: int
+    streams: int
+
+
+class AgentDefaults(Struct, frozen=True):
+    """The limits every agent (and credential) has from the broker's settings; None: none."""
+
+    writes_per_second: float | None
+    write_burst: int | None
+    reads_per_second: float | None
+    read_burst: int | None
+    max_streams_per_token: int | None
+
+
+class UsageReport(Struct, frozen=True):
+    """A namespace's usage beside its limits (`namespaces.usage()`, admins only)."""
+
+    namespace: str
+    limits: Limits
+    usage: Usage
+    agent_defaults: AgentDefaults
+
+
 class NamespaceConfig(Struct, kw_only=True, frozen=True):
-    """A namespace's conflict strategies, agent priorities, retention and shares; a field left
-    out takes the broker's default."""
+    """A namespace's conflict strategies, agent priorities, retention, shares and limits; a
+    field left out takes the broker's default."""
 
     strategy: Strategy = "last-write-wins"
     rules: list[StrategyRule] = []
@@ -179,6 +226,8 @@ class NamespaceConfig(Struct, kw_only=True, frozen=True):
     history_limit: int | None = None
     default_ttl_seconds: int | None = None
     shares: list[Share] = []
+    limits: Limits = Limits()
+    allow_self_approval: bool = False
 
 
 class StoredConfig(NamespaceConfig, kw_only=True, frozen=True):
@@ -202,6 +251,8 @@ class ConfigFields(TypedDict, total=False):
     history_limit: int | None
     default_ttl_seconds: int | None
     shares: Sequence[Share]
+    limits: Limits
+    allow_self_approval: bool
 
 
 class SchemaRecord(Struct, kw_only=True, frozen=True):
@@ -303,6 +354,7 @@ class ErrorBody(Struct, kw_only=True, frozen=True):
     code: str
     message: str
     details: dict[str, Any] = {}
+    request_id: str | None = None
 
 
 class Reply(Struct, kw_only=True, frozen=True):
@@ -426,3 +478,76 @@ class ImportRefusal(Struct, kw_only=True, frozen=True):
 class ImportResult(Struct, kw_only=True, frozen=True):
     imported: int
     errors: list[ImportRefusal] = []
+
+
+# ---- governance (docs/governance.md) ----
+
+
+class Proposal(Struct, kw_only=True, frozen=True):
+    """A gated write awaiting review (or decided); `diff` is an RFC 6902 patch from the value
+    at `base_version` to `value` (None for a delete)."""
+
+    id: str
+    status: Literal["pending", "approved", "rejected", "expired"]
+    namespace: str
+    key: str
+    operation: Literal["put", "merge", "delete"]
+    value: Any
+    base_version: int
+    proposed_by: str
+    created_at: int
+    expires_at: int
+    diff: list[dict[str, Any]]
+    ttl_seconds: int | None = None
+    conflicts: list[Conflict] | None = None
+    decided_by: str | None = None
+    decided_at: int | None = None
+    reason: str | None = None
+    version: int | None = None
+
+
+class ProposalPage(Struct, kw_only=True, frozen=True):
+    proposals: list[Proposal]
+    next_cursor: str | None = None
+
+
+class Approval(Struct, kw_only=True, frozen=True):
+    """What an approval did: the proposal, now approved, and the entry version it wrote."""
+
+    proposal: Proposal
+    entry: Entry
+
+
+class AuditRecord(Struct, kw_only=True, frozen=True):
+    """One audit record: who did what to which key, versions before and after, a hash of the
+    content (never the content), and its link in the hash chain."""
+
+    id: str
+    seq: int
+    at: int
+    action: str
+    actor: str
+    agent_id: str | None = None
+    key_id: str | None = None
+    key: str | None = None
+    version_before: int | None = None
+    version_after: int | None = None
+    content_hash: str | None = None
+    request_id: str | None = None
+    details: dict[str, Any] = {}
+    prev: str = ""
+    hash: str = ""
+
+
+class AuditPage(Struct, kw_only=True, frozen=True):
+    records: list[AuditRecord]
+    next_cursor: str | None = None
+
+
+class AuditVerdict(Struct, kw_only=True, frozen=True):
+    """The audit log's hash chain walked: `broken` names the first bad record."""
+
+    ok: bool
+    records: int
+    head: str
+    broken: dict[str, Any] | None = None

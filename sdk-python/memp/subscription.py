@@ -13,9 +13,18 @@ import contextlib
 import inspect
 import socket
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Sequence
+import time
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterator,
+    Sequence,
+)
+from dataclasses import dataclass
 from types import TracebackType
-from typing import cast, get_args
+from typing import Literal, cast, get_args
 
 import httpx
 import msgspec
@@ -29,11 +38,33 @@ from memp._transport import (
     failed,
     untrusted,
 )
-from memp.errors import ConnectionFailed, error_from_response
+from memp.errors import ConnectionFailed, MempError, error_from_response
 from memp.models import EndEventType, Entry, Event, EventType
 
 _ENTRY_EVENTS = frozenset({"put", "delete", "expire", "snapshot"})
 _RESUME_EVENTS = frozenset(get_args(EndEventType))
+
+
+Status = Literal["connecting", "connected", "reconnecting", "closed"]
+
+
+@dataclass(frozen=True)
+class ConnectionState:
+    """Where a subscription's connection stands: `connecting` (the first attempt), `connected`
+    (the stream is open), `reconnecting` (after a break: `attempt` counts the tries since the
+    last success, `error` says what broke), `closed` (for good: `error` is why, or None after
+    `close()`)."""
+
+    status: Status
+    attempt: int = 0
+    error: BaseException | None = None
+
+
+StateListener = Callable[[ConnectionState], None]
+
+
+class OpenTimeout(ConnectionFailed):
+    """`open(timeout=...)` passed without the stream opening; `__cause__` is the last error."""
 
 
 class _Marker(msgspec.Struct):
@@ -46,8 +77,12 @@ class StreamState:
     """What a subscription follows and how far it got; turns SSE frames into events."""
 
     def __init__(self, targets: Sequence[tuple[str, str]], snapshot: bool,
-                 last_event_id: str | None) -> None:
+                 last_event_id: str | None, on_state: StateListener | None = None) -> None:
         self.targets = list(targets)
+        self.on_state = on_state
+        self.status: Status | None = None
+        self.deadline: float | None = None  # monotonic time by which `open()` must succeed
+        self.error: BaseException | None = None  # what ended the last attempt
         self.cursor = last_event_id or None
         self.snapshot_pending = snapshot and self.cursor is None
         self.snapshot_sent: set[tuple[str, str, int]] = set()
@@ -75,6 +110,32 @@ class StreamState:
         """The connection closed or failed."""
         if not self.live:
             self.failures += 1
+
+    def report(self, status: Status, error: BaseException | None = None) -> None:
+        """Tell the listener where the connection stands (each change once)."""
+        attempt = self.failures if status == "reconnecting" else 0
+        if status == self.status and status != "reconnecting":
+            return
+        self.status = status
+        if self.on_state is not None:
+            self.on_state(ConnectionState(status, attempt, error))
+
+    def attempting(self) -> None:
+        self.report("connecting" if self.connections == 0 and self.failures == 0
+                    else "reconnecting", self.error)
+
+    def wait_or_give_up(self, config: Config) -> float:
+        """The pause before the next attempt, or OpenTimeout when `open()`'s time is up."""
+        pause = self.delay(config)
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0 or pause >= left:
+                error = OpenTimeout(
+                    f"the event stream at {config.base_url} did not open in time"
+                    + (f": {self.error}" if self.error else ""), code="connection_error")
+                self.report("closed", error)
+                raise error from self.error
+        return pause
 
     def delay(self, config: Config) -> float:
         """No wait after a stream that worked or asked to be resumed; backoff after failures."""
@@ -127,11 +188,14 @@ def _shutdown(response: httpx.Response) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-def _raise_fatal(response: httpx.Response) -> None:
+def _raise_fatal(response: httpx.Response, state: StreamState) -> None:
     """Refusals that reconnecting cannot fix (4xx) end the subscription with their error;
     server trouble (5xx, 503 while Redis is away) and 429 are retried with backoff."""
+    error = error_from_response(response)
     if response.status_code < 500 and response.status_code not in RETRY_STATUSES:
-        raise error_from_response(response)
+        state.report("closed", error)
+        raise error
+    state.error = error
 
 
 class Subscription(Iterator[Event]):
@@ -158,10 +222,15 @@ class Subscription(Iterator[Event]):
         """How often the stream was reopened after a break (each time without a gap)."""
         return max(self.state.connections - 1, 0)
 
-    def open(self) -> Subscription:
-        """Connect now (reconnecting with backoff while the broker is unreachable)."""
+    def open(self, timeout: float | None = None) -> Subscription:
+        """Connect now, reconnecting with backoff while the broker is unreachable; with a
+        `timeout` (seconds), raise OpenTimeout once it passes without the stream open."""
         if not self._opened:
-            next(self._items)  # the connection's first item is its opening marker (None)
+            self.state.deadline = None if timeout is None else time.monotonic() + timeout
+            try:
+                next(self._items)  # the connection's first item is its opening marker (None)
+            finally:
+                self.state.deadline = None
             self._opened = True
         return self
 
@@ -195,36 +264,46 @@ class Subscription(Iterator[Event]):
     def _run(self) -> Generator[Event | None, None, None]:
         """Events, with None before each connection's first frame (the stream is open)."""
         config = self._transport.config
-        while not self._closed.is_set():
-            params, headers = self.state.request()
-            try:
-                with connect_sse(self._transport.http, "GET", config.url("/v1/subscribe"),
-                                 params=params, headers={**config.headers(), **headers},
-                                 timeout=config.stream_timeouts()) as source:
-                    self._response = source.response
-                    if source.response.status_code != 200:
-                        source.response.read()
-                        _raise_fatal(source.response)
-                    else:
-                        opening = True
-                        for sse in source.iter_sse():
-                            if opening:
-                                opening = False
-                                self.state.connections += 1
-                                yield None
-                            event = self.state.handle(sse)
-                            if event is not None:
-                                yield event
-                            if self._closed.is_set():
-                                return
-            except (httpx.TransportError, httpx.StreamError, SSEError) as exc:
-                if self._closed.is_set():
-                    return
-                _raise_lasting(exc, config)
-            finally:
-                self._response = None
-            self.state.ended()
-            self._closed.wait(self.state.delay(config))
+        state = self.state
+        try:
+            while not self._closed.is_set():
+                params, headers = state.request()
+                state.attempting()
+                try:
+                    with connect_sse(self._transport.http, "GET",
+                                     config.url("/v1/subscribe"), params=params,
+                                     headers={**config.headers(), **headers},
+                                     timeout=config.stream_timeouts(state.deadline)) as source:
+                        self._response = source.response
+                        if source.response.status_code != 200:
+                            source.response.read()
+                            _raise_fatal(source.response, state)
+                        else:
+                            opening = True
+                            for sse in source.iter_sse():
+                                if opening:
+                                    opening = False
+                                    state.connections += 1
+                                    state.report("connected")
+                                    yield None
+                                event = state.handle(sse)
+                                if event is not None:
+                                    yield event
+                                if self._closed.is_set():
+                                    return
+                            state.error = ConnectionFailed("the broker ended the stream",
+                                                           code="connection_error")
+                except (httpx.TransportError, httpx.StreamError, SSEError) as exc:
+                    if self._closed.is_set():
+                        return
+                    _raise_lasting(exc, config, state)
+                    state.error = exc
+                finally:
+                    self._response = None
+                state.ended()
+                self._closed.wait(state.wait_or_give_up(config))
+        finally:
+            state.report("closed", None)
 
 
 class AsyncSubscription(AsyncIterator[Event]):
@@ -250,9 +329,16 @@ class AsyncSubscription(AsyncIterator[Event]):
         """Let the stream end at its next wake-up (the client calls this as it closes)."""
         self._closed = True
 
-    async def open(self) -> AsyncSubscription:
+    # `timeout` bounds the reconnect loop (as the sync twin's does), not one await.
+    async def open(self, timeout: float | None = None) -> AsyncSubscription:  # noqa: ASYNC109
+        """Connect now; with a `timeout` (seconds), raise OpenTimeout once it passes without
+        the stream open."""
         if not self._opened:
-            await anext(self._items)
+            self.state.deadline = None if timeout is None else time.monotonic() + timeout
+            try:
+                await anext(self._items)
+            finally:
+                self.state.deadline = None
             self._opened = True
         return self
 
@@ -279,44 +365,58 @@ class AsyncSubscription(AsyncIterator[Event]):
 
     async def _run(self) -> AsyncGenerator[Event | None, None]:
         config = self._transport.config
-        while not self._closed:
-            params, headers = self.state.request()
-            try:
-                async with aconnect_sse(self._transport.http, "GET",
-                                        config.url("/v1/subscribe"), params=params,
-                                        headers={**config.headers(), **headers},
-                                        timeout=config.stream_timeouts()) as source:
-                    if source.response.status_code != 200:
-                        await source.response.aread()
-                        _raise_fatal(source.response)
-                    else:
-                        opening = True
-                        async for sse in source.aiter_sse():
-                            if opening:
-                                opening = False
-                                self.state.connections += 1
-                                yield None
-                            event = self.state.handle(sse)
-                            if event is not None:
-                                yield event
-            except (httpx.TransportError, httpx.StreamError, SSEError) as exc:
+        state = self.state
+        try:
+            while not self._closed:
+                params, headers = state.request()
+                state.attempting()
+                try:
+                    async with aconnect_sse(self._transport.http, "GET",
+                                            config.url("/v1/subscribe"), params=params,
+                                            headers={**config.headers(), **headers},
+                                            timeout=config.stream_timeouts(state.deadline)
+                                            ) as source:
+                        if source.response.status_code != 200:
+                            await source.response.aread()
+                            _raise_fatal(source.response, state)
+                        else:
+                            opening = True
+                            async for sse in source.aiter_sse():
+                                if opening:
+                                    opening = False
+                                    state.connections += 1
+                                    state.report("connected")
+                                    yield None
+                                event = state.handle(sse)
+                                if event is not None:
+                                    yield event
+                            state.error = ConnectionFailed("the broker ended the stream",
+                                                           code="connection_error")
+                except (httpx.TransportError, httpx.StreamError, SSEError) as exc:
+                    if self._closed:
+                        return
+                    _raise_lasting(exc, config, state)
+                    state.error = exc
                 if self._closed:
                     return
-                _raise_lasting(exc, config)
-            if self._closed:
-                return
-            self.state.ended()
-            await asyncio.sleep(self.state.delay(config))
+                state.ended()
+                await asyncio.sleep(state.wait_or_give_up(config))
+        finally:
+            state.report("closed", None)
 
 
-def _raise_lasting(exc: Exception, config: Config) -> None:
+def _raise_lasting(exc: Exception, config: Config, state: StreamState) -> None:
     """Keep reconnecting through network trouble; a reply that is not SSE means a wrong URL,
     and a certificate that cannot be verified would be refused on every reconnect."""
+    error: MempError | None = None
     if isinstance(exc, SSEError):
-        raise ConnectionFailed(f"{config.base_url} did not answer with an event stream: {exc}",
-                               code="connection_error") from exc
-    if isinstance(exc, httpx.TransportError) and untrusted(exc) is not None:
-        raise failed(exc, config) from exc
+        error = ConnectionFailed(f"{config.base_url} did not answer with an event stream: "
+                                 f"{exc}", code="connection_error")
+    elif isinstance(exc, httpx.TransportError) and untrusted(exc) is not None:
+        error = failed(exc, config)
+    if error is not None:
+        state.report("closed", error)
+        raise error from exc
 
 
 def targets(namespace: str, pattern: str | Sequence[str]) -> list[tuple[str, str]]:

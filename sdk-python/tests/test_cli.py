@@ -60,6 +60,7 @@ def test_every_command_has_help(command: list[str]) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: memp {' '.join(command)}".rstrip())
     assert "--base-url" in done.stdout and "--api-key" in done.stdout
+    assert "\nexample:\n  " in done.stdout and " memp" in done.stdout.split("example:")[1]
 
 
 def test_put_get_query_history_delete(env: dict[str, str], ns: str) -> None:
@@ -123,6 +124,12 @@ def test_refusals_and_usage_errors_have_their_exit_codes(env: dict[str, str]) ->
 
     denied = memp({**env, "MEMP_API_KEY": "memp_sk_live_nope"}, "get", "k")
     assert denied.returncode == 1 and "unauthorized 401" in denied.stderr
+    assert "MEMP_API_KEY" in denied.stderr and "--api-key" in denied.stderr
+
+    for url in ("127.0.0.1:8080", "localhost", "ftp://host"):
+        schemeless = memp({**env, "MEMP_BASE_URL": url}, "get", "k")
+        assert schemeless.returncode == 2, schemeless.stderr
+        assert "must start with http:// or https://" in schemeless.stderr
 
     down = memp({**env, "MEMP_BASE_URL": f"http://127.0.0.1:{free_port()}"}, "get", "k")
     assert down.returncode == 3 and "could not reach the broker" in down.stderr
@@ -144,6 +151,47 @@ def test_register_prints_the_agent_and_its_key(env: dict[str, str], ns: str) -> 
     as_agent = {**env, "MEMP_API_KEY": credentials["api_key"]}
     written = memp(as_agent, "put", "by/agent", "true")
     assert json.loads(written.stdout)["agent_id"] == agent["id"]
+
+
+def test_register_reuses_an_agent_by_name_and_agents_are_listed(env: dict[str, str],
+                                                                  ns: str) -> None:
+    first = json.loads(memp(env, "register", "--name", "planner", "--reuse").stdout)
+    again = memp(env, "register", "--name", "planner", "--reuse")
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert second["agent"]["id"] == first["agent"]["id"]  # the same agent, not another
+    assert second["credentials"]["api_key"] != first["credentials"]["api_key"]
+    assert "reusing agent planner" in again.stderr
+    written = memp({**env, "MEMP_API_KEY": second["credentials"]["api_key"]}, "put", "p", "1")
+    assert json.loads(written.stdout)["agent_id"] == first["agent"]["id"]
+    other = json.loads(memp(env, "register", "--name", "planner").stdout)  # no --reuse
+    assert other["agent"]["id"] != first["agent"]["id"]
+
+    listed = lines(memp(env, "agents", "list").stdout)
+    assert [a["id"] for a in listed] == [first["agent"]["id"], other["agent"]["id"]]
+    table = memp(env, "agents", "list", "--table").stdout
+    assert table.startswith("ID") and table.count("planner") == 2
+    shown = json.loads(memp(env, "agents", "get", first["agent"]["id"]).stdout)
+    assert shown["name"] == "planner"
+
+
+def test_a_schema_violation_is_one_readable_line(env: dict[str, str]) -> None:
+    schema = '{"type": "object", "required": ["plan"]}'
+    assert memp(env, "schema", "put", "customer", schema, "--pattern", "customer/*"
+                ).returncode == 0
+    written = memp(env, "put", "customer/1", '{"acv": 1}')
+    assert written.returncode == 0, written.stderr
+    assert written.stderr.count("\n") == 1, written.stderr
+    assert written.stderr.startswith("memp: schema violation: ")
+    assert ".py" not in written.stderr and "Warning" not in written.stderr
+
+
+def test_watch_says_when_the_broker_is_out_of_reach(env: dict[str, str], watch: Any) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    watcher = watch({**env, "MEMP_BASE_URL": url}, "*")
+    line = watcher.wait_open()
+    assert line.startswith(f"memp: cannot reach {url} (attempt 1): ")
+    assert watcher.interrupt() == 130
 
 
 def test_keys_create_list_revoke(env: dict[str, str], ns: str) -> None:
@@ -284,3 +332,36 @@ def test_watch_resumes_from_a_printed_id(env: dict[str, str], watch: Any) -> Non
     resumed.wait_open()
     assert [json.loads(x)["version"] for x in resumed.take(2)] == [2, 3]
     assert resumed.interrupt() == 130
+
+
+def test_proposals_approve_reject_and_audit(env: dict[str, str], ns: str) -> None:
+    assert memp(env, "config", "set", json.dumps({
+        "rules": [{"pattern": "facts/*", "approval": "required"}],
+        "allow_self_approval": True})).returncode == 0
+    proposed = memp(env, "put", "facts/a", '{"x": 1}')
+    assert proposed.returncode == 0 and "awaits approval" in proposed.stderr
+    proposal = json.loads(proposed.stdout)
+    assert proposal["status"] == "pending"
+    assert memp(env, "get", "facts/a").returncode == 1
+    listed = memp(env, "proposals", "--status", "pending")
+    assert [p["id"] for p in lines(listed.stdout)] == [proposal["id"]]
+    assert proposal["id"] in memp(env, "proposals", "--table").stdout
+    shown = json.loads(memp(env, "proposal", proposal["id"]).stdout)
+    assert shown["diff"] == [{"op": "add", "path": "", "value": {"x": 1}}]
+    approved = memp(env, "approve", proposal["id"])
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["entry"]["value"] == {"x": 1}
+    assert json.loads(memp(env, "get", "facts/a").stdout) == {"x": 1}
+    second = json.loads(memp(env, "delete", "facts/a").stdout)
+    rejected = memp(env, "reject", second["id"], "--reason", "keep it")
+    assert json.loads(rejected.stdout)["status"] == "rejected"
+    again = memp(env, "approve", second["id"])
+    assert again.returncode == 1 and "write_conflict" in again.stderr
+
+    records = lines(memp(env, "audit", "--since", "1h").stdout)
+    assert [r["action"] for r in records][:3] == ["reject", "propose", "approve"]
+    assert lines(memp(env, "audit", "--since", "1h", "--action", "config").stdout)
+    assert "approve" in memp(env, "audit", "--table").stdout
+    assert len(lines(memp(env, "audit", "export").stdout)) == len(records)
+    verified = memp(env, "audit", "verify")
+    assert verified.returncode == 0 and json.loads(verified.stdout)["ok"] is True

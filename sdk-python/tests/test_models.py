@@ -40,6 +40,10 @@ COMPONENTS: dict[type[msgspec.Struct], str] = {
     models.Share: "Share",
     models.NamespaceConfig: "NamespaceConfigFields",
     models.StoredConfig: "StoredConfig",
+    models.Limits: "Limits",
+    models.UsageReport: "UsageReport",
+    models.Usage: "Usage",
+    models.AgentDefaults: "AgentDefaults",
     models.SchemaRecord: "SchemaRecord",
     models.AgentPage: "AgentPage",
     models.ErrorBody: "ErrorBody",
@@ -54,6 +58,12 @@ COMPONENTS: dict[type[msgspec.Struct], str] = {
     models.CellSearchPage: "CellSearchResults",
     models.ImportRefusal: "CellImportError",
     models.ImportResult: "CellImportResult",
+    models.Proposal: "Proposal",
+    models.ProposalPage: "ProposalPage",
+    models.Approval: "ApprovalResult",
+    models.AuditRecord: "AuditRecord",
+    models.AuditPage: "AuditPage",
+    models.AuditVerdict: "AuditVerdict",
 }
 SDK_ONLY = {
     models.Event,  # made from SSE frames by the subscription, not decoded as one
@@ -125,6 +135,10 @@ def enum_of(schema: dict[str, Any]) -> set[Any] | None:
         found = enum_of(part)
         if found is not None:
             return found
+    for combined in ("oneOf", "anyOf"):  # a nullable enum: the enum's values
+        values = [v for v in (enum_of(part) for part in schema.get(combined, [])) if v]
+        if values:
+            return set().union(*values)
     return None
 
 

@@ -21,11 +21,14 @@ EXEMPT = {
     "metrics": "system: for Prometheus",
     "getOpenapiYaml": "system: the contract itself",
     "getOpenapiJson": "system: the contract itself",
+    "getDocs": "system: the contract as a web page, for people",
     "runCellLifecycle": "AMP admin pass: run by the broker every interval",
     "purgeMemoryCells": "AMP admin pass: erasure is an operator's decision",
     "mcpPost": "MCP: spoken by MCP clients (memp mcp relays it)",
     "mcpGet": "MCP: spoken by MCP clients",
     "mcpDelete": "MCP: spoken by MCP clients",
+    "consoleRedirect": "the console: a page for browsers",
+    "getConsoleFile": "the console: a page for browsers",
 }
 
 

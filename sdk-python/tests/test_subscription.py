@@ -11,8 +11,18 @@ from typing import Any
 
 import pytest
 
-from memp import MEMP, AsyncMEMP, Event, Forbidden, Grant, InvalidRequest, Unauthorized
-from tests.conftest import ADMIN_KEY, Broker
+from memp import (
+    MEMP,
+    AsyncMEMP,
+    ConnectionState,
+    Event,
+    Forbidden,
+    Grant,
+    InvalidRequest,
+    OpenTimeout,
+    Unauthorized,
+)
+from tests.conftest import ADMIN_KEY, Broker, free_port
 
 WAIT = 15.0
 
@@ -206,3 +216,54 @@ def test_overflow_is_resumed_transparently(broker_factory: Callable[..., Broker]
             ("put", n) for n in range(1, total + 1)]
         assert subscription.reconnects >= 1, "the broker did cut the slow consumer off"
         subscription.close()
+
+
+# ---- connection state and open() timeouts ----
+
+
+def test_connection_states_are_reported(client: MEMP) -> None:
+    states: list[ConnectionState] = []
+    subscription = client.subscribe("*", on_state=states.append).open(timeout=WAIT)
+    subscription.close()
+    assert [s.status for s in states] == ["connecting", "connected", "closed"]
+    assert states[-1].error is None
+
+
+def test_open_times_out_against_an_unreachable_broker_with_the_error() -> None:
+    states: list[ConnectionState] = []
+    url = f"http://127.0.0.1:{free_port()}"
+    with MEMP(api_key="memp_sk_x", namespace="n", base_url=url) as memp:
+        subscription = memp.subscribe("*", on_state=states.append)
+        with pytest.raises(OpenTimeout) as caught:
+            subscription.open(timeout=1.0)
+    assert caught.value.code == "connection_error"
+    assert "did not open in time" in caught.value.message
+    reconnecting = [s for s in states if s.status == "reconnecting"]
+    assert states[0].status == "connecting"
+    assert reconnecting and reconnecting[0].attempt == 1 and reconnecting[0].error is not None
+    assert [s.attempt for s in reconnecting] == list(range(1, len(reconnecting) + 1))
+    assert states[-1].status == "closed" and isinstance(states[-1].error, OpenTimeout)
+
+
+def test_async_open_times_out_against_an_unreachable_broker() -> None:
+    states: list[ConnectionState] = []
+
+    async def scenario() -> None:
+        url = f"http://127.0.0.1:{free_port()}"
+        async with AsyncMEMP(api_key="memp_sk_x", namespace="n", base_url=url) as memp:
+            subscription = memp.subscribe("*", on_state=states.append)
+            with pytest.raises(OpenTimeout):
+                await subscription.open(timeout=1.0)
+
+    asyncio.run(scenario())
+    assert states[0].status == "connecting" and states[-1].status == "closed"
+
+
+def test_a_refusal_closes_with_its_error(server: Broker, ns: str) -> None:
+    states: list[ConnectionState] = []
+    with MEMP(api_key="memp_sk_wrong", namespace=ns, base_url=server.url) as memp, \
+            pytest.raises(Unauthorized):
+        memp.subscribe("*", on_state=states.append).open(timeout=WAIT)
+    assert [s.status for s in states] == ["connecting", "closed"]
+    assert isinstance(states[-1].error, Unauthorized)
+    assert states[-1].error.request_id  # the broker's id for the refused request

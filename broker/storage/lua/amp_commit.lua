@@ -20,7 +20,7 @@ while at <= #ARGV do
     a, at = read_write(ARGV, at)
     local ctx = write_context(
       {entry = e.entry, history = e.history, index = ns.index, ttl = ns.ttl, log = ns.log,
-       idem = '', meta = ns.meta}, a)
+       idem = '', meta = ns.meta, audit = ns.audit, usage = ns.usage}, a)
     ctx.trim_later = true
     local status, entry = put(ctx, a)
     verdicts[#verdicts + 1] = status

@@ -57,16 +57,32 @@ local function trim_excess(log_key, meta_key, maxlen)
 end
 
 -- A write's context: its keys (read_write_keys: entry, history, index, ttl, log, idem (its
--- message id's reply; unused unless `remember` is '1'), meta), the entry's name, the limits,
--- and the fingerprint of the request behind the message id.
+-- message id's reply; unused unless `remember` is '1'), meta, usage, audit), the entry's name,
+-- the limits, the fingerprint of the request behind the message id, and who acts (for the
+-- audit).
 local function write_context(k, a)
   return {
     entry_key = k.entry, history_key = k.history, index_key = k.index, ttl_key = k.ttl,
     log_key = k.log, idem_key = a.remember == '1' and k.idem or '', meta_key = k.meta,
+    usage_key = k.usage,
     key = a.key,
     history_limit = tonumber(a.history_limit), log_maxlen = tonumber(a.log_maxlen),
-    idem_window_ms = a.idem_window_ms, fingerprint = a.fingerprint or ''
+    idem_window_ms = a.idem_window_ms, fingerprint = a.fingerprint or '',
+    audit_key = k.audit, actor = a.actor, key_id = a.key_id, request_id = a.request_id,
+    content_hash = a.content_hash, mode = a.mode, action = a.action
   }
+end
+
+-- The size of the stored value (0 for a tombstone), and the namespace's byte count moved by
+-- `delta`: every write, delete and expiry keeps it, so quotas read it without a scan.
+local function value_size(ctx)
+  return redis.call('HSTRLEN', ctx.entry_key, 'val')
+end
+
+local function count_bytes(ctx, delta)
+  if delta ~= 0 then
+    redis.call('HINCRBY', ctx.usage_key, 'bytes', delta)
+  end
 end
 
 -- Store a new version: entry hash, history, and one change-log record, all in this call.
@@ -87,6 +103,7 @@ local function commit(ctx, entry, change_type)
     end
   end
   local id = redis.call('XADD', ctx.log_key, '*', unpack(record))
+  audit_entry(ctx, entry, change_type)
   if not ctx.trim_later then  -- a script of many writes trims once, at the end
     trim_excess(ctx.log_key, ctx.meta_key, ctx.log_maxlen)
   end
@@ -103,6 +120,7 @@ local function expire_entry(ctx, entry, now)
   }
   redis.call('ZREM', ctx.index_key, ctx.key)
   redis.call('ZREM', ctx.ttl_key, ctx.key)
+  count_bytes(ctx, -value_size(ctx))
   commit(ctx, tomb, 'expire')
   return tomb
 end

@@ -10,7 +10,7 @@ for _, name in ipairs(a.names) do
   e, at = read_entry_keys(KEYS, at)
   local ctx = write_context(
     {entry = e.entry, history = e.history, index = ns.index, ttl = ns.ttl, log = ns.log,
-     idem = '', meta = ns.meta},
+     idem = '', meta = ns.meta, audit = ns.audit, usage = ns.usage},
     {key = name, history_limit = a.history_limit, log_maxlen = a.log_maxlen})
   local entry = load_entry(ctx.entry_key)
   if entry and is_expired(entry, now) then

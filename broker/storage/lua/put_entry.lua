@@ -1,12 +1,19 @@
 -- put(ctx, a): one write, its arguments `a` read with read_write (broker/storage/entries.py,
 -- WRITE). Returns the verdict, the entry to report (the one stored, for 'ok') and whether the
--- reply carries its value; for a message seen before, 'replay' and the first reply.
+-- reply carries its value; for a message seen before, 'replay' and the first reply. With a
+-- gate (ctx.gate, ctx.gate_keys: gate.lua) the write is also held to its rates and quotas.
 local function put(ctx, a)
   local first = replayed(ctx)
   if first then
     return 'replay', first
   end
   local now = tonumber(a.now)
+  if ctx.gate then
+    local refused = admit(ctx.gate_keys, ctx.gate)
+    if refused then
+      return 'rate_limited', refused, false
+    end
+  end
   local current = load_entry(ctx.entry_key)
   if current and is_expired(current, now) then
     current = expire_entry(ctx, current, now)
@@ -26,6 +33,15 @@ local function put(ctx, a)
   if verdict ~= 'ok' then
     return verdict, current, true
   end
+  local old_size = live and value_size(ctx) or 0
+  if ctx.gate then
+    local over = over_quota(ctx, ctx.gate, not live, #a.value - old_size)
+    if over == 'uncounted' then
+      return 'uncounted', {}, false
+    elseif over then
+      return 'quota_exceeded', over, false
+    end
+  end
 
   local entry = {
     id = live and current.id or a.entry_id,
@@ -41,6 +57,8 @@ local function put(ctx, a)
     sv = a.schema_errors,
     cf = a.conflicts,
     pr = a.priority,
+    apb = ctx.approved_by or '',  -- set by an approval (proposal_decide.lua)
+    pid = ctx.proposal or '',
   }
   if not live then
     redis.call('ZADD', ctx.index_key, 0, ctx.key)  -- a live entry's key is there already
@@ -50,6 +68,7 @@ local function put(ctx, a)
   elseif live and current.exp ~= '' then
     redis.call('ZREM', ctx.ttl_key, ctx.key)
   end
+  count_bytes(ctx, #a.value - old_size)
   entry.log_id = commit(ctx, entry, 'put')
   entry.created = live and '' or '1'
   return 'ok', entry, false
@@ -61,6 +80,6 @@ local function put_reply(ctx, a, status, entry, with_value)
   if status == 'replay' then
     return entry
   end
-  local forget = a.internal_cas == '1' and status == 'precondition_failed'
+  local forget = (a.internal_cas == '1' and status == 'precondition_failed') or REFUSED[status]
   return answer(ctx, status, entry, with_value, forget)
 end

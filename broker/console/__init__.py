@@ -1,0 +1,1 @@
+"""The review console: static files at /console, a browser client of the public API."""

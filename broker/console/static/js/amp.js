@@ -1,0 +1,81 @@
+// AMP cells per owner: status, decay score, access policy (the `/amp` API, `amp` permission).
+
+import { explain, fill, h, table, when } from './dom.js'
+
+const OWNER_TYPES = ['user', 'agent', 'organization']
+const STATUSES = ['active', 'stale', 'archived']
+
+export class AmpView {
+  constructor(client, root) {
+    this.client = client
+    this.root = root
+    this.owner = { type: 'user', id: '' }
+    this.agent = ''
+    this.statuses = new Set(['active', 'stale'])
+    this.shown = false
+  }
+
+  show() {
+    if (this.shown) return
+    this.shown = true
+    this.render([], null)
+  }
+
+  render(hits, message, more = false) {
+    const ownerId = h('input', { id: 'amp-owner', value: this.owner.id, autocomplete: 'off', spellcheck: 'false', required: true })
+    const ownerType = h('select', { id: 'amp-owner-type' },
+      OWNER_TYPES.map((t) => h('option', { value: t, selected: t === this.owner.type }, t)))
+    const agent = h('input', { id: 'amp-agent', value: this.agent, autocomplete: 'off', spellcheck: 'false', 'aria-describedby': 'amp-agent-help' })
+    const boxes = STATUSES.map((s) => h('label', {},
+      h('input', { type: 'checkbox', name: 'status', value: s, checked: this.statuses.has(s) }), ` ${s}`))
+    fill(this.root,
+      h('form', {
+        class: 'row', role: 'search', 'aria-label': 'Cells of an owner',
+        onsubmit: (event) => {
+          event.preventDefault()
+          this.owner = { type: ownerType.value, id: ownerId.value.trim() }
+          this.agent = agent.value.trim()
+          this.statuses = new Set(boxes.map((b) => b.querySelector('input')).filter((i) => i.checked).map((i) => i.value))
+          this.hits = []
+          this.cursor = undefined
+          this.search()
+        },
+      },
+      h('label', { for: 'amp-owner-type' }, 'Owner type', ownerType),
+      h('label', { for: 'amp-owner' }, 'Owner id', ownerId),
+      h('fieldset', {}, h('legend', {}, 'Status'), boxes),
+      h('label', { for: 'amp-agent' }, 'Act as agent', agent),
+      h('button', { type: 'submit' }, 'Show cells')),
+      h('p', { id: 'amp-agent-help', class: 'help' },
+        'AMP decides cell by cell what the acting agent may read. A key bound to an agent acts as that agent; ' +
+        'with any other key, name the agent to act as (sent as X-AMP-Agent-ID, which needs the impersonate permission or an admin key).'),
+      message ? h('p', { class: 'notice', role: 'status', id: 'amp-message' }, message) : null,
+      hits.length ? table('Memory cells', ['Cell', 'Type', 'Status', 'Decay score', 'Readable by', 'Writable by', 'Created', 'Last access'],
+        hits.map(({ cell, decayScore }) => [
+          h('div', {}, h('div', {}, cell.content.text), h('code', { class: 'help' }, cell.id)),
+          cell.type, cell.lifecycle.status, decayScore.toFixed(3),
+          (cell.access_policy.readable_by ?? []).join(', ') || '—',
+          (cell.access_policy.writable_by ?? []).join(', ') || '—',
+          when(cell.lifecycle.created_at), when(cell.lifecycle.last_accessed_at)])) : null,
+      more ? h('button', { type: 'button', onclick: () => this.search() }, 'Load more cells') : null)
+  }
+
+  async search() {
+    if (!this.owner.id) return this.render([], 'Name an owner.')
+    let page
+    try {
+      page = await this.client.amp.search({
+        ownerId: this.owner.id, ownerType: this.owner.type, status: [...this.statuses],
+        limit: 50, cursor: this.cursor, agent: this.agent || undefined,
+      })
+    } catch (error) {
+      const message = error.status === 403 ? `This key may not do that on the AMP API: ${explain(error)}`
+        : error.field === 'X-AMP-Agent-ID' ? 'This key is not bound to an agent: name the agent to act as.'
+          : `Cannot search cells: ${explain(error)}`
+      return this.render([], message)
+    }
+    this.hits = [...(this.hits ?? []), ...page.results]
+    this.cursor = page.nextCursor ?? undefined
+    this.render(this.hits, this.hits.length ? null : `No ${[...this.statuses].join(' or ')} cells for ${this.owner.type} ${this.owner.id}.`, Boolean(page.nextCursor))
+  }
+}

@@ -1,0 +1,54 @@
+// The live stream: one SSE subscription to the whole namespace, its connection state shown in
+// the header; the SDK reconnects with backoff and resumes from the last event id by itself.
+
+import { explain } from './dom.js'
+
+const TEXT = {
+  connecting: 'Live: connecting…',
+  open: 'Live: connected',
+  waiting: 'Live: reconnecting…',
+  closed: 'Live: stopped',
+}
+// The SDK's `ConnectionState.status` as the badge names it (`data-state`).
+const BADGE = { connecting: 'connecting', connected: 'open', reconnecting: 'waiting', closed: 'closed' }
+
+export class Live {
+  constructor(client, badge, label, onEvent) {
+    this.client = client
+    this.badge = badge
+    this.label = label
+    this.onEvent = onEvent
+    this.subscription = null
+  }
+
+  start() {
+    this.set('connecting')
+    this.subscription = this.client.subscribe('*', {
+      onState: (state) => this.set(BADGE[state.status] ?? 'waiting'),
+    })
+    this.pump(this.subscription)
+  }
+
+  async pump(subscription) {
+    try {
+      for await (const event of subscription) this.onEvent(event)
+    } catch (error) {
+      if (subscription !== this.subscription) return
+      this.set('refused', error.status === 403 ? 'Live: off (this key may not subscribe here)'
+        : error.status === 401 ? 'Live: off (the broker no longer accepts this key: sign in again)'
+          : `Live: stopped (${explain(error)})`)
+    }
+  }
+
+  set(state, text = TEXT[state]) {
+    if (state === 'closed' && this.badge.dataset.state === 'refused') return
+    this.badge.dataset.state = state
+    this.label.textContent = text
+  }
+
+  stop() {
+    const subscription = this.subscription
+    this.subscription = null
+    subscription?.close()
+  }
+}

@@ -1,0 +1,123 @@
+// The console's shell: sign-in, the namespace, the views (tabs), and the live stream.
+
+import { $, explain, fill } from './dom.js'
+import * as session from './session.js'
+import { Live } from './live.js'
+import { KeyTree } from './tree.js'
+import { EntryView } from './entry.js'
+import { ProposalsView } from './proposals.js'
+import { AuditView } from './audit.js'
+import { AmpView } from './amp.js'
+
+const VIEWS = ['memory', 'proposals', 'audit', 'amp']
+let current = null // { session, client, live, tree, entry, views }
+
+function showSignIn(message = '') {
+  $('app').hidden = true
+  for (const id of ['who', 'stream', 'ns-form', 'sign-out']) $(id).hidden = true
+  $('signin').hidden = false
+  $('signin-error').textContent = message
+  const saved = session.load()
+  if (saved) $('signin-ns').value = saved.namespace
+  $('signin-key').focus()
+}
+
+async function signIn(saved) {
+  const client = session.client(saved)
+  // One cheap call proves the token; 403 (no read here) still signs in: the key may review.
+  try {
+    await client.memory.page('*', { limit: 1 })
+  } catch (error) {
+    if (error.status !== 403) throw error
+  }
+  session.save(saved)
+  start(saved, client)
+}
+
+function start(saved, client) {
+  stop()
+  $('signin').hidden = true
+  $('app').hidden = false
+  for (const id of ['who', 'stream', 'ns-form', 'sign-out']) $(id).hidden = false
+  $('who').textContent = `${session.describeKey(saved.key)} · namespace ${saved.namespace}`
+  $('ns-input').value = saved.namespace
+  document.title = `${saved.namespace} · MEMP console`
+  const entry = new EntryView(client, $('entry'))
+  const tree = new KeyTree(client, { onSelect: (key) => entry.open(key) })
+  const live = new Live(client, $('stream'), $('stream-text'), (event) => {
+    tree.onEvent(event)
+    entry.onEvent(event)
+  })
+  current = {
+    session: saved, client, live, tree, entry,
+    views: {
+      proposals: new ProposalsView(client, $('proposals')),
+      audit: new AuditView(client, $('audit')),
+      amp: new AmpView(client, $('amp')),
+    },
+  }
+  tree.reload()
+  live.start()
+  route()
+}
+
+function stop() {
+  if (!current) return
+  current.live.stop()
+  current.client.close()
+  current = null
+  fill($('entry'))
+}
+
+function route() {
+  if (!current) return
+  const view = VIEWS.includes(location.hash.slice(1)) ? location.hash.slice(1) : 'memory'
+  for (const name of VIEWS) {
+    $(`view-${name}`).hidden = name !== view
+    const tab = $(`tab-${name}`)
+    if (name === view) tab.setAttribute('aria-current', 'page')
+    else tab.removeAttribute('aria-current')
+  }
+  current.views[view]?.show()
+}
+
+$('signin-form').addEventListener('submit', async (event) => {
+  event.preventDefault()
+  const key = $('signin-key').value.trim()
+  const namespace = $('signin-ns').value.trim()
+  const button = event.submitter
+  if (button) button.disabled = true
+  $('signin-error').textContent = ''
+  try {
+    await signIn({ key, namespace })
+    $('signin-key').value = ''
+    $('main').focus()
+  } catch (error) {
+    $('signin-error').textContent = error.status === 401
+      ? 'The broker does not accept this key.' : `Cannot sign in: ${explain(error)}`
+  } finally {
+    if (button) button.disabled = false
+  }
+})
+
+$('ns-form').addEventListener('submit', (event) => {
+  event.preventDefault()
+  const namespace = $('ns-input').value.trim()
+  if (!current || !namespace || namespace === current.session.namespace) return
+  const saved = { key: current.session.key, namespace }
+  session.save(saved)
+  start(saved, session.client(saved))
+})
+
+$('sign-out').addEventListener('click', () => {
+  stop()
+  session.clear()
+  $('signin-ns').value = ''
+  showSignIn('Signed out.')
+})
+
+window.addEventListener('hashchange', route)
+
+const saved = session.load()
+if (saved) start(saved, session.client(saved))
+else showSignIn()

@@ -1,0 +1,369 @@
+"""Approval-gated writes (docs/governance.md): a gated put, merge or delete becomes a pending
+proposal with an RFC 6902 diff; holders of `review` list, approve or reject it; an approval
+writes it with compare-and-set on the version it was made against, and expiry closes it."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import secrets
+import uuid
+from typing import Any
+
+import msgspec
+
+from broker.amp.cells import CellPatch, MemoryCell
+from broker.amp.service import CellService
+from broker.auth import Principal
+from broker.clock import Clock
+from broker.errors import MempError
+from broker.grammar import validate_key, validate_namespace
+from broker.idempotency import reused
+from broker.memory import MemoryService, PutOptions
+from broker.models import Entry, Proposal, ProposalPage
+from broker.patch import MISSING, diff
+from broker.storage.proposals import ProposalStore, StoredProposal
+from broker.storage.records import CorruptRecord, WriteOutcome, WriteRequest
+from broker.validation import check_limit
+
+_ID_RE = re.compile(r"prop_[0-9a-f]{12}[0-9a-f]{16}")
+_CURSOR_RE = re.compile(r"([0-9]{1,16}):(prop_[0-9a-f]{28})")
+STATUSES = ("pending", "approved", "rejected", "expired")
+MAX_REASON = 2000
+_REQUEST_FIELDS = ("agent_id", "value", "entry_id", "ttl_seconds", "mode", "priority",
+                   "default_priority", "history_limit", "schema_errors", "conflicts", "action")
+
+
+_NULL = msgspec.Raw(b"null")
+
+
+def _value(raw: msgspec.Raw | None) -> Any:
+    return MISSING if raw is None else msgspec.json.decode(raw)
+
+
+def _proposed(proposal: Proposal) -> Any:
+    """What a proposal would leave at its key (MISSING for a delete)."""
+    return MISSING if proposal.operation == "delete" else _value(proposal.value)
+
+
+class ProposalService:
+    """Makes, lists, shows and decides proposals."""
+
+    def __init__(self, store: ProposalStore, memory: MemoryService, cells: CellService,
+                 clock: Clock, ttl_seconds: int) -> None:
+        self.store = store
+        self.memory = memory
+        self.cells = cells
+        self.clock = clock
+        self.ttl_ms = ttl_seconds * 1000
+
+    # ---- the gate of CellService (AMP cells) ----
+
+    async def requires(self, namespace: str, key: str) -> bool:
+        return (await self.memory.namespaces.state(namespace)).requires_approval(key)
+
+    async def propose_cell(self, agent: str, namespace: str, key: str, cell: MemoryCell,
+                           current: Entry | None, action: str, patch: CellPatch | None
+                           ) -> Proposal:
+        """A cell create or patch as a proposal; its approval writes the cell and indexes it."""
+        now = self.clock()
+        request = WriteRequest(
+            agent_id=agent, now=now, timestamp=now, timestamp_from_client=False,
+            value=msgspec.json.encode(cell),
+            entry_id="" if current is not None else str(uuid.uuid4()), mode="merge",
+            actor=agent, action=action)
+        return await self._propose(namespace, key, "put", current, request,
+                                   msgspec.to_builtins(patch) if patch else None, cell=True)
+
+    # ---- making one (the gate of MemoryService) ----
+
+    async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
+                      current: Entry | None, request: WriteRequest, incoming: Any) -> Proposal:
+        return await self._propose(namespace, key, operation, current, request,
+                                   incoming if operation == "merge" else None)
+
+    async def _propose(self, namespace: str, key: str, operation: str, current: Entry | None,
+                       request: WriteRequest, incoming: Any, cell: bool = False) -> Proposal:
+        now = request.now
+        proposal_id = f"prop_{now:012x}{secrets.token_hex(8)}"
+        value = _NULL if operation == "delete" else msgspec.Raw(request.value)
+        proposal = Proposal(
+            id=proposal_id, status="pending", namespace=namespace, key=key,
+            operation=operation,  # type: ignore[arg-type]
+            value=value, base_version=current.version if current else 0,
+            proposed_by=request.agent_id, created_at=now, expires_at=now + self.ttl_ms,
+            diff=msgspec.Raw(msgspec.json.encode(diff(
+                _value(current.value if current else None),
+                MISSING if operation == "delete" else _value(value)))),
+            ttl_seconds=request.ttl_seconds,
+            conflicts=msgspec.Raw(request.conflicts.encode()) if request.conflicts
+            else msgspec.UNSET)
+        saved = {name: getattr(request, name) for name in _REQUEST_FIELDS}
+        saved["value"] = request.value.decode()
+        saved["incoming"] = incoming
+        saved["cell"] = cell
+        verdict, reply = await self.store.propose(
+            namespace, key, request, id=proposal_id, base=str(proposal.base_version),
+            doc=msgspec.json.encode(proposal), req=msgspec.json.encode(saved),
+            by=request.agent_id, created=now, expires=proposal.expires_at)
+        if verdict == "moved":
+            raise MempError("write_conflict", "the key changed while the proposal was made; "
+                            "nothing was proposed: retry", {"key": key, "retryable": True})
+        if verdict == "reused":
+            raise reused(request.message_id)
+        outcome = WriteOutcome.decode([verdict, reply])
+        if outcome.status != "proposed":  # a message id first used for a write that applied
+            raise reused(request.message_id)
+        if outcome.replayed:
+            return await self._load(namespace, outcome.record["id"])
+        return proposal
+
+    # ---- reading ----
+
+    async def _load(self, namespace: str, proposal_id: str) -> Proposal:
+        if not _ID_RE.fullmatch(proposal_id):
+            raise MempError("not_found", f"no proposal {proposal_id[:80]!r}",
+                            {"proposal": proposal_id[:80]})
+        stored = await self.store.load(namespace, proposal_id)
+        if stored is None:
+            raise MempError("not_found", f"no proposal {proposal_id!r}",
+                            {"proposal": proposal_id})
+        return self._shown(stored, namespace)
+
+    def _shown(self, stored: StoredProposal, namespace: str) -> Proposal:
+        try:
+            proposal = msgspec.json.decode(stored.doc, type=Proposal)
+        except msgspec.DecodeError as exc:
+            raise CorruptRecord(f"stored proposal of {namespace}: {exc}") from None
+        if proposal.status == "pending" and proposal.expires_at <= self.clock():
+            proposal = msgspec.structs.replace(proposal, status="expired")  # not yet swept
+        return proposal
+
+    @staticmethod
+    def _may_see(principal: Principal, namespace: str, proposal: Proposal) -> bool:
+        return principal.can("review", namespace) or proposal.proposed_by == principal.writer_id
+
+    def _authorise(self, principal: Principal, namespace: str) -> None:
+        validate_namespace(namespace)
+        if not (principal.can("review", namespace) or principal.can("write", namespace)):
+            principal.require("review", namespace)
+
+    async def get(self, principal: Principal, namespace: str, proposal_id: str) -> Proposal:
+        """A proposal, for reviewers and its proposer (others get 404, as for no proposal)."""
+        self._authorise(principal, namespace)
+        proposal = await self._load(namespace, proposal_id)
+        if not self._may_see(principal, namespace, proposal):
+            raise MempError("not_found", f"no proposal {proposal_id!r}",
+                            {"proposal": proposal_id})
+        return proposal
+
+    async def list(self, principal: Principal, namespace: str, status: str | None,
+                   key: str | None, cursor: str | None, limit: int | None) -> ProposalPage:
+        """Proposals newest first; a caller without `review` sees only its own."""
+        self._authorise(principal, namespace)
+        if status is not None and status not in STATUSES:
+            raise MempError("invalid_request", f"status must be one of {', '.join(STATUSES)}",
+                            {"parameter": "status"})
+        if key is not None:
+            validate_key(key, self.memory.settings.max_key_bytes)
+        limit = check_limit(limit, 50, 500)
+        before = None
+        if cursor:
+            match = _CURSOR_RE.fullmatch(cursor)
+            if match is None:
+                raise MempError("invalid_request", "cursor is not one this broker issued",
+                                {"cursor": cursor[:100]})
+            before = (int(match[1]), match[2])
+        found: list[Proposal] = []
+        scanned = 0
+        while scanned < 10_000:
+            ids = await self.store.newest_first(namespace, before, 200)
+            scanned += len(ids)
+            loaded = await self.store.load_many(namespace, [i for i, _ in ids])
+            for (proposal_id, created), stored in zip(ids, loaded, strict=True):
+                before = (created, proposal_id)
+                if stored is None:
+                    continue
+                proposal = self._shown(stored, namespace)
+                if ((status is None or proposal.status == status)
+                        and (key is None or proposal.key == key)
+                        and self._may_see(principal, namespace, proposal)):
+                    found.append(proposal)
+                    if len(found) == limit:
+                        return ProposalPage(proposals=found,
+                                            next_cursor=f"{created}:{proposal_id}")
+            if len(ids) < 200:
+                return ProposalPage(proposals=found, next_cursor=None)
+        cursor_out = f"{before[0]}:{before[1]}" if before else None
+        return ProposalPage(proposals=found, next_cursor=cursor_out)
+
+    # ---- deciding ----
+
+    async def _pending(self, principal: Principal, namespace: str, proposal_id: str
+                       ) -> tuple[Proposal, StoredProposal]:
+        validate_namespace(namespace)
+        principal.require("review", namespace)
+        proposal = await self._load(namespace, proposal_id)
+        stored = await self.store.load(namespace, proposal_id)
+        if stored is None:  # pragma: no cover - proposals are never removed
+            raise MempError("not_found", f"no proposal {proposal_id!r}")
+        if proposal.status != "pending":
+            raise _decided(proposal)
+        return proposal, stored
+
+    async def approve(self, principal: Principal, namespace: str, proposal_id: str,
+                      base_version: int | None = None) -> tuple[Proposal, Entry | None]:
+        """Write the proposal if the key is still at its base version (or, with
+        `base_version`, rebased onto that version, which must be the current one)."""
+        proposal, stored = await self._pending(principal, namespace, proposal_id)
+        state = await self.memory.namespaces.state(namespace)
+        if proposal.proposed_by == principal.writer_id and not state.config.allow_self_approval:
+            raise MempError("forbidden", "no one approves their own proposal (the namespace "
+                            "configuration may allow it: allow_self_approval)",
+                            {"proposal": proposal_id})
+        saved = msgspec.json.decode(stored.req)
+        incoming = saved.pop("incoming", None)
+        is_cell = bool(saved.pop("cell", False))
+        fields = {**saved, "value": str(saved["value"]).encode()}
+        now = self.clock()
+        request = WriteRequest(now=now, timestamp=now, timestamp_from_client=False,
+                               actor=principal.writer_id, key_id=principal.key_id or "",
+                               request_id=principal.request_id, **fields)
+        rebased = base_version is not None and base_version != proposal.base_version
+        if rebased and not is_cell:
+            proposal, request = await self._rebase(principal, proposal, request, incoming,
+                                                   base_version or 0, state)
+        elif rebased:
+            proposal = await self._rebased_cell(proposal, base_version or 0)
+        base = proposal.base_version
+        request = dataclasses.replace(request, if_version=base or None, if_absent=base == 0)
+        if proposal.operation != "delete" and not is_cell:  # the schemas of today
+            request = dataclasses.replace(request, schema_errors=await self.memory.check_schemas(
+                namespace, proposal.key, request.value))
+        cell = None
+        if is_cell and base and not rebased:
+            current = await self.memory.store.get(namespace, proposal.key, now)
+            if (current.version if current else 0) != base:
+                raise await self._moved(namespace, proposal)
+        if is_cell:
+            patch = msgspec.convert(incoming, CellPatch) if incoming is not None else None
+            value, update = await self.cells.approval(proposal.key, request.value, base, patch,
+                                                      now, rebased)
+            request = dataclasses.replace(request, value=value)
+            if rebased:
+                proposal = msgspec.structs.replace(proposal, value=msgspec.Raw(value))
+                proposal.diff = await self._diff_now(proposal)
+            cell = self.cells.index.blocks(update)
+        decided = msgspec.structs.replace(proposal, status="approved",
+                                          decided_by=principal.writer_id, decided_at=now,
+                                          version=base + 1)
+        verdict, reply = await self.store.decide(
+            namespace, proposal.key, request, cell, id=proposal.id, decision="approve",
+            operation=proposal.operation, base=str(base), decided_by=principal.writer_id,
+            doc=msgspec.json.encode(decided), details="")
+        if verdict == "ok":
+            entry = WriteOutcome.decode(["ok", reply]).entry(namespace, proposal.key,
+                                                             request.value or None)
+            return decided, entry
+        if verdict in ("missing", "decided"):
+            raise _decided(await self._load(namespace, proposal.id))
+        outcome = WriteOutcome.decode(["ok", reply])
+        if verdict == "precondition_failed":
+            raise await self._moved(namespace, proposal)
+        raise MempError("write_conflict", "the stored entry wins (higher agent priority); the "
+                        "proposal was not applied",
+                        {"winner": outcome.entry(namespace, proposal.key)})
+
+    async def _moved(self, namespace: str, proposal: Proposal) -> MempError:
+        """409 with the current entry and the proposal's diff against it."""
+        current = await self.memory.store.get(namespace, proposal.key, self.clock())
+        fresh = diff(_value(current.value if current else None), _proposed(proposal))
+        return MempError(
+            "write_conflict", "the key changed since the proposal was made; approve it again "
+            "with base_version set to the current version to apply it rebased",
+            {"key": proposal.key, "current": current,
+             "current_version": current.version if current else 0,
+             "base_version": proposal.base_version, "diff": fresh, "retryable": False})
+
+    async def _rebase(self, principal: Principal, proposal: Proposal, request: WriteRequest,
+                      incoming: Any, base_version: int, state: Any
+                      ) -> tuple[Proposal, WriteRequest]:
+        current = await self.memory.store.get(proposal.namespace, proposal.key, self.clock())
+        if (current.version if current else 0) != base_version:
+            raise await self._moved(proposal.namespace, proposal)
+        if proposal.operation == "delete" and current is None:
+            raise MempError("not_found", "the key the proposal deletes is gone",
+                            {"key": proposal.key})
+        if proposal.operation == "merge":
+            options = PutOptions(base_version=proposal.base_version or None,
+                                 ttl_seconds=request.ttl_seconds)
+            rebased = await self.memory.proposal_request(
+                proposal.proposed_by, principal, proposal.namespace, proposal.key, incoming,
+                current, options, state, "merge")
+            request = dataclasses.replace(request, value=rebased.value,
+                                          conflicts=rebased.conflicts,
+                                          schema_errors=rebased.schema_errors)
+        value = _NULL if proposal.operation == "delete" else msgspec.Raw(request.value)
+        rebased_proposal = msgspec.structs.replace(proposal, base_version=base_version,
+                                                   value=value)
+        rebased_proposal.diff = msgspec.Raw(msgspec.json.encode(diff(
+            _value(current.value if current else None), _proposed(rebased_proposal))))
+        return rebased_proposal, request
+
+    async def _rebased_cell(self, proposal: Proposal, base_version: int) -> Proposal:
+        current = await self.memory.store.get(proposal.namespace, proposal.key, self.clock())
+        if (current.version if current else 0) != base_version or proposal.base_version == 0:
+            raise await self._moved(proposal.namespace, proposal)
+        return msgspec.structs.replace(proposal, base_version=base_version)
+
+    async def _diff_now(self, proposal: Proposal) -> msgspec.Raw:
+        current = await self.memory.store.get(proposal.namespace, proposal.key, self.clock())
+        return msgspec.Raw(msgspec.json.encode(diff(
+            _value(current.value if current else None), _proposed(proposal))))
+
+    async def reject(self, principal: Principal, namespace: str, proposal_id: str,
+                     reason: str) -> Proposal:
+        if len(reason) > MAX_REASON:
+            raise MempError("invalid_request", f"reason is over {MAX_REASON} characters")
+        proposal, _ = await self._pending(principal, namespace, proposal_id)
+        return await self._close(namespace, proposal, "reject", principal.writer_id, reason,
+                                 principal)
+
+    async def _close(self, namespace: str, proposal: Proposal, decision: str, by: str,
+                     reason: str | None, principal: Principal | None) -> Proposal:
+        now = self.clock()
+        status = "rejected" if decision == "reject" else "expired"
+        closed = msgspec.structs.replace(proposal, status=status,
+                                         decided_by=by, decided_at=now, reason=reason or None)
+        request = WriteRequest(agent_id=proposal.proposed_by, now=now, timestamp=now,
+                               timestamp_from_client=False, actor=by,
+                               key_id=principal.key_id or "" if principal else "",
+                               request_id=principal.request_id if principal else "")
+        verdict, _ = await self.store.decide(
+            namespace, proposal.key, request, id=proposal.id, decision=decision,
+            operation=proposal.operation, base=str(proposal.base_version), decided_by=by,
+            doc=msgspec.json.encode(closed),
+            details=msgspec.json.encode({"reason": reason}).decode() if reason else "")
+        if verdict in ("missing", "decided"):
+            raise _decided(await self._load(namespace, proposal.id))
+        return closed
+
+    async def expire_due(self, namespace: str) -> int:
+        """Close the namespace's pending proposals whose time is up; returns how many."""
+        closed = 0
+        for proposal_id in await self.store.due(namespace, self.clock(), 100):
+            stored = await self.store.load(namespace, proposal_id)
+            if stored is None or stored.status != "pending":
+                continue
+            proposal = msgspec.json.decode(stored.doc, type=Proposal)
+            try:
+                await self._close(namespace, proposal, "expire", "system", None, None)
+                closed += 1
+            except MempError:  # another process closed it first
+                continue
+        return closed
+
+
+def _decided(proposal: Proposal) -> MempError:
+    return MempError("write_conflict", f"the proposal is {proposal.status} already",
+                     {"key": proposal.key, "proposal": proposal})

@@ -1,0 +1,30 @@
+-- Record a gated write as a pending proposal, if the key still holds the version it was made
+-- against. KEYS: read_write_keys, read_proposal_keys. ARGV: read_write (who, the message id
+-- and its fingerprint), read_propose. Returns {'proposed', id}, {'moved', version}, or a
+-- replay of the first reply to the message id.
+local k, key_at = read_write_keys(KEYS, 1)
+local pk = read_proposal_keys(KEYS, key_at)
+local a, at = read_write(ARGV, 1)
+local p = read_propose(ARGV, at)
+local ctx = write_context(k, a)
+local first = replayed(ctx)
+if first then
+  return first
+end
+local now = tonumber(a.now)
+local current = load_entry(ctx.entry_key)
+local version = is_live(current, now) and current.ver or '0'
+if version ~= p.base then
+  return {'moved', version}
+end
+redis.call('HSET', pk.record, 'status', 'pending', 'doc', p.doc, 'req', p.req, 'by', p.by,
+           'exp', p.expires, 'key', ctx.key)
+redis.call('ZADD', pk.all, p.created, p.id)
+redis.call('ZADD', pk.due, p.expires, p.id)
+proposal_event(ctx, 'proposal', 'propose', {id = p.id, by = p.by, agent = a.agent, base = p.base,
+                                 now = a.now, content_hash = a.content_hash}, p.doc)
+local reply = cjson.encode({'proposed', {id = p.id}})
+if ctx.idem_key ~= '' then
+  redis.call('SET', ctx.idem_key, ctx.fingerprint .. '\n' .. reply, 'PX', ctx.idem_window_ms)
+end
+return {'ok', reply}

@@ -1,0 +1,122 @@
+"""Proposals: gated writes kept beside the entries until a reviewer decides. Making one and
+deciding one (approve, reject, expire) are each one script, so two reviewers approving at once
+on two processes cannot both apply it, and an approval writes only while the key still holds
+the version the proposal was made against (docs/governance.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from broker.storage import layout, scripts
+from broker.storage.amp import CELL_INDEX_KEYS, CELL_PREFIXES, CELL_UPDATE, CellBlocks
+from broker.storage.client import Backend, text
+from broker.storage.entries import WRITE, WRITE_FILES, WRITE_KEYS, EntryStore
+from broker.storage.records import WriteRequest
+from broker.storage.scripts import Fields
+
+PROPOSAL_KEYS = Fields("proposal_keys", ("record", "all", "due"))
+PROPOSE = Fields("propose", ("id", "base", "doc", "req", "by", "created", "expires"))
+DECIDE = Fields("decide", ("id", "decision", "operation", "base", "decided_by", "doc",
+                           "details"))
+_FILES = (*WRITE_FILES, "delete_entry.lua", "proposal_common.lua")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredProposal:
+    status: str
+    doc: bytes  # the wire JSON
+    req: bytes  # what an approval needs to write it
+    by: str
+
+
+class ProposalStore:
+    """The proposals of every namespace, on one backend."""
+
+    def __init__(self, backend: Backend, entries: EntryStore) -> None:
+        self.backend = backend
+        self.redis = client = backend.redis
+        self.entries = entries
+        self._propose = scripts.register(client, [*_FILES, "propose.lua"],
+                                         [WRITE_KEYS, PROPOSAL_KEYS, WRITE, PROPOSE])
+        self._decide = scripts.register(client, [*_FILES, "proposal_decide.lua"],
+                                        [WRITE_KEYS, PROPOSAL_KEYS, WRITE, DECIDE])
+        self._decide_cell = scripts.register(
+            client, [*WRITE_FILES, "delete_entry.lua", "amp_index.lua", "proposal_common.lua",
+                     "proposal_decide_cell.lua"],
+            [WRITE_KEYS, PROPOSAL_KEYS, CELL_INDEX_KEYS, WRITE, DECIDE, CELL_PREFIXES,
+             CELL_UPDATE])
+
+    def _keys(self, namespace: str, key: str, proposal_id: str, req: WriteRequest
+              ) -> list[Any]:
+        return [*self.entries.write_keys(namespace, key, req.message_id, req.agent_id),
+                *PROPOSAL_KEYS.pack(record=layout.proposal(namespace, proposal_id),
+                                    all=layout.proposals(namespace),
+                                    due=layout.pending_proposals(namespace))]
+
+    async def propose(self, namespace: str, key: str, request: WriteRequest, **fields: Any
+                      ) -> tuple[str, str]:
+        """Store a pending proposal (PROPOSE fields) if the key is still at `base`:
+        ('proposed', id), ('moved', current version), or a replayed or refused message id
+        ('replay'/'reused', the first reply)."""
+        await self.entries.note_namespace(namespace)
+        raw = await self.backend.call(
+            self._propose, self._keys(namespace, key, fields["id"], request),
+            [*self.entries.write_args(namespace, key, request), *PROPOSE.pack(**fields)],
+            durable=True)
+        return text(raw[0]), text(raw[1])
+
+    async def decide(self, namespace: str, key: str, request: WriteRequest,
+                     cell: CellBlocks | None = None, **fields: Any) -> tuple[str, str]:
+        """Approve (writing `request`), reject or expire a pending proposal (DECIDE fields).
+        An AMP cell's approval also updates the cell's indexes (`cell`, from
+        CellIndexStore.blocks) in the same call."""
+        keys = self._keys(namespace, key, fields["id"], request)
+        args = [*self.entries.write_args(namespace, key, request), *DECIDE.pack(**fields)]
+        script = self._decide
+        if cell is not None:
+            index_keys, prefixes, update = cell
+            keys, args, script = [*keys, *index_keys], [*args, *prefixes, *update], \
+                self._decide_cell
+        raw = await self.backend.call(script, keys, args, durable=True)
+        return text(raw[0]), text(raw[1])
+
+    async def load(self, namespace: str, proposal_id: str) -> StoredProposal | None:
+        row: Any = await self.redis.hmget(layout.proposal(namespace, proposal_id), "status",
+                                          "doc", "req", "by")
+        status, doc, req, by = row
+        if status is None or doc is None:
+            return None
+        return StoredProposal(text(status), doc, req or b"{}", text(by or b""))
+
+    async def newest_first(self, namespace: str, before: tuple[int, str] | None, count: int
+                           ) -> list[tuple[str, int]]:
+        """Up to `count` proposal ids with their creation times, newest first, after the
+        (time, id) cursor `before`."""
+        top: Any = f"({before[0]}" if before else "+inf"
+        rows: Any = await self.redis.zrevrangebyscore(layout.proposals(namespace), top, "-inf",
+                                                      start=0, num=count, withscores=True)
+        found = [(text(m), int(s)) for m, s in rows]
+        if before is not None:  # the same ms as the cursor: ids before it, newest first
+            same: Any = await self.redis.zrevrangebyscore(
+                layout.proposals(namespace), before[0], before[0], withscores=True)
+            found = sorted([(text(m), int(s)) for m, s in same if text(m) < before[1]],
+                           key=lambda r: r[0], reverse=True) + found
+        return found[:count]
+
+    async def due(self, namespace: str, now: int, count: int) -> list[str]:
+        """Pending proposals whose time is up."""
+        rows = await self.redis.zrangebyscore(layout.pending_proposals(namespace), "-inf", now,
+                                              0, count)
+        return [text(r) for r in rows]
+
+    async def load_many(self, namespace: str, ids: list[str]) -> list[StoredProposal | None]:
+        if not ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for proposal_id in ids:
+                pipe.hmget(layout.proposal(namespace, proposal_id), "status", "doc", "req",
+                           "by")
+            rows = await pipe.execute()
+        return [StoredProposal(text(s), d, r or b"{}", text(b or b"")) if s and d else None
+                for s, d, r, b in rows]
