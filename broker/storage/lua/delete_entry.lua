@@ -4,20 +4,10 @@
 -- With a gate (ctx.gate, ctx.gate_keys: gate.lua) it is held to its rates (a delete never
 -- grows usage).
 local function delete(ctx, a)
-  local first = replayed(ctx)
-  if first then
-    return 'replay', first
-  end
   local now = tonumber(a.now)
-  if ctx.gate then
-    local refused = admit(ctx.gate_keys, ctx.gate)
-    if refused then
-      return 'rate_limited', refused, false
-    end
-  end
-  local current = load_entry(ctx.entry_key)
-  if current and is_expired(current, now) then
-    current = expire_entry(ctx, current, now)
+  local early, current = open_write(ctx, now)
+  if early then
+    return unpack(early)
   end
   if not is_live(current, now) then
     return 'not_found', {ver = current and current.ver or '0', del = '1'}, false

@@ -1,22 +1,33 @@
--- put(ctx, a): one write, its arguments `a` read with read_write (broker/storage/entries.py,
--- WRITE). Returns the verdict, the entry to report (the one stored, for 'ok') and whether the
--- reply carries its value; for a message seen before, 'replay' and the first reply. With a
--- gate (ctx.gate, ctx.gate_keys: gate.lua) the write is also held to its rates and quotas.
-local function put(ctx, a)
+-- open_write(ctx, now): how put and delete begin. A message seen before gets its first reply
+-- and a write over its gate's rates is refused, each as a table of the reply's parts; otherwise
+-- nil and the current entry (expired first when its time has come).
+local function open_write(ctx, now)
   local first = replayed(ctx)
   if first then
-    return 'replay', first
+    return {'replay', first}
   end
-  local now = tonumber(a.now)
   if ctx.gate then
     local refused = admit(ctx.gate_keys, ctx.gate)
     if refused then
-      return 'rate_limited', refused, false
+      return {'rate_limited', refused, false}
     end
   end
   local current = load_entry(ctx.entry_key)
   if current and is_expired(current, now) then
     current = expire_entry(ctx, current, now)
+  end
+  return nil, current
+end
+
+-- put(ctx, a): one write, its arguments `a` read with read_write (broker/storage/entries.py,
+-- WRITE). Returns the verdict, the entry to report (the one stored, for 'ok') and whether the
+-- reply carries its value; for a message seen before, 'replay' and the first reply. With a
+-- gate (ctx.gate, ctx.gate_keys: gate.lua) the write is also held to its rates and quotas.
+local function put(ctx, a)
+  local now = tonumber(a.now)
+  local early, current = open_write(ctx, now)
+  if early then
+    return unpack(early)
   end
   local live = is_live(current, now)
 
