@@ -26,7 +26,7 @@ from broker.auth import Authenticator
 from broker.changes import ChangeLog
 from broker.clock import Clock, system_clock
 from broker.console import routes as console
-from broker.errors import MempError, store_down
+from broker.errors import MempError
 from broker.http import error_response, json_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
@@ -57,7 +57,7 @@ from broker.schema_runner import SchemaRunner
 from broker.settings import Settings
 from broker.sse import AbortableApp, SendWatchdog
 from broker.storage import Storage
-from broker.storage.client import STORE_DOWN, StoreError
+from broker.storage.client import STORE_DOWN, StoreError, store_down
 from broker.storage.records import CorruptRecord
 from broker.stream_leases import StreamLeases
 from broker.supervisor import Backoff, Supervisor

@@ -66,12 +66,3 @@ def unavailable(reason: str = "the store is unreachable",
                 details: dict[str, Any] | None = None) -> MempError:
     """The 503 every request gets while Redis cannot be reached (or cannot confirm a write)."""
     return MempError("unavailable", reason, details, headers={"Retry-After": "1"})
-
-
-def store_down(exc: BaseException) -> MempError:
-    """The 503 for a store failure: a write that replicas did not confirm in time says so
-    (it was applied, and may or may not survive a failover); anything else is unreachable."""
-    details = getattr(exc, "details", None)
-    if isinstance(details, dict):
-        return unavailable(str(exc), details)
-    return unavailable()

@@ -12,7 +12,7 @@ from broker import PROTOCOL_VERSION
 from broker.agents import AgentService
 from broker.auth import Principal
 from broker.clock import Clock
-from broker.errors import MempError, store_down
+from broker.errors import MempError
 from broker.memory import MemoryService, Proposed, PutOptions, entry_warnings
 from broker.models import (
     AgentGetMessage,
@@ -31,7 +31,7 @@ from broker.models import (
     message_decoder,
 )
 from broker.proposals import ProposalService
-from broker.storage.client import STORE_DOWN
+from broker.storage.client import STORE_DOWN, store_down
 from broker.validation import check_message_id
 
 

@@ -301,3 +301,85 @@ def test_configuration_changes_reach_every_process_again_after_a_redis_restart(
     finally:
         caching.stop()
         other.stop()
+
+
+def store_image(server: RedisServer) -> dict[Any, Any]:
+    """Every key of the server and its serialized value: what a refused write must not change."""
+    data = redis.Redis.from_url(server.url)
+    try:
+        return {key: data.dump(key) for key in sorted(data.keys("*"))}
+    finally:
+        data.close()
+
+
+def assert_out_of_memory(response: httpx.Response) -> None:
+    assert_unavailable(response)
+    error = response.json()["error"]
+    assert error["details"] == {"reason": "out_of_memory", "applied": False}
+    assert "out of memory" in error["message"]
+
+
+def test_a_redis_at_maxmemory_refuses_every_write_with_503_and_writes_nothing(
+    private_redis: RedisServer, ns: str
+) -> None:
+    """`maxmemory` reached under `noeviction`: every kind of write gets 503 `unavailable`
+    saying Redis is out of memory and nothing was applied (never a 500 or a dropped
+    connection), stored data stays byte for byte as it was, reads go on, and once memory is
+    freed the same write retried with its id, through another process, is applied once."""
+    first = start_broker("redis", private_redis.url)
+    second = start_broker("redis", private_redis.url)
+    data = redis.Redis.from_url(private_redis.url)
+    path = f"/v1/namespaces/{ns}/memory"
+    try:
+        with client_for(first) as client, client_for(second) as other:
+            assert client.put(f"{path}/kept", json={"value": 1}).status_code == 201
+            registered = client.post("/v1/agents", json={"name": "a", "namespace": ns})
+            assert registered.status_code == 201
+            agent_token = registered.json()["credentials"]["api_key"]
+            data.config_set("maxmemory-policy", "noeviction")
+            data.config_set("maxmemory", 1)
+            before = store_image(private_redis)
+
+            assert_out_of_memory(client.put(f"{path}/new", json={"value": {"n": 1}},
+                                            headers={"Idempotency-Key": "oom-1"}))
+            assert_out_of_memory(client.put(f"{path}/kept", json={"value": 2},
+                                            headers={"If-Match": '"1"'}))
+            assert_out_of_memory(client.post("/v1/agents", json={"name": "b", "namespace": ns}))
+            assert_out_of_memory(client.post("/v1/keys", json={"grants": [
+                {"namespace": ns, "permissions": ["read"]}]}))
+            assert_out_of_memory(client.put(f"/v1/namespaces/{ns}/config",
+                                            json={"strategy": "merge"}))
+            assert_out_of_memory(client.put(f"/v1/namespaces/{ns}/schemas/s", json={
+                "pattern": "x/*", "schema": {"type": "object"}}))
+            with httpx.Client(base_url=first.url, timeout=CALL_TIMEOUT,
+                              headers={"Authorization": f"Bearer {agent_token}"}) as agent:
+                assert_out_of_memory(agent.put(f"{path}/by-agent", json={"value": 1}))
+            single = client.post("/v1/messages", json=put_message(ns, "m", 1, "oom-m1"))
+            assert_out_of_memory(single)
+            assert single.json()["reply_to"] == "oom-m1"
+            batch = client.post("/v1/messages", json=[put_message(ns, "m", 1, "oom-m2"),
+                                                       put_message(ns, "n", 2, "oom-m3")])
+            assert batch.status_code == 200, batch.text
+            assert [r["error"]["details"]["reason"] for r in batch.json()] == [
+                "out_of_memory"] * 2
+
+            # Reads go on; nothing of the refused writes was stored, not even in part.
+            assert client.get(f"{path}/kept").json()["value"] == 1
+            assert other.get(f"{path}/new").status_code == 404
+            assert store_image(private_redis) == before
+            # A delete frees memory: it is applied even now.
+            assert other.delete(f"{path}/kept").json()["version"] == 2
+
+            data.config_set("maxmemory", 0)
+            retried = other.put(f"{path}/new", json={"value": {"n": 1}},
+                                headers={"Idempotency-Key": "oom-1"})
+            assert retried.status_code == 201, retried.text
+            again = client.put(f"{path}/new", json={"value": {"n": 1}},
+                               headers={"Idempotency-Key": "oom-1"})
+            assert again.json() == retried.json()
+        log = [(r["type"], r["key"], r["ver"]) for r in read_changelog(data, ns)]
+        assert log == [("put", "kept", "1"), ("delete", "kept", "2"), ("put", "new", "1")]
+    finally:
+        data.close()
+        first.stop()
+        second.stop()

@@ -28,14 +28,14 @@ from starlette.types import Receive, Scope, Send
 
 from broker import __version__
 from broker.auth import Authenticator, Principal
-from broker.errors import MempError, store_down
+from broker.errors import MempError
 from broker.http import error_response
 from broker.mcp.resources import TEMPLATES, Resources
 from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher, Watches, listen
 from broker.memory import Proposed
 from broker.models import encode
-from broker.storage.client import STORE_DOWN
+from broker.storage.client import STORE_DOWN, store_down
 from broker.storage.records import CorruptRecord
 
 PRINCIPAL = "memp.principal"  # the scope key the endpoint leaves the caller under

@@ -26,6 +26,7 @@ from redis.exceptions import (
     ClusterError,
     InvalidResponse,
     NoScriptError,
+    OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
     RedisError,
@@ -35,6 +36,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from broker.errors import MempError, unavailable
 from broker.storage.pipe import AutoPipeline
 from broker.storage.urls import RedisTarget, parse
 
@@ -61,11 +63,30 @@ class NotReplicated(RedisError):
 
 
 # Failures that mean the store cannot be reached, or cannot take writes right now (a
-# failover: a demoted primary, slots moving, a cluster without a quorum), or the URL names
-# something that is not Redis: answered 503 with Retry-After, never 500.
+# failover: a demoted primary, slots moving, a cluster without a quorum; a Redis at its
+# maxmemory), or the URL names something that is not Redis: answered 503 with Retry-After,
+# never 500.
 STORE_DOWN: tuple[type[Exception], ...] = (
     RedisConnectionError, RedisTimeoutError, InvalidResponse, ClusterError, TryAgainError,
-    ReadOnlyError, SlotNotCoveredError, AskError, NotReplicated, RedisClusterException)
+    ReadOnlyError, SlotNotCoveredError, AskError, NotReplicated, RedisClusterException,
+    OutOfMemoryError)
+
+# Redis at `maxmemory` under `noeviction` refuses a script before its first write and a
+# transaction before EXEC, so a write refused for memory was not applied (docs/design.md,
+# "Redis out of memory").
+OUT_OF_MEMORY = ("Redis is out of memory (maxmemory reached) and refused the write; nothing "
+                 "was written. Free memory or raise maxmemory, then retry")
+
+
+def store_down(exc: BaseException) -> MempError:
+    """The 503 for a store failure: a write refused for memory says so and that it was not
+    applied; one that replicas did not confirm in time says it was applied and may or may not
+    survive a failover; anything else is unreachable."""
+    if isinstance(exc, OutOfMemoryError):
+        return unavailable(OUT_OF_MEMORY, {"reason": "out_of_memory", "applied": False})
+    if isinstance(exc, NotReplicated):
+        return unavailable(str(exc), exc.details)
+    return unavailable()
 
 # Argument types the library encodes its own way (float repr, bool refused, buffers); checked by
 # exact type, which is all the broker passes.
