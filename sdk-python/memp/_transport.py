@@ -32,6 +32,10 @@ _MAYBE_SENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolE
 RETRY_STATUSES = frozenset({429, 503})
 
 
+class NamespaceMissing(ValueError):
+    """A call that works in a namespace was given none, and the client has no default."""
+
+
 @dataclass(slots=True)
 class Config:
     """Where the broker is, who we are, and how patiently to talk to it."""
@@ -75,7 +79,7 @@ class Config:
     def require_namespace(self, namespace: str | None = None) -> str:
         chosen = namespace or self.namespace
         if not chosen:
-            raise ValueError("no namespace: pass namespace=... or set MEMP_NAMESPACE")
+            raise NamespaceMissing("no namespace: pass namespace=... or set MEMP_NAMESPACE")
         return chosen
 
     def delay(self, attempt: int, retry_after: str | None = None) -> float:

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from memp._transport import NamespaceMissing
 from memp._version import __version__
 from memp.client import MEMP
 from memp.errors import ApprovalPending, ConnectionFailed, MempError, SchemaViolationWarning
@@ -677,6 +678,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except UsageError as exc:
         print(f"memp: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except NamespaceMissing:
+        print("memp: no namespace: pass -n NAMESPACE (--namespace) or set MEMP_NAMESPACE",
+              file=sys.stderr)
         return EXIT_USAGE
     except ValueError as exc:
         print(f"memp: {exc}", file=sys.stderr)

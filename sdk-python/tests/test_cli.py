@@ -135,7 +135,10 @@ def test_refusals_and_usage_errors_have_their_exit_codes(env: dict[str, str]) ->
     assert down.returncode == 3 and "could not reach the broker" in down.stderr
 
     no_namespace = memp({k: v for k, v in env.items() if k != "MEMP_NAMESPACE"}, "get", "k")
-    assert no_namespace.returncode == 2 and "namespace" in no_namespace.stderr
+    assert no_namespace.returncode == 2, no_namespace.stderr
+    # Worded for the command line: its flag and variable, not the SDK's keyword argument.
+    assert "-n NAMESPACE" in no_namespace.stderr and "MEMP_NAMESPACE" in no_namespace.stderr
+    assert "namespace=" not in no_namespace.stderr
 
 
 def test_register_prints_the_agent_and_its_key(env: dict[str, str], ns: str) -> None:
