@@ -8,6 +8,7 @@ reads as it says."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -59,3 +60,37 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
     assert "event: snapshot" in out and "event: snapshot-end" in out  # the stream
     assert "'plan': 'pro'" in out  # the Python SDK, with the key the quick start made
     assert "Traceback" not in err
+
+
+def test_the_javascript_sdk_is_built_before_it_is_installed() -> None:
+    """The package's entry points are compiled into `sdk-js/dist/`, which git ignores: an
+    `npm install ./sdk-js` the README asks for must come after the build, or the import fails
+    with ERR_MODULE_NOT_FOUND."""
+    root = README.parent
+    package = json.loads((root / "sdk-js" / "package.json").read_text())
+    assert package["main"].startswith("./dist/")
+    assert "dist/" in (root / ".gitignore").read_text().split()
+    for doc in (README, root / "sdk-js" / "README.md"):
+        for paragraph in doc.read_text().split("\n\n"):
+            if "npm install ./sdk-js" in paragraph:
+                build = paragraph.find("npm run build")
+                assert 0 <= build < paragraph.index("npm install ./sdk-js"), (doc, paragraph)
+
+
+def test_the_paths_served_without_a_token_are_the_ones_the_docs_name() -> None:
+    """README ("Authentication") and the API reference (/docs) name every path the contract
+    serves without a token (`security: []` in openapi.yaml)."""
+    import yaml
+
+    root = README.parent
+    contract = yaml.safe_load((root / "openapi.yaml").read_text())
+    public = {path for path, operations in contract["paths"].items()
+              for operation in operations.values()
+              if isinstance(operation, dict) and operation.get("security") == []}
+    for text in (README.read_text(), contract["info"]["description"]):
+        sentence = re.sub(r"\s+", " ", text.split("Every request except", 1)[1].split(
+            "carries", 1)[0])
+        named = set(re.findall(r"`(/[^`]*)`", sentence))
+        named = {p for p in public if p in named or any(
+            n.endswith("*") and p.startswith(n[:-1]) for n in named)}
+        assert named == public, sorted(public - named)
