@@ -23,12 +23,15 @@ READER_BACKOFF = Backoff(first=0.05, cap=2.0)
 
 
 class ChangeQueue:
-    """A bounded FIFO with one consumer: asyncio.Queue's get/put_nowait without its three
+    """A FIFO with one consumer, bounded by count and by the bytes of the frames it holds (one
+    change is always taken, however large): asyncio.Queue's get/put_nowait without its three
     deques and an event per queue (about 3 KiB, held by each of thousands of subscribers).
     None is a nudge: look at the subscriber's flags."""
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, maxsize: int, maxbytes: int | None = None) -> None:
         self.maxsize = maxsize
+        self.maxbytes = maxbytes
+        self.bytes = 0
         self._items: list[Change | None] = []
         self._waiter: asyncio.Future[None] | None = None
 
@@ -39,16 +42,19 @@ class ChangeQueue:
         return not self._items
 
     def put_nowait(self, item: Change | None) -> None:
-        if len(self._items) >= self.maxsize:
+        size = 0 if item is None else len(item.frame)
+        if len(self._items) >= self.maxsize or (
+                self._items and self.maxbytes is not None and self.bytes + size > self.maxbytes):
             raise asyncio.QueueFull
         self._items.append(item)
+        self.bytes += size
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
     def get_nowait(self) -> Change | None:
         if not self._items:
             raise asyncio.QueueEmpty
-        return self._items.pop(0)
+        return self._taken(self._items.pop(0))
 
     async def get(self) -> Change | None:
         while not self._items:
@@ -57,23 +63,29 @@ class ChangeQueue:
                 await self._waiter
             finally:
                 self._waiter = None
-        return self._items.pop(0)
+        return self._taken(self._items.pop(0))
+
+    def _taken(self, item: Change | None) -> Change | None:
+        if item is not None:
+            self.bytes -= len(item.frame)
+        return item
 
     def clear(self) -> None:
         self._items.clear()
+        self.bytes = 0
 
 
 class Subscriber:
     """One subscriber: what it wants, its bounded queue, and flags the hub sets."""
 
     def __init__(self, patterns: dict[str, list[Pattern]], queue_size: int,
-                 viewer: Viewer, writer: str = "", reviews: frozenset[str] = frozenset()
-                 ) -> None:
+                 viewer: Viewer, writer: str = "", reviews: frozenset[str] = frozenset(),
+                 *, queue_bytes: int | None = None) -> None:
         self.patterns = patterns
         self.viewer = viewer
         self.writer = writer  # who it is, and where it may review: for proposals' changes
         self.reviews = reviews
-        self.queue = ChangeQueue(queue_size)
+        self.queue = ChangeQueue(queue_size, queue_bytes)
         self.overflowed = False
         self.closing = False
         self.revoked: str | None = None  # why the stream lost its right to continue

@@ -66,6 +66,7 @@ class Settings:
     redis_timeout_seconds: float = 2.0
     changelog_max_age_seconds: int = 7 * 24 * 3600
     subscriber_queue_size: int = 1000
+    subscriber_queue_bytes: int = 16 * 1024 * 1024
     heartbeat_seconds: float = 15.0
     sse_retry_ms: int = 2000
     sse_send_timeout_seconds: float = 30.0
@@ -125,7 +126,7 @@ class Settings:
             "max_query_limit", "default_query_limit", "max_query_scan", "max_batch",
             "max_ttl_seconds", "max_history_limit", "changelog_maxlen",
             "sweep_batch", "redis_timeout_seconds", "sweep_interval_seconds",
-            "subscriber_queue_size", "heartbeat_seconds", "sse_retry_ms",
+            "subscriber_queue_size", "subscriber_queue_bytes", "heartbeat_seconds", "sse_retry_ms",
             "sse_send_timeout_seconds", "max_stream_patterns", "reader_block_ms",
             "namespace_cache_seconds", "max_schema_bytes", "schema_timeout_ms",
             "schema_check_timeout_ms", "amp_lifecycle_interval_seconds",

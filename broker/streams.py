@@ -37,7 +37,7 @@ class EventStream:
 
     def __init__(self, hub: Hub, changelog: ChangeLog, memory: MemoryService,
                  principal: Principal, request: StreamRequest, queue_size: int,
-                 retry_ms: int, metrics: Metrics) -> None:
+                 retry_ms: int, metrics: Metrics, *, queue_bytes: int | None = None) -> None:
         self.hub = hub
         self.changelog = changelog
         self.memory = memory
@@ -45,7 +45,8 @@ class EventStream:
         self.request = request
         self.subscriber = Subscriber(
             request.patterns, queue_size, memory.cells.viewer(principal), principal.writer_id,
-            frozenset(ns for ns in request.patterns if principal.can("review", ns)))
+            frozenset(ns for ns in request.patterns if principal.can("review", ns)),
+            queue_bytes=queue_bytes)
         self.retry_ms = retry_ms
         self.positions: dict[str, str] = {}
         self.orders: dict[str, tuple[int, int]] = {}  # the positions as numbers

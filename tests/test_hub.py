@@ -99,6 +99,34 @@ def test_a_full_queue_marks_overflow_instead_of_blocking() -> None:
     asyncio.run(scenario())
 
 
+def test_a_queue_is_bounded_by_the_bytes_it_holds_too() -> None:
+    """Large values overflow a subscriber's queue long before its count does: what one that
+    never reads can hold is MEMP_SUBSCRIBER_QUEUE_BYTES, not MEMP_SUBSCRIBER_QUEUE_SIZE times
+    the largest value. A change larger than the bound alone is still taken."""
+    def big(version: int) -> Change:
+        return Change("a", f"{version}-0", "put", "k", version, b'"' + b"x" * 10_000 + b'"')
+
+    async def scenario() -> None:
+        frame = len(big(1).frame)
+        sub = Subscriber({"a": [compile_pattern("*")]}, 1000, Viewer(""),
+                         queue_bytes=frame * 3)
+        for n in range(1, 11):
+            sub.offer(big(n))
+        assert sub.overflowed and sub.queue.qsize() == 3
+        assert sub.queue.bytes == frame * 3
+        first = sub.queue.get_nowait()
+        assert first is not None and first.version == 1 and sub.queue.bytes == frame * 2
+        sub.rearm()
+        assert sub.queue.bytes == 0
+        alone = Subscriber({"a": [compile_pattern("*")]}, 1000, Viewer(""), queue_bytes=10)
+        alone.offer(big(1))
+        assert not alone.overflowed and alone.queue.qsize() == 1
+        alone.offer(big(2))
+        assert alone.overflowed
+
+    asyncio.run(scenario())
+
+
 # ---- the change log's continuity check ----
 
 

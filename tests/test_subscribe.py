@@ -816,10 +816,17 @@ def test_a_subscriber_that_never_reads_is_cut_and_holds_back_no_one(
         range(len(versions) + 1, total + 1))
 
 
+@pytest.mark.parametrize("bound", [
+    pytest.param({"subscriber_queue_size": 5}, id="events"),
+    # 150 events fit the count; five 60 kB values fill the bytes (MEMP_SUBSCRIBER_QUEUE_BYTES).
+    pytest.param({"subscriber_queue_size": 1000, "subscriber_queue_bytes": 5 * 61_000},
+                 id="bytes"),
+])
 def test_a_slow_reader_gets_overflow_with_a_cursor_that_resumes_everything(
-    broker_factory: Callable[..., Broker], subscribe: Callable[..., Stream], backend: str, ns: str
+    broker_factory: Callable[..., Broker], subscribe: Callable[..., Stream], backend: str, ns: str,
+    bound: dict[str, int]
 ) -> None:
-    broker = broker_factory(backend, subscriber_queue_size=5)
+    broker = broker_factory(backend, **bound)
     fast = subscribe(broker.url, ns, "*").wait_open()
     slow = subscribe(broker.url, ns, "*", pause_at_open=True).wait_open()
     pad = "x" * 60_000  # 9 MB in all: the socket buffers fill, then the 5-slot queue

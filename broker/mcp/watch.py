@@ -62,7 +62,7 @@ class Watcher:
         subscriber = Subscriber({target.namespace: [pattern]},
                                 self.settings.subscriber_queue_size,
                                 self.memory.cells.viewer(principal), principal.writer_id,
-                                reviews)
+                                reviews, queue_bytes=self.settings.subscriber_queue_bytes)
         await self.hub.join(subscriber)
         self.guard.watch(subscriber, principal)
         return subscriber

@@ -60,7 +60,7 @@ async def subscribe(request: Request) -> Response:
     try:
         stream = EventStream(state.hub, state.changelog, state.memory, principal, wanted,
                              settings.subscriber_queue_size, settings.sse_retry_ms,
-                             state.metrics)
+                             state.metrics, queue_bytes=settings.subscriber_queue_bytes)
         lost = await stream.open()
     except BaseException:
         leases.drop(lease)
