@@ -57,7 +57,7 @@ from broker.schema_runner import SchemaRunner
 from broker.settings import Settings
 from broker.sse import AbortableApp, SendWatchdog
 from broker.storage import Storage
-from broker.storage.client import STORE_DOWN, StoreError, store_down
+from broker.storage.client import STORE_DOWN, StoreError, out_of_memory, store_down
 from broker.storage.records import CorruptRecord
 from broker.stream_leases import StreamLeases
 from broker.supervisor import Backoff, Supervisor
@@ -105,7 +105,10 @@ async def _proposed(request: Request, exc: Exception) -> Response:
 
 
 async def _store_down(request: Request, exc: Exception) -> Response:
-    request.app.state.outage.failure("store unavailable, answering 503: %s", exc)
+    if out_of_memory(exc):  # Redis answers: no outage, whose end the store watch would say
+        request.app.state.store_full.failure("Redis is out of memory, refusing writes: %s", exc)
+    else:
+        request.app.state.outage.failure("store unavailable, answering 503: %s", exc)
     return error_response(store_down(exc))
 
 
@@ -239,6 +242,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.metrics = metrics
     app.state.supervisor = supervisor
     app.state.outage = outage
+    app.state.store_full = Throttle(logging.getLogger("memp.store"), OUTAGE_LOG_SECONDS)
     app.state.sweeper = sweeper
     app.state.changelog = changelog
     app.state.hub = hub

@@ -203,3 +203,27 @@ def test_an_outage_is_warned_once_a_period_and_its_end_is_said(
     assert len(warnings) == 2, "\n".join(warnings)  # the outage once, then its end
     assert httpx.get(f"{served.url}/v1/namespaces/x/memory/k", headers=headers,
                      timeout=10).status_code == 404
+
+
+def test_a_redis_out_of_memory_is_warned_once_a_period_and_is_no_outage(
+        serve: Callable[..., Served], private_redis: RedisServer) -> None:
+    """Refused writes are logged once a period; Redis still answers, so nothing says the store
+    went away or came back (a warning pair per refused write, before)."""
+    import redis
+
+    served = serve("--log-level", "warning", MEMP_REDIS_URL=private_redis.url)
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    data = redis.Redis.from_url(private_redis.url)
+    data.config_set("maxmemory", 1)
+    try:
+        deadline = time.monotonic() + 2.5  # the store watch looks each second
+        while time.monotonic() < deadline:
+            response = httpx.put(f"{served.url}/v1/namespaces/x/memory/k", headers=headers,
+                                 json={"value": 1}, timeout=10)
+            assert response.status_code == 503, response.text
+            time.sleep(0.2)
+    finally:
+        data.config_set("maxmemory", 0)
+        data.close()
+    warnings = [line for line in served.lines() if " WARNING " in line]
+    assert len(warnings) == 1 and "out of memory" in warnings[0], "\n".join(warnings)

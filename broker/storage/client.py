@@ -78,11 +78,16 @@ OUT_OF_MEMORY = ("Redis is out of memory (maxmemory reached) and refused the wri
                  "was written. Free memory or raise maxmemory, then retry")
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether Redis refused a write for memory: it answers, so this is no outage."""
+    return isinstance(exc, OutOfMemoryError)
+
+
 def store_down(exc: BaseException) -> MempError:
     """The 503 for a store failure: a write refused for memory says so and that it was not
     applied; one that replicas did not confirm in time says it was applied and may or may not
     survive a failover; anything else is unreachable."""
-    if isinstance(exc, OutOfMemoryError):
+    if out_of_memory(exc):
         return unavailable(OUT_OF_MEMORY, {"reason": "out_of_memory", "applied": False})
     if isinstance(exc, NotReplicated):
         return unavailable(str(exc), exc.details)
