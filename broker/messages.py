@@ -57,16 +57,15 @@ class MessageHandler:
 
     async def handle_raw(self, principal: Principal, raw: bytes) -> tuple[int, dict[str, Any]]:
         """Reply to one encoded message; returns the HTTP status it would have alone."""
-        message_id = None
+        message: AnyMessage | None = None
         try:
             message = self.decode(raw)
-            message_id = message.id
             return 200, await self.handle(principal, message)
         except MempError as error:
-            return error.status, self.error_reply(error, message_id)
+            return error.status, self.error_reply(error, message)
         except STORE_DOWN as exc:
             down = store_down(exc)
-            return down.status, self.error_reply(down, message_id)
+            return down.status, self.error_reply(down, message)
 
     async def handle(self, principal: Principal, message: AnyMessage) -> dict[str, Any]:
         if message.memp != PROTOCOL_VERSION:
@@ -157,7 +156,6 @@ class MessageHandler:
             **payload,
         }
 
-    def error_reply(self, error: MempError, message_id: str | None) -> dict[str, Any]:
-        reply = self.reply("error", None, **error.body())
-        reply["reply_to"] = message_id
-        return reply
+    def error_reply(self, error: MempError, message: AnyMessage | None) -> dict[str, Any]:
+        """The error reply to `message` (None when it could not be decoded)."""
+        return self.reply("error", message, **error.body())
