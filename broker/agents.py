@@ -9,18 +9,20 @@ import msgspec
 
 from broker.activity import AgentActivity
 from broker.audit import AuditService, actor_fields
-from broker.auth import Principal, create_api_key
+from broker.auth import Principal, hash_api_key, new_api_key, new_key_id
 from broker.clock import Clock
 from broker.errors import MempError
 from broker.grammar import validate_namespace
 from broker.idempotency import fingerprint, reused
-from broker.models import Agent, Credentials
+from broker.models import Agent, ApiKeyRecord, Credentials
 from broker.settings import Settings
 from broker.storage.accounts import AccountStore
 from broker.validation import check_limit, check_message_id
 
 KNOWN_FRAMEWORKS = ("langchain", "crewai", "claude", "autogen", "custom")
 _FRAMEWORK_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+# A registration's plan under its message id, kept until every step of it is stored.
+_PENDING = "pending:"
 _UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
@@ -55,28 +57,41 @@ class AgentService:
                 f"framework must be one of {', '.join(KNOWN_FRAMEWORKS)} or a lowercase name",
             )
         sent = fingerprint("register", name, framework)
-        if message_id:
-            first = await self.store.recall_reply(namespace, principal.writer_id, message_id)
-            if first is not None:
-                return _replayed(first, sent, message_id)
         now = self.clock()
-        agent = await self.store.save_agent(Agent(
-            id=str(uuid.uuid4()), name=name, framework=framework, namespace=namespace,
-            created_at=now, last_seen=now))
-        grants = principal.delegated_grants(namespace, self.settings.amp_namespace)
-        api_key, record = await create_api_key(
-            self.store, self.settings.key_env, grants=grants,
-            name=f"agent {name}", agent_id=agent.id, created_by=principal.subject, now=now,
-        )
-        result = Registration(agent=agent, credentials=Credentials(
-            api_key=api_key, key_id=record.id, agent_id=agent.id))
-        await self.audit.record(namespace, "agent-register", actor_fields(principal),
-                                details={"agent": agent.id, "key": record.id})
-        if message_id:
-            first = await self.store.remember_reply(namespace, principal.writer_id, message_id,
-                                                    sent, msgspec.json.encode(result))
+        agent_id = str(uuid.uuid4())
+        planned = Registration(
+            agent=Agent(id=agent_id, name=name, framework=framework, namespace=namespace,
+                        created_at=now, last_seen=now),
+            credentials=Credentials(api_key=new_api_key(self.settings.key_env),
+                                    key_id=new_key_id(), agent_id=agent_id))
+        if not message_id:
+            return await self._carry_out(principal, planned)
+        # The plan is kept under the message id before anything is written, so a retry after
+        # a failure part-way (an agent stored, its key not) finishes this registration rather
+        # than starting another (docs/design.md, "A message id is bound to its request").
+        first = await self.store.remember_reply(namespace, principal.writer_id, message_id,
+                                                _PENDING + sent, msgspec.json.encode(planned))
+        stored_fingerprint, reply = first
+        if not stored_fingerprint.startswith(_PENDING):
             return _replayed(first, sent, message_id)
-        return result
+        registration = _replayed((stored_fingerprint[len(_PENDING):], reply), sent, message_id)
+        done = await self._carry_out(principal, registration)
+        await self.store.replace_reply(namespace, principal.writer_id, message_id, sent,
+                                       msgspec.json.encode(done))
+        return done
+
+    async def _carry_out(self, principal: Principal, plan: Registration) -> Registration:
+        """Store the planned agent and its key, each step safe to repeat with the same plan."""
+        agent, credentials = plan.agent, plan.credentials
+        saved = await self.store.save_agent(agent)
+        grants = principal.delegated_grants(agent.namespace, self.settings.amp_namespace)
+        record = ApiKeyRecord(id=credentials.key_id, name=f"agent {agent.name}"[:200],
+                              grants=grants, agent_id=agent.id, created_at=agent.created_at,
+                              created_by=principal.subject)
+        await self.store.save_api_key(hash_api_key(credentials.api_key), record)
+        await self.audit.record(agent.namespace, "agent-register", actor_fields(principal),
+                                details={"agent": agent.id, "key": credentials.key_id})
+        return Registration(agent=saved, credentials=credentials)
 
     async def get(self, principal: Principal, namespace: str, agent_id: str) -> Agent:
         validate_namespace(namespace)

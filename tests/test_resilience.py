@@ -383,3 +383,39 @@ def test_a_redis_at_maxmemory_refuses_every_write_with_503_and_writes_nothing(
         data.close()
         first.stop()
         second.stop()
+
+
+def test_a_registration_that_failed_part_way_is_finished_by_its_retry(
+    private_redis: RedisServer, ns: str
+) -> None:
+    """Registration is several writes. Redis refusing the API key's write (an ACL that hides
+    the API key keys stands in for Redis dying between the steps) leaves the agent stored and
+    the request failed; the retry with the same id finishes that registration: one agent, and
+    the key the retry returns works, then and on every later replay."""
+    broker = start_broker("redis", private_redis.url)
+    data = redis.Redis.from_url(private_redis.url)
+    body = {"name": "planner", "namespace": ns}
+    try:
+        with client_for(broker) as client:
+            # Every key but `memp:{a...` ones, which include `memp:{api-keys}:...`.
+            data.execute_command("ACL", "SETUSER", "default", "resetkeys", "~memp:[^{]*",
+                                 f"~memp:{{{ns[0]}*")
+            try:
+                failed = client.post("/v1/agents", json=body, headers={"Idempotency-Key": "r1"})
+            finally:
+                data.execute_command("ACL", "SETUSER", "default", "allkeys")
+            assert failed.status_code >= 500, failed.text
+            retried = client.post("/v1/agents", json=body, headers={"Idempotency-Key": "r1"})
+            assert retried.status_code == 201, retried.text
+            registered = retried.json()
+            agents = client.get(f"/v1/namespaces/{ns}/agents").json()["agents"]
+            assert [a["id"] for a in agents] == [registered["agent"]["id"]]
+            again = client.post("/v1/agents", json=body, headers={"Idempotency-Key": "r1"})
+            assert again.json() == registered
+        with client_for(broker, registered["credentials"]["api_key"]) as agent:
+            written = agent.put(f"/v1/namespaces/{ns}/memory/k", json={"value": 1})
+            assert written.status_code == 201, written.text
+            assert written.json()["agent_id"] == registered["agent"]["id"]
+    finally:
+        data.close()
+        broker.stop()

@@ -72,11 +72,18 @@ class AccountStore:
         first = await self.recall_reply(namespace, agent_id, message_id)
         return first or (fingerprint, reply)
 
+    async def replace_reply(self, namespace: str, agent_id: str, message_id: str,
+                            fingerprint: str, reply: bytes) -> None:
+        """Replace the reply kept under a message id, keeping its expiry."""
+        await self.redis.set(layout.idempotency(namespace, agent_id, message_id),
+                             fingerprint.encode() + b"\n" + reply, xx=True, keepttl=True)
+
     # ---- agents ----
 
     async def save_agent(self, agent: Agent) -> Agent:
         """Store a new agent; returns it as stored (see agent_save.lua: its `created_at` may be
-        a few ms later, so that registration order is total)."""
+        a few ms later, so that registration order is total). Storing it again changes
+        nothing."""
         await self.entries.note_namespace(agent.namespace)
         created = await self.backend.call(
             self._save_agent,
