@@ -27,7 +27,7 @@ from broker.changes import ChangeLog
 from broker.clock import Clock, system_clock
 from broker.console import routes as console
 from broker.errors import MempError
-from broker.http import error_response, json_response
+from broker.http import InternalErrorMiddleware, error_response, json_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
 from broker.limits import FairShare, RateLimited
@@ -116,11 +116,6 @@ async def _corrupt(request: Request, exc: Exception) -> Response:
     log.error("corrupt record on %s %s: %s", request.method, request.url.path, exc)
     return error_response(MempError("internal", f"a stored record is corrupt: {exc}",
                                     {"corrupt_record": str(exc)}))
-
-
-async def _internal(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return error_response(MempError("internal", "internal error"))
 
 
 async def _watch_store(storage: Storage, outage: Throttle) -> None:
@@ -231,7 +226,6 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             HTTPException: _http_error,
             **dict.fromkeys(STORE_DOWN, _store_down),
             CorruptRecord: _corrupt,
-            Exception: _internal,
         },
         lifespan=lifespan,
     )
@@ -265,6 +259,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
                                         proposal_service)
     app.state.mcp = mcp_server
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(InternalErrorMiddleware)
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     if origins:
         app.add_middleware(

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from typing import Any, TypeVar
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker.auth import Principal
 from broker.errors import MempError
 from broker.logs import request_id
 from broker.models import MAX_SAFE_INT, encode
 
+log = logging.getLogger("memp")
 T = TypeVar("T")
 JSON = "application/json"
 _DIGITS_RE = re.compile(r"[0-9]+")
@@ -34,6 +37,35 @@ def error_response(error: MempError) -> Response:
         body["error"]["request_id"] = rid
     return Response(msgspec.json.encode(body), status_code=error.status, media_type=JSON,
                     headers=error.headers)
+
+
+class InternalErrorMiddleware:
+    """Answers a request whose handler failed unexpectedly with `500 internal` in the error
+    shape, its request id included, and keeps the connection open. Left to the server, the
+    exception would close the connection under a keep-alive client, whose next request on it
+    then fails with a reset. A reply already begun (a stream) is ended by the server."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception:
+            if started:
+                raise
+            log.exception("unhandled error on %s %s", scope["method"], scope.get("path", ""))
+            await error_response(MempError("internal", "internal error"))(scope, receive, send)
 
 
 _REQUEST_ID_RE = re.compile(r"[!-~]{1,128}")

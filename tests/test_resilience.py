@@ -419,3 +419,32 @@ def test_a_registration_that_failed_part_way_is_finished_by_its_retry(
     finally:
         data.close()
         broker.stop()
+
+
+def test_an_unexpected_store_error_is_a_500_with_its_request_id_on_a_connection_that_lives(
+    private_redis: RedisServer, ns: str
+) -> None:
+    """A failure the broker has no answer for (here Redis refusing the broker's keys to its
+    user, an operator's ACL mistake) is `500 internal` in the error shape with the request id,
+    in the body and the header, and the keep-alive connection serves the next request (it
+    used to be closed, so the next request on it met a reset)."""
+    broker = start_broker("redis", private_redis.url)
+    data = redis.Redis.from_url(private_redis.url)
+    path = f"/v1/namespaces/{ns}/memory"
+    try:
+        with client_for(broker) as client:
+            assert client.put(f"{path}/k", json={"value": 1}).status_code == 201
+            data.execute_command("ACL", "SETUSER", "default", "resetkeys", "~nothing")
+            try:
+                for value in ("small", "x" * 20_000, "y" * 200_000):
+                    failed = client.put(f"{path}/k", json={"value": value})
+                    assert failed.status_code == 500, failed.text
+                    error = failed.json()["error"]
+                    assert error["code"] == "internal"
+                    assert error["request_id"] == failed.headers["x-request-id"]
+            finally:
+                data.execute_command("ACL", "SETUSER", "default", "allkeys")
+            assert client.get(f"{path}/k").json()["value"] == 1
+    finally:
+        data.close()
+        broker.stop()
