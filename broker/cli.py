@@ -11,6 +11,7 @@ import os
 import secrets
 import socket
 import sys
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,17 +34,36 @@ _OPERATOR = Principal(subject="cli", grants=(), superuser=True)
 _OPERATOR_ACTOR = actor_fields(_OPERATOR)
 
 
+# What each command's --help shows under "example:", as `memp`'s commands do.
+_EXAMPLES = {
+    "serve": ["memp-broker serve                      # embedded store, http://127.0.0.1:8080",
+              "MEMP_ADMIN_KEY=... memp-broker serve --redis-url redis://127.0.0.1:6379/0 "
+              "--workers auto"],
+    "keys": ["MEMP_REDIS_URL=redis://127.0.0.1:6379/0 memp-broker keys list"],
+    "create": ["memp-broker keys create --namespace 'acme-*' --permissions read,write"],
+    "list": ["memp-broker keys list"],
+    "revoke": ["memp-broker keys revoke KEY_ID"],
+}
+
+
+def _epilog(command: str, text: str = "") -> str:
+    lines = "\n".join(f"  {line}" for line in _EXAMPLES[command])
+    return (textwrap.fill(text, 79) + "\n\n" if text else "") + f"example:\n{lines}"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memp-broker", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    raw = argparse.RawDescriptionHelpFormatter
     serve = commands.add_parser(
-        "serve", help="run the broker",
-        epilog="Every setting is also an environment variable MEMP_<NAME> (README, "
-               "Configuration). Fair share (docs/limits.md): MEMP_AGENT_WRITES_PER_SECOND and "
-               "MEMP_AGENT_READS_PER_SECOND (each agent's own rate in each namespace, bursts "
-               "MEMP_AGENT_WRITE_BURST and MEMP_AGENT_READ_BURST), MEMP_MAX_STREAMS_PER_TOKEN "
-               "(open streams per credential), MEMP_STREAM_LEASE_SECONDS, MEMP_RATE_LIMIT_HOLD_MS; "
-               "0 is no limit.")
+        "serve", help="run the broker", formatter_class=raw,
+        epilog=_epilog("serve",
+                       "Every setting is also an environment variable MEMP_<NAME> (README, "
+                       "Configuration). Fair share (docs/limits.md): MEMP_AGENT_WRITES_PER_SECOND "
+                       "and MEMP_AGENT_READS_PER_SECOND (each agent's own rate in each "
+                       "namespace, bursts MEMP_AGENT_WRITE_BURST and MEMP_AGENT_READ_BURST), "
+                       "MEMP_MAX_STREAMS_PER_TOKEN (open streams per credential), "
+                       "MEMP_STREAM_LEASE_SECONDS, MEMP_RATE_LIMIT_HOLD_MS; 0 is no limit."))
     serve.add_argument("--host", help="address to listen on (MEMP_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (MEMP_PORT, default 8080)")
     serve.add_argument(
@@ -73,17 +93,21 @@ def _parser() -> argparse.ArgumentParser:
                        help="text lines, or one JSON object per line (MEMP_LOG_FORMAT, "
                             "default text)")
 
-    keys = commands.add_parser("keys", help="manage API keys (needs MEMP_REDIS_URL)")
+    keys = commands.add_parser("keys", help="manage API keys (needs MEMP_REDIS_URL)",
+                               formatter_class=raw, epilog=_epilog("keys"))
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
-    create = key_commands.add_parser("create", help="create an API key and print it once")
+    create = key_commands.add_parser("create", help="create an API key and print it once",
+                                     formatter_class=raw, epilog=_epilog("create"))
     create.add_argument("--namespace", action="append", required=True,
                         help="namespace glob the key may use (repeatable), e.g. 'acme-*'")
     create.add_argument("--permissions", default="read,write,subscribe",
                         help=f"comma-separated, from {', '.join(PERMISSIONS)}")
     create.add_argument("--name", default="")
     create.add_argument("--agent-id", help="bind the key to a registered agent")
-    key_commands.add_parser("list", help="list API keys (never the keys themselves)")
-    revoke = key_commands.add_parser("revoke", help="revoke an API key by id")
+    key_commands.add_parser("list", help="list API keys (never the keys themselves)",
+                            formatter_class=raw, epilog=_epilog("list"))
+    revoke = key_commands.add_parser("revoke", help="revoke an API key by id",
+                                     formatter_class=raw, epilog=_epilog("revoke"))
     revoke.add_argument("key_id")
     return parser
 

@@ -56,6 +56,15 @@ def assert_one_line_failure(result: subprocess.CompletedProcess[str], code: int,
 # ---- serve ----
 
 
+@pytest.mark.parametrize("command", [pytest.param(c, id=" ".join(c)) for c in (
+    ["serve"], ["keys"], ["keys", "create"], ["keys", "list"], ["keys", "revoke"])])
+def test_every_command_shows_an_example_in_its_help(command: list[str]) -> None:
+    result = run_cli(*command, "--help")
+    assert result.returncode == 0, result.stderr
+    example = result.stdout.split("\nexample:\n", 1)[1]
+    assert f"memp-broker {' '.join(command)}" in example
+
+
 def test_serve_help_names_its_options() -> None:
     result = run_cli("serve", "--help")
     assert result.returncode == 0
