@@ -202,6 +202,11 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
         # to show. In production mode no key is ever made up or printed.
         settings = replace(settings, admin_key=f"memp_admin_{secrets.token_urlsafe(24)}")
         print(f"memp-broker: admin key for this run: {settings.admin_key}", flush=True)
+    elif not (settings.admin_key or settings.jwt_secret or settings.jwt_public_key):
+        # Otherwise a first start on Redis answers every request 401 with no word why.
+        print("memp-broker: no MEMP_ADMIN_KEY and no JWT key: the only tokens are API keys "
+              "made with `memp-broker keys create --namespace NS` (README, Authentication)",
+              flush=True)
     options: dict[str, Any] = dict(
         host=settings.host, port=settings.port, log_config=log_config, log_level=log_level,
         access_log=False, proxy_headers=False, timeout_graceful_shutdown=10,

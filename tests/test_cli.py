@@ -248,7 +248,12 @@ def test_serve_in_production_mode_prints_no_admin_key(
 
     port = free_port()
     _, lines = serve_process(MEMP_PORT=str(port), MEMP_REDIS_URL=redis_url)
-    assert len(lines) == 1 and "admin key" not in lines[0] and "memp_admin_" not in lines[0]
+    output = "".join(lines)
+    assert "admin key for this run" not in output and "memp_admin_" not in output
+    # With no token configured at all, every request would be 401: serve says where tokens
+    # come from, before it says where it listens.
+    assert len(lines) == 2 and "listening on" in lines[1]
+    assert "no MEMP_ADMIN_KEY" in lines[0] and "memp-broker keys create" in lines[0]
 
 
 # ---- what the CLI loads ----
@@ -378,3 +383,4 @@ def test_keys_failures_are_one_line(args: list[str], env: dict[str, str], code: 
     result = run_cli("keys", *args, **env)
     assert_one_line_failure(result, code, reason)
     assert result.stdout == ""
+
