@@ -81,10 +81,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, "invalid_request")
     message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
-    headers = {}
+    headers, details = {}, {}
+    if exc.status_code == 404:  # whoever opens the broker's root in a browser learns where to go
+        details["api_reference"] = "/docs"
     if exc.status_code == 405:
         headers["Allow"] = ", ".join(_allowed_methods(request))
-    return error_response(MempError(code, message, headers=headers))
+    return error_response(MempError(code, message, details, headers=headers))
 
 
 def _allowed_methods(request: Request) -> list[str]:

@@ -13,6 +13,7 @@ from broker.agents import AgentService
 from broker.auth import Principal
 from broker.clock import Clock
 from broker.errors import MempError
+from broker.grammar import NAMESPACE_RE
 from broker.memory import MemoryService, Proposed, PutOptions, entry_warnings
 from broker.models import (
     AgentGetMessage,
@@ -157,5 +158,10 @@ class MessageHandler:
         }
 
     def error_reply(self, error: MempError, message: AnyMessage | None) -> dict[str, Any]:
-        """The error reply to `message` (None when it could not be decoded)."""
-        return self.reply("error", message, **error.body())
+        """The error reply to `message` (None when it could not be decoded), naming its
+        namespace when that is one."""
+        reply = self.reply("error", message, **error.body())
+        namespace = reply["namespace"]
+        if not (isinstance(namespace, str) and NAMESPACE_RE.fullmatch(namespace)):
+            reply["namespace"] = None
+        return reply

@@ -17,7 +17,7 @@ import httpx
 import msgspec
 import pytest
 
-from tests.conftest import Broker, start_broker
+from tests.conftest import ADMIN_KEY, Broker, start_broker
 
 JSON = "application/json"
 SEED_KEY = "seed/item"
@@ -1112,3 +1112,17 @@ def test_non_ascii_digits_are_refused_not_a_500(admin: httpx.Client, ns: str,
         assert response.status_code == 400, (response.request.url, response.text)
         assert response.json()["error"]["code"] == "invalid_request"
     assert admin.get(key).json()["value"] == 1
+
+
+@pytest.mark.parametrize("path", ["/", "/v1", "/v1/nope"])
+def test_an_unknown_path_points_to_the_api_reference(broker: Broker, path: str) -> None:
+    """A new user opening the broker's root (or any path it does not serve), with or without
+    a token, is told where the API reference is."""
+    for token in (None, ADMIN_KEY):
+        with broker.client(token) as client:
+            response = client.get(path)
+        assert response.status_code == 404, response.text
+        error = response.json()["error"]
+        # The console tells a missing route by this very message (docs/console.md).
+        assert (error["code"], error["message"]) == ("not_found", "no such endpoint")
+        assert error["details"] == {"api_reference": "/docs"}

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from broker.grammar import NAMESPACE_RE
 from tests.conftest import Broker
 
 ENVELOPE = {"memp", "type", "id", "reply_to", "timestamp", "namespace"}
@@ -47,8 +48,10 @@ def check_envelope(reply: dict[str, Any], sent: dict[str, Any]) -> None:
     assert reply["id"] != sent.get("id")
     assert reply["reply_to"] == sent.get("id")
     assert isinstance(reply["timestamp"], int) and reply["timestamp"] > 0
-    # Errors too: a reply names the namespace of the message it answers.
-    assert reply["namespace"] == sent.get("namespace")
+    # Errors too: a reply names the namespace of the message it answers, when it is one.
+    named = sent.get("namespace")
+    valid = isinstance(named, str) and NAMESPACE_RE.fullmatch(named)
+    assert reply["namespace"] == (named if valid else None)
 
 
 def error_code(reply: dict[str, Any]) -> str:
