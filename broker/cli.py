@@ -253,7 +253,6 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
             if not await store.delete_api_key(args.key_id):
                 print(f"memp-broker: no API key {args.key_id}", file=sys.stderr)
                 return 1
-            await store.announce_revocation(f"key:{args.key_id}")
             for record in revoked:
                 await audit.record_for_grants(record.grants, "key-revoke", _OPERATOR_ACTOR,
                                               {"key": record.id})

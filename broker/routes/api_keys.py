@@ -54,9 +54,10 @@ async def revoke_key(request: Request) -> Response:
     record = records.get(key_id)
     if record is None or not _visible(principal, record):
         raise MempError("not_found", f"no API key {key_id!r}")
-    await store.delete_api_key(key_id)
-    request.app.state.auth.forget()
-    await store.announce_revocation(f"key:{key_id}")
+    try:
+        await store.delete_api_key(key_id)  # announced to every process, confirmed or not
+    finally:  # and in effect here at once, even when it is answered 503 (not confirmed)
+        request.app.state.auth.forget()
     await request.app.state.audit.record_for_grants(
         record.grants, "key-revoke", actor_fields(principal), {"key": key_id})
     return Response(status_code=204)

@@ -12,11 +12,12 @@ from broker.storage import layout
 from broker.storage.client import Redis, read_stream, text
 
 Kind = Literal["subscribed", "namespace", "revoked"]
+Announced = Literal["namespace", "revoked"]
 Bulletin = tuple[Kind, str, str]  # kind, subject, position in the stream
 KEEP = 10_000  # announcements kept (approximately)
 
 
-async def announce(client: Redis, kind: Literal["namespace", "revoked"], subject: str) -> None:
+async def announce(client: Redis, kind: Announced, subject: str) -> None:
     await client.xadd(layout.bulletins(), {"kind": kind, "subject": subject}, maxlen=KEEP,
                       approximate=True)
 

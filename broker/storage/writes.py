@@ -1,0 +1,73 @@
+"""Writes of the records beside entries (namespace configuration, schemas, API keys, agents'
+homes and removals): plain commands sent as one atomic script call, so they wait for replicas
+as entry writes do (`MEMP_WRITE_REPLICAS`, `Backend.run(..., durable=True)`) on one server,
+Sentinel and Cluster alike, and what they change is announced to every broker process even
+when replicas did not confirm it in time (the write was applied all the same)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from broker.storage import bulletins, scripts
+from broker.storage.client import Backend, NotReplicated, ScriptCall
+from broker.storage.scripts import Fields
+
+WRITE_KEYS = Fields("write_keys", (), rest="keys", counted=False)
+WRITE_GUARD = Fields("write_guard", ("check",), rest="expected")
+WRITE_COMMAND = Fields("write_command", ("name",), rest="args")
+
+Command = tuple[Any, ...]  # name, key, the arguments after the key
+Announcement = tuple[bulletins.Announced, str]  # kind, subject
+
+
+@dataclass(frozen=True)
+class Holds:
+    """A write's condition: its first key holds `value` (None: the key does not exist)."""
+
+    value: bytes | None
+
+
+class RecordWriter:
+    """Sends commands as atomic, replicated-acknowledged writes."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._script = scripts.register(backend.redis, ["write.lua"],
+                                        [WRITE_KEYS, WRITE_GUARD, WRITE_COMMAND])
+
+    def call(self, *commands: Command, only_if: Holds | None = None) -> ScriptCall:
+        """One atomic write of `commands`, whose keys share a hash slot; with `only_if`, it
+        runs only if that holds, else its reply is None."""
+        args: list[Any] = WRITE_GUARD.pack(
+            check=int(only_if is not None),
+            expected=[only_if.value] if only_if is not None and only_if.value is not None
+            else None)
+        for name, _key, *rest in commands:
+            args += WRITE_COMMAND.pack(name=name, args=rest)
+        return self._script, WRITE_KEYS.pack(keys=[c[1] for c in commands]), args
+
+    async def run(self, calls: Sequence[ScriptCall], announce: Announcement | None = None
+                  ) -> list[Any]:
+        """Script calls (`call`s or others), acknowledged once the required replicas have
+        them; then `announce`, also when they were applied but not confirmed in time (the
+        NotReplicated is raised after it)."""
+        try:
+            replies = await self.backend.run(calls, durable=True)
+        except NotReplicated:
+            await self._announce(announce)
+            raise
+        await self._announce(announce)
+        return replies
+
+    async def write(self, *commands: Command, only_if: Holds | None = None,
+                    announce: Announcement | None = None) -> list[Any] | None:
+        """`run` of one `call`: the commands' replies, or None when `only_if` did not hold."""
+        replies: list[Any] | None = (
+            await self.run([self.call(*commands, only_if=only_if)], announce))[0]
+        return replies
+
+    async def _announce(self, announcement: Announcement | None) -> None:
+        if announcement is not None:
+            await bulletins.announce(self.backend.redis, *announcement)
