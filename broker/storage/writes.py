@@ -6,9 +6,9 @@ when replicas did not confirm it in time (the write was applied all the same).""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.storage import bulletins, scripts
 from broker.storage.client import Backend, NotReplicated, ScriptCall
@@ -20,6 +20,7 @@ WRITE_COMMAND = Fields("write_command", ("name",), rest="args")
 
 Command = tuple[Any, ...]  # name, key, the arguments after the key
 Announcement = tuple[bulletins.Announced, str]  # kind, subject
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -71,3 +72,16 @@ class RecordWriter:
     async def _announce(self, announcement: Announcement | None) -> None:
         if announcement is not None:
             await bulletins.announce(self.backend.redis, *announcement)
+
+
+async def settle(write: Awaitable[T], follow_up: Callable[[], Awaitable[object]]) -> T:
+    """Await `write`, then `follow_up` (a cache to drop, an audit record); a write applied but
+    not confirmed by replicas is followed up all the same before its NotReplicated (a 503
+    saying it was applied) is raised."""
+    try:
+        result = await write
+    except NotReplicated:
+        await follow_up()
+        raise
+    await follow_up()
+    return result
