@@ -88,7 +88,8 @@ def test_without_replicas_every_acknowledged_write_says_it_is_applied_but_not_co
     plain = broker_factory("redis")
     base = f"/v1/namespaces/{ns}"
     with waiting.client() as admin, plain.client() as other:
-        reply, started = timed(lambda: admin.put(f"{base}/config", json={"default_ttl_seconds": 60}))
+        reply, started = timed(lambda: admin.put(f"{base}/config",
+                                                 json={"default_ttl_seconds": 60}))
         applied_not_confirmed(reply, started)
         config = other.get(f"{base}/config").json()
         assert config["revision"] == 1 and config["default_ttl_seconds"] == 60
