@@ -13,20 +13,29 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
 from memp._version import __version__
 from memp.client import MEMP
 from memp.errors import ApprovalPending, ConnectionFailed, MempError, SchemaViolationWarning
-from memp.models import Agent, Entry, Event, Grant, NamespaceConfig, to_builtins
+from memp.models import Agent, AuditRecord, Entry, Event, Grant, NamespaceConfig, to_builtins
 from memp.subscription import ConnectionState
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+
+class _Page(Protocol):
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+T = TypeVar("T")
+P = TypeVar("P", bound=_Page)
 
 
 class UsageError(Exception):
@@ -52,11 +61,36 @@ def _short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _table(entries: Iterable[Entry]) -> None:
-    _line(f"{'KEY':<32} {'VERSION':>7}  {'UPDATED':<12}  VALUE")
-    for entry in entries:
-        _line(f"{entry.key:<32} {entry.version:>7}  {_clock(entry.updated_at):<12}  "
-              f"{'(deleted)' if entry.deleted else _short(entry.value)}")
+def _listing(items: Iterable[T], table: bool, header: str, row: Callable[[T], str]) -> None:
+    """Items as a table (`header`, then a `row` each) or as one JSON document a line; items
+    fetched page by page are printed as they come."""
+    if table:
+        _line(header)
+        for item in items:
+            _line(row(item))
+    else:
+        for item in items:
+            _out(to_builtins(item))
+
+
+def _pages(fetch: Callable[[str | None], P], items: Callable[[P], Iterable[T]]) -> Iterator[T]:
+    """Every item of a listing, page after page: `fetch(cursor)` gets a page (with
+    `next_cursor`), `items(page)` what it holds."""
+    cursor = None
+    while True:
+        page = fetch(cursor)
+        yield from items(page)
+        cursor = page.next_cursor
+        if not cursor:
+            return
+
+
+_ENTRY_HEADER = f"{'KEY':<32} {'VERSION':>7}  {'UPDATED':<12}  VALUE"
+
+
+def _entry_row(entry: Entry) -> str:
+    return (f"{entry.key:<32} {entry.version:>7}  {_clock(entry.updated_at):<12}  "
+            f"{'(deleted)' if entry.deleted else _short(entry.value)}")
 
 
 def event_document(event: Event) -> dict[str, Any]:
@@ -114,12 +148,8 @@ def cmd_get(broker: MEMP, args: argparse.Namespace) -> None:
 
 
 def cmd_query(broker: MEMP, args: argparse.Namespace) -> None:
-    entries = broker.memory.query(args.pattern, page_size=args.page_size)
-    if args.table:
-        _table(entries)
-    else:
-        for entry in entries:
-            _out(to_builtins(entry))
+    _listing(broker.memory.query(args.pattern, page_size=args.page_size), args.table,
+             _ENTRY_HEADER, _entry_row)
 
 
 def cmd_delete(broker: MEMP, args: argparse.Namespace) -> None:
@@ -131,20 +161,13 @@ def cmd_delete(broker: MEMP, args: argparse.Namespace) -> None:
 
 
 def cmd_proposals(broker: MEMP, args: argparse.Namespace) -> None:
-    cursor = None
-    if args.table:
-        _line(f"{'ID':<33}  {'STATUS':<8}  {'OP':<6}  {'BY':<24}  KEY")
-    while True:
-        page = broker.proposals.list(status=args.status, key=args.key, cursor=cursor)
-        for proposal in page.proposals:
-            if args.table:
-                _line(f"{proposal.id:<33}  {proposal.status:<8}  {proposal.operation:<6}  "
-                      f"{proposal.proposed_by[:24]:<24}  {proposal.key}")
-            else:
-                _out(to_builtins(proposal))
-        cursor = page.next_cursor
-        if not cursor:
-            return
+    proposals = _pages(lambda cursor: broker.proposals.list(status=args.status, key=args.key,
+                                                            cursor=cursor),
+                       lambda page: page.proposals)
+    _listing(proposals, args.table, f"{'ID':<33}  {'STATUS':<8}  {'OP':<6}  {'BY':<24}  KEY",
+             lambda proposal: f"{proposal.id:<33}  {proposal.status:<8}  "
+                              f"{proposal.operation:<6}  {proposal.proposed_by[:24]:<24}  "
+                              f"{proposal.key}")
 
 
 def cmd_proposal(broker: MEMP, args: argparse.Namespace) -> None:
@@ -183,24 +206,19 @@ def cmd_audit(broker: MEMP, args: argparse.Namespace) -> None:
                  "actor": args.actor, "key": args.key, "action": args.action}
     records = broker.audit.export(**selection) if args.what == "export" or args.limit is None \
         else broker.audit.list(limit=args.limit, **selection).records
-    if args.table:
-        _line(f"{'TIME':<12}  {'ACTION':<14}  {'ACTOR':<24}  {'VERSIONS':<9}  KEY")
-        for record in records:
-            versions = f"{record.version_before or '-'}>{record.version_after or '-'}"
-            _line(f"{_clock(record.at):<12}  {record.action:<14}  {record.actor[:24]:<24}  "
-                  f"{versions:<9}  {record.key or ''}")
-    else:
-        for record in records:
-            _out(to_builtins(record))
+    _listing(records, args.table,
+             f"{'TIME':<12}  {'ACTION':<14}  {'ACTOR':<24}  {'VERSIONS':<9}  KEY", _audit_row)
+
+
+def _audit_row(record: AuditRecord) -> str:
+    versions = f"{record.version_before or '-'}>{record.version_after or '-'}"
+    return (f"{_clock(record.at):<12}  {record.action:<14}  {record.actor[:24]:<24}  "
+            f"{versions:<9}  {record.key or ''}")
 
 
 def cmd_history(broker: MEMP, args: argparse.Namespace) -> None:
-    versions = broker.memory.history(args.key, args.limit)
-    if args.table:
-        _table(versions)
-    else:
-        for entry in versions:
-            _out(to_builtins(entry))
+    _listing(broker.memory.history(args.key, args.limit), args.table, _ENTRY_HEADER,
+             _entry_row)
 
 
 def _say_state(url: str) -> Callable[[ConnectionState], None]:
@@ -291,15 +309,10 @@ def cmd_schema_get(broker: MEMP, args: argparse.Namespace) -> None:
 
 
 def cmd_schema_list(broker: MEMP, args: argparse.Namespace) -> None:
-    records = broker.schemas.list()
-    if args.table:
-        _line(f"{'ID':<24}  {'PATTERN':<32}  {'ENFORCE':<7}  DRAFT")
-        for record in records:
-            _line(f"{record.id:<24}  {record.pattern:<32}  "
-                  f"{'yes' if record.enforce else 'no':<7}  {record.draft}")
-    else:
-        for record in records:
-            _out(to_builtins(record))
+    _listing(broker.schemas.list(), args.table,
+             f"{'ID':<24}  {'PATTERN':<32}  {'ENFORCE':<7}  DRAFT",
+             lambda record: f"{record.id:<24}  {record.pattern:<32}  "
+                            f"{'yes' if record.enforce else 'no':<7}  {record.draft}")
 
 
 def cmd_schema_delete(broker: MEMP, args: argparse.Namespace) -> None:
@@ -307,14 +320,8 @@ def cmd_schema_delete(broker: MEMP, args: argparse.Namespace) -> None:
     print(f"deleted schema {args.schema_id}", file=sys.stderr)
 
 
-def _agents(broker: MEMP) -> Iterable[Agent]:
-    cursor = None
-    while True:
-        page = broker.agents.list(cursor=cursor)
-        yield from page.agents
-        cursor = page.next_cursor
-        if cursor is None:
-            return
+def _agents(broker: MEMP) -> Iterator[Agent]:
+    return _pages(lambda cursor: broker.agents.list(cursor=cursor), lambda page: page.agents)
 
 
 def cmd_register(broker: MEMP, args: argparse.Namespace) -> None:
@@ -338,15 +345,10 @@ def cmd_register(broker: MEMP, args: argparse.Namespace) -> None:
 
 
 def cmd_agents_list(broker: MEMP, args: argparse.Namespace) -> None:
-    agents = list(_agents(broker))
-    if args.table:
-        _line(f"{'ID':<36}  {'NAME':<24}  {'FRAMEWORK':<12}  LAST SEEN")
-        for agent in agents:
-            _line(f"{agent.id:<36}  {agent.name[:24]:<24}  {agent.framework[:12]:<12}  "
-                  f"{_clock(agent.last_seen)}")
-    else:
-        for agent in agents:
-            _out(to_builtins(agent))
+    _listing(list(_agents(broker)), args.table,
+             f"{'ID':<36}  {'NAME':<24}  {'FRAMEWORK':<12}  LAST SEEN",
+             lambda agent: f"{agent.id:<36}  {agent.name[:24]:<24}  "
+                           f"{agent.framework[:12]:<12}  {_clock(agent.last_seen)}")
 
 
 def cmd_agents_get(broker: MEMP, args: argparse.Namespace) -> None:
@@ -374,15 +376,10 @@ def cmd_keys_create(broker: MEMP, args: argparse.Namespace) -> None:
 
 
 def cmd_keys_list(broker: MEMP, args: argparse.Namespace) -> None:
-    keys = broker.keys.list()
-    if args.table:
-        _line(f"{'ID':<36}  {'NAME':<24}  GRANTS")
-        for key in keys:
-            grants = " ".join(f"{g.namespace}={','.join(g.permissions)}" for g in key.grants)
-            _line(f"{key.id:<36}  {key.name[:24]:<24}  {grants}")
-    else:
-        for key in keys:
-            _out(to_builtins(key))
+    _listing(broker.keys.list(), args.table, f"{'ID':<36}  {'NAME':<24}  GRANTS",
+             lambda key: f"{key.id:<36}  {key.name[:24]:<24}  "
+                         + " ".join(f"{g.namespace}={','.join(g.permissions)}"
+                                    for g in key.grants))
 
 
 def cmd_keys_revoke(broker: MEMP, args: argparse.Namespace) -> None:
