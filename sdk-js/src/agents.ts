@@ -1,6 +1,5 @@
 /** Agents of a namespace (`client.agents`) and protocol message batches (`client.messages`). */
 
-import type { MEMP } from './client.js'
 import { errorFromReply, type MempError } from './errors.js'
 import {
   toAgent,
@@ -13,6 +12,7 @@ import {
   type WireCredentials,
   type WireEntry,
 } from './models.js'
+import { namespacePath, pageQuery, type ClientScope, type PageOptions } from './paths.js'
 import { messageId, type CallOptions, type Transport } from './transport.js'
 
 /** One page of agents, in registration order; pass `nextCursor` back as `cursor`. */
@@ -25,28 +25,26 @@ export interface AgentPage {
 export class Agents {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   async get(agentId: string, options: CallOptions = {}): Promise<Agent> {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'GET',
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents/${encodeURIComponent(agentId)}`,
+      path: namespacePath(namespace, 'agents', agentId),
       idempotent: true,
       signal: options.signal,
     })
     return toAgent(reply.body as WireAgent)
   }
 
-  async list(
-    options: CallOptions & { cursor?: string | null | undefined; limit?: number | undefined } = {},
-  ): Promise<AgentPage> {
+  async list(options: PageOptions = {}): Promise<AgentPage> {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'GET',
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents`,
-      query: { cursor: options.cursor ?? undefined, limit: options.limit },
+      path: namespacePath(namespace, 'agents'),
+      query: pageQuery(options),
       idempotent: true,
       signal: options.signal,
     })
@@ -59,7 +57,7 @@ export class Agents {
     const namespace = this.client.requireNamespace(options.namespace)
     await this.transport.send({
       method: 'DELETE',
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents/${encodeURIComponent(agentId)}`,
+      path: namespacePath(namespace, 'agents', agentId),
       idempotent: false,
       signal: options.signal,
     })
@@ -149,7 +147,7 @@ function toReply(wire: WireReply): MessageReply {
 export class Messages {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   /** Run the messages in order, one reply each; an `error` reply does not stop the rest. */

@@ -3,8 +3,8 @@
  * (`client.audit`); the broker's docs/governance.md. Field names are the broker's (snake_case).
  */
 
-import type { MEMP } from './client.js'
 import { toEntry, type Entry, type WireEntry } from './models.js'
+import { namespacePath, pageQuery, type ClientScope, type PageOptions } from './paths.js'
 import type { CallOptions, Transport } from './transport.js'
 
 export type ProposalStatus = 'pending' | 'approved' | 'rejected' | 'expired'
@@ -91,36 +91,26 @@ function bound(value: Bound | undefined): string | number | undefined {
   return value instanceof Date ? value.getTime() : value
 }
 
-function path(namespace: string, ...rest: string[]): string {
-  return `/v1/namespaces/${[namespace, ...rest].map(encodeURIComponent).join('/')}`
-}
-
 /** Gated writes of the client's namespace: holders of `review` see and decide all of them;
  * a writer sees its own. */
 export class Proposals {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   /** One page, newest first; pass `next_cursor` back as `cursor`. */
   async list(
-    options: CallOptions & {
-      status?: ProposalStatus | undefined
-      key?: string | undefined
-      cursor?: string | null | undefined
-      limit?: number | undefined
-    } = {},
+    options: PageOptions & { status?: ProposalStatus | undefined; key?: string | undefined } = {},
   ): Promise<ProposalPage> {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'GET',
-      path: path(namespace, 'proposals'),
+      path: namespacePath(namespace, 'proposals'),
       query: {
         status: options.status,
         key: options.key,
-        cursor: options.cursor ?? undefined,
-        limit: options.limit,
+        ...pageQuery(options),
       },
       idempotent: true,
       signal: options.signal,
@@ -133,7 +123,7 @@ export class Proposals {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'GET',
-      path: path(namespace, 'proposals', proposalId),
+      path: namespacePath(namespace, 'proposals', proposalId),
       idempotent: true,
       signal: options.signal,
     })
@@ -152,7 +142,7 @@ export class Proposals {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'POST',
-      path: path(namespace, 'proposals', proposalId, 'approve'),
+      path: namespacePath(namespace, 'proposals', proposalId, 'approve'),
       body: options.baseVersion == null ? {} : { base_version: options.baseVersion },
       idempotent: false,
       signal: options.signal,
@@ -166,7 +156,7 @@ export class Proposals {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'POST',
-      path: path(namespace, 'proposals', proposalId, 'reject'),
+      path: namespacePath(namespace, 'proposals', proposalId, 'reject'),
       body: { reason },
       idempotent: false,
       signal: options.signal,
@@ -179,26 +169,24 @@ export class Proposals {
 export class Audit {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   /** One page, newest first; pass `next_cursor` back as `cursor`. */
   async list(
-    options: CallOptions &
-      AuditFilter & { cursor?: string | null | undefined; limit?: number | undefined } = {},
+    options: PageOptions & AuditFilter = {},
   ): Promise<AuditPage> {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'GET',
-      path: path(namespace, 'audit'),
+      path: namespacePath(namespace, 'audit'),
       query: {
         since: bound(options.since),
         until: bound(options.until),
         actor: options.actor,
         key: options.key,
         action: options.action,
-        cursor: options.cursor ?? undefined,
-        limit: options.limit,
+        ...pageQuery(options),
       },
       idempotent: true,
       signal: options.signal,
@@ -223,7 +211,7 @@ export class Audit {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'GET',
-      path: path(namespace, 'audit', 'verify'),
+      path: namespacePath(namespace, 'audit', 'verify'),
       idempotent: true,
       signal: options.signal,
     })

@@ -1,6 +1,6 @@
 /** Namespace configuration and JSON Schemas (`client.namespaces`, `client.schemas`). */
 
-import type { MEMP } from './client.js'
+import { namespacePath, type ClientScope } from './paths.js'
 import type { CallOptions, Transport } from './transport.js'
 
 export type Strategy = 'last-write-wins' | 'agent-priority' | 'merge'
@@ -109,15 +109,11 @@ const CONFIG_FIELDS = [
   'allow_self_approval',
 ] as const
 
-function path(namespace: string, ...rest: string[]): string {
-  return ['/v1/namespaces', namespace, ...rest].map((p, i) => (i ? encodeURIComponent(p) : p)).join('/')
-}
-
 /** Namespace configuration (needs `admin` on the namespace). */
 export class Namespaces {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   /** The configuration, with its `revision` (0 and the defaults if never set). */
@@ -125,7 +121,7 @@ export class Namespaces {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'GET',
-      path: path(namespace, 'config'),
+      path: namespacePath(namespace, 'config'),
       idempotent: true,
       signal: options.signal,
     })
@@ -138,7 +134,7 @@ export class Namespaces {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'GET',
-      path: path(namespace, 'usage'),
+      path: namespacePath(namespace, 'usage'),
       idempotent: true,
       signal: options.signal,
     })
@@ -158,7 +154,7 @@ export class Namespaces {
     if (options.ifRevision !== undefined) headers['If-Match'] = `"${options.ifRevision}"`
     const reply = await this.transport.send({
       method: 'PUT',
-      path: path(namespace, 'config'),
+      path: namespacePath(namespace, 'config'),
       body,
       headers,
       idempotent: options.ifRevision === undefined,
@@ -188,7 +184,7 @@ export class Namespaces {
 export class Schemas {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   /** Register (or replace) schema `id` for keys matching `pattern`. */
@@ -201,7 +197,7 @@ export class Schemas {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'PUT',
-      path: path(namespace, 'schemas', id),
+      path: namespacePath(namespace, 'schemas', id),
       body: { pattern, schema, enforce: options.enforce ?? false },
       idempotent: true,
       signal: options.signal,
@@ -213,7 +209,7 @@ export class Schemas {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'GET',
-      path: path(namespace, 'schemas', id),
+      path: namespacePath(namespace, 'schemas', id),
       idempotent: true,
       signal: options.signal,
     })
@@ -224,7 +220,7 @@ export class Schemas {
     const namespace = this.client.requireNamespace(options.namespace)
     await this.transport.send({
       method: 'DELETE',
-      path: path(namespace, 'schemas', id),
+      path: namespacePath(namespace, 'schemas', id),
       idempotent: false,
       signal: options.signal,
     })
@@ -234,7 +230,7 @@ export class Schemas {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'GET',
-      path: path(namespace, 'schemas'),
+      path: namespacePath(namespace, 'schemas'),
       idempotent: true,
       signal: options.signal,
     })

@@ -284,6 +284,21 @@ function isObject(value) {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
+// src/paths.ts
+function namespacePath(namespace, ...rest) {
+  if (namespace === "." || namespace === ".." || namespace.includes("/")) {
+    throw new InvalidRequestError(`namespace ${JSON.stringify(namespace)} is not a namespace`, {
+      code: "invalid_namespace",
+      status: 400,
+      details: { namespace }
+    });
+  }
+  return ["/v1/namespaces", namespace, ...rest].map((p, i) => i ? encodeURIComponent(p) : p).join("/");
+}
+function pageQuery(options) {
+  return { cursor: options.cursor ?? void 0, limit: options.limit };
+}
+
 // src/trust.ts
 function fetchTrusting(ca, file) {
   let ready;
@@ -401,7 +416,7 @@ var Transport = class {
     this.config = config;
   }
   config;
-  url(path3, query) {
+  url(path, query) {
     let search = "";
     if (query instanceof URLSearchParams) {
       search = query.toString();
@@ -412,7 +427,7 @@ var Transport = class {
       }
       search = params.toString();
     }
-    return this.config.baseUrl + path3 + (search ? `?${search}` : "");
+    return this.config.baseUrl + path + (search ? `?${search}` : "");
   }
   headers(extra = {}) {
     const headers = { Accept: "application/json", ...extra };
@@ -578,7 +593,7 @@ var Agents = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents/${encodeURIComponent(agentId)}`,
+      path: namespacePath(namespace, "agents", agentId),
       idempotent: true,
       signal: options.signal
     });
@@ -588,8 +603,8 @@ var Agents = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents`,
-      query: { cursor: options.cursor ?? void 0, limit: options.limit },
+      path: namespacePath(namespace, "agents"),
+      query: pageQuery(options),
       idempotent: true,
       signal: options.signal
     });
@@ -601,7 +616,7 @@ var Agents = class {
     const namespace = this.client.requireNamespace(options.namespace);
     await this.transport.send({
       method: "DELETE",
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents/${encodeURIComponent(agentId)}`,
+      path: namespacePath(namespace, "agents", agentId),
       idempotent: false,
       signal: options.signal
     });
@@ -655,9 +670,6 @@ var Messages = class {
 function bound(value) {
   return value instanceof Date ? value.getTime() : value;
 }
-function path(namespace, ...rest) {
-  return `/v1/namespaces/${[namespace, ...rest].map(encodeURIComponent).join("/")}`;
-}
 var Proposals = class {
   constructor(transport, client) {
     this.transport = transport;
@@ -670,12 +682,11 @@ var Proposals = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path(namespace, "proposals"),
+      path: namespacePath(namespace, "proposals"),
       query: {
         status: options.status,
         key: options.key,
-        cursor: options.cursor ?? void 0,
-        limit: options.limit
+        ...pageQuery(options)
       },
       idempotent: true,
       signal: options.signal
@@ -687,7 +698,7 @@ var Proposals = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path(namespace, "proposals", proposalId),
+      path: namespacePath(namespace, "proposals", proposalId),
       idempotent: true,
       signal: options.signal
     });
@@ -702,7 +713,7 @@ var Proposals = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "POST",
-      path: path(namespace, "proposals", proposalId, "approve"),
+      path: namespacePath(namespace, "proposals", proposalId, "approve"),
       body: options.baseVersion == null ? {} : { base_version: options.baseVersion },
       idempotent: false,
       signal: options.signal
@@ -715,7 +726,7 @@ var Proposals = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "POST",
-      path: path(namespace, "proposals", proposalId, "reject"),
+      path: namespacePath(namespace, "proposals", proposalId, "reject"),
       body: { reason },
       idempotent: false,
       signal: options.signal
@@ -735,15 +746,14 @@ var Audit = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path(namespace, "audit"),
+      path: namespacePath(namespace, "audit"),
       query: {
         since: bound(options.since),
         until: bound(options.until),
         actor: options.actor,
         key: options.key,
         action: options.action,
-        cursor: options.cursor ?? void 0,
-        limit: options.limit
+        ...pageQuery(options)
       },
       idempotent: true,
       signal: options.signal
@@ -766,7 +776,7 @@ var Audit = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path(namespace, "audit", "verify"),
+      path: namespacePath(namespace, "audit", "verify"),
       idempotent: true,
       signal: options.signal
     });
@@ -793,10 +803,10 @@ var Amp = class {
     const acting = agent ?? this.client.agent?.id;
     return acting ? { "X-AMP-Agent-ID": acting } : {};
   }
-  async call(method, path3, options, body, idempotent = false) {
+  async call(method, path, options, body, idempotent = false) {
     const reply = await this.transport.send({
       method,
-      path: path3,
+      path,
       body,
       headers: this.headers(options.agent),
       idempotent,
@@ -903,9 +913,6 @@ var CONFIG_FIELDS = [
   "limits",
   "allow_self_approval"
 ];
-function path2(namespace, ...rest) {
-  return ["/v1/namespaces", namespace, ...rest].map((p, i) => i ? encodeURIComponent(p) : p).join("/");
-}
 var Namespaces = class {
   constructor(transport, client) {
     this.transport = transport;
@@ -918,7 +925,7 @@ var Namespaces = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path2(namespace, "config"),
+      path: namespacePath(namespace, "config"),
       idempotent: true,
       signal: options.signal
     });
@@ -930,7 +937,7 @@ var Namespaces = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path2(namespace, "usage"),
+      path: namespacePath(namespace, "usage"),
       idempotent: true,
       signal: options.signal
     });
@@ -946,7 +953,7 @@ var Namespaces = class {
     if (options.ifRevision !== void 0) headers["If-Match"] = `"${options.ifRevision}"`;
     const reply = await this.transport.send({
       method: "PUT",
-      path: path2(namespace, "config"),
+      path: namespacePath(namespace, "config"),
       body,
       headers,
       idempotent: options.ifRevision === void 0,
@@ -983,7 +990,7 @@ var Schemas = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "PUT",
-      path: path2(namespace, "schemas", id),
+      path: namespacePath(namespace, "schemas", id),
       body: { pattern, schema, enforce: options.enforce ?? false },
       idempotent: true,
       signal: options.signal
@@ -994,7 +1001,7 @@ var Schemas = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path2(namespace, "schemas", id),
+      path: namespacePath(namespace, "schemas", id),
       idempotent: true,
       signal: options.signal
     });
@@ -1004,7 +1011,7 @@ var Schemas = class {
     const namespace = this.client.requireNamespace(options.namespace);
     await this.transport.send({
       method: "DELETE",
-      path: path2(namespace, "schemas", id),
+      path: namespacePath(namespace, "schemas", id),
       idempotent: false,
       signal: options.signal
     });
@@ -1013,7 +1020,7 @@ var Schemas = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "GET",
-      path: path2(namespace, "schemas"),
+      path: namespacePath(namespace, "schemas"),
       idempotent: true,
       signal: options.signal
     });
@@ -1610,16 +1617,6 @@ function entryPath(kind, namespace, key) {
   }
   return `${namespacePath(namespace)}/${kind}/${segments.map(encodeURIComponent).join("/")}`;
 }
-function namespacePath(namespace) {
-  if (namespace === "." || namespace === ".." || namespace.includes("/")) {
-    throw new InvalidRequestError(`namespace ${JSON.stringify(namespace)} is not a namespace`, {
-      code: "invalid_namespace",
-      status: 400,
-      details: { namespace }
-    });
-  }
-  return `/v1/namespaces/${encodeURIComponent(namespace)}`;
-}
 function millis(timestamp) {
   return timestamp instanceof Date ? timestamp.getTime() : timestamp;
 }
@@ -1688,7 +1685,7 @@ var Memory = class {
     const reply = await this.transport.send({
       method: "GET",
       path: `${namespacePath(namespace)}/memory`,
-      query: { pattern, cursor: options.cursor ?? void 0, limit: options.limit },
+      query: { pattern, ...pageQuery(options) },
       idempotent: true,
       signal: options.signal
     });
