@@ -12,7 +12,7 @@ import {
   type WireCredentials,
   type WireEntry,
 } from './models.js'
-import { namespacePath, pageQuery, type ClientScope, type PageOptions } from './paths.js'
+import { getResource, namespacePath, pageQuery, type ClientScope, type PageOptions } from './resources.js'
 import { messageId, type CallOptions, type Transport } from './transport.js'
 
 /** One page of agents, in registration order; pass `nextCursor` back as `cursor`. */
@@ -29,26 +29,14 @@ export class Agents {
   ) {}
 
   async get(agentId: string, options: CallOptions = {}): Promise<Agent> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: namespacePath(namespace, 'agents', agentId),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return toAgent(reply.body as WireAgent)
+    return toAgent((await getResource(this.transport, this.client, options, ['agents', agentId])) as WireAgent)
   }
 
   async list(options: PageOptions = {}): Promise<AgentPage> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: namespacePath(namespace, 'agents'),
-      query: pageQuery(options),
-      idempotent: true,
-      signal: options.signal,
-    })
-    const body = reply.body as { agents: WireAgent[]; next_cursor?: string | null }
+    const body = (await getResource(this.transport, this.client, options, ['agents'], pageQuery(options))) as {
+      agents: WireAgent[]
+      next_cursor?: string | null
+    }
     return { agents: body.agents.map(toAgent), nextCursor: body.next_cursor ?? null }
   }
 

@@ -5,7 +5,7 @@
  * gateway with the `impersonate` permission).
  */
 
-import type { ClientScope } from './paths.js'
+import type { ClientScope } from './resources.js'
 import type { Transport } from './transport.js'
 
 export type MemoryType = 'episodic' | 'semantic' | 'procedural'

@@ -23,7 +23,7 @@ import {
   type WireCredentials,
   type WireEntry,
 } from './models.js'
-import { namespacePath, pageQuery, type PageOptions } from './paths.js'
+import { namespacePath, pageQuery, type PageOptions } from './resources.js'
 import { QueryResult } from './query.js'
 import { StreamState, Subscription, type SubscribeOptions } from './subscription.js'
 import {

@@ -4,7 +4,7 @@
  */
 
 import { toEntry, type Entry, type WireEntry } from './models.js'
-import { namespacePath, pageQuery, type ClientScope, type PageOptions } from './paths.js'
+import { getResource, namespacePath, pageQuery, type ClientScope, type PageOptions } from './resources.js'
 import type { CallOptions, Transport } from './transport.js'
 
 export type ProposalStatus = 'pending' | 'approved' | 'rejected' | 'expired'
@@ -103,31 +103,13 @@ export class Proposals {
   async list(
     options: PageOptions & { status?: ProposalStatus | undefined; key?: string | undefined } = {},
   ): Promise<ProposalPage> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: namespacePath(namespace, 'proposals'),
-      query: {
-        status: options.status,
-        key: options.key,
-        ...pageQuery(options),
-      },
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as ProposalPage
+    const query = { status: options.status, key: options.key, ...pageQuery(options) }
+    return (await getResource(this.transport, this.client, options, ['proposals'], query)) as ProposalPage
   }
 
   /** A proposal with its diff. */
   async get(proposalId: string, options: CallOptions = {}): Promise<Proposal> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: namespacePath(namespace, 'proposals', proposalId),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as Proposal
+    return (await getResource(this.transport, this.client, options, ['proposals', proposalId])) as Proposal
   }
 
   /**
@@ -176,22 +158,15 @@ export class Audit {
   async list(
     options: PageOptions & AuditFilter = {},
   ): Promise<AuditPage> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: namespacePath(namespace, 'audit'),
-      query: {
-        since: bound(options.since),
-        until: bound(options.until),
-        actor: options.actor,
-        key: options.key,
-        action: options.action,
-        ...pageQuery(options),
-      },
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as AuditPage
+    const query = {
+      since: bound(options.since),
+      until: bound(options.until),
+      actor: options.actor,
+      key: options.key,
+      action: options.action,
+      ...pageQuery(options),
+    }
+    return (await getResource(this.transport, this.client, options, ['audit'], query)) as AuditPage
   }
 
   /** Every record of the selection, newest first, page after page. */
@@ -208,13 +183,6 @@ export class Audit {
 
   /** Walk the hash chain: `ok` is false, with `broken`, if a record was tampered with. */
   async verify(options: CallOptions = {}): Promise<AuditVerdict> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: namespacePath(namespace, 'audit', 'verify'),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as AuditVerdict
+    return (await getResource(this.transport, this.client, options, ['audit', 'verify'])) as AuditVerdict
   }
 }

@@ -45,7 +45,7 @@ export type {
   QueryOptions,
   RegisterOptions,
 } from './client.js'
-export type { PageOptions } from './paths.js'
+export type { PageOptions } from './resources.js'
 export {
   ERROR_CODES,
   ApprovalPendingError,

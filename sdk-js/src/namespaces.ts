@@ -1,6 +1,6 @@
 /** Namespace configuration and JSON Schemas (`client.namespaces`, `client.schemas`). */
 
-import { namespacePath, type ClientScope } from './paths.js'
+import { getResource, namespacePath, type ClientScope } from './resources.js'
 import type { CallOptions, Transport } from './transport.js'
 
 export type Strategy = 'last-write-wins' | 'agent-priority' | 'merge'
@@ -118,27 +118,13 @@ export class Namespaces {
 
   /** The configuration, with its `revision` (0 and the defaults if never set). */
   async config(options: CallOptions = {}): Promise<StoredConfig> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: namespacePath(namespace, 'config'),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as StoredConfig
+    return (await getResource(this.transport, this.client, options, ['config'])) as StoredConfig
   }
 
   /** The namespace's usage (live keys, stored bytes, open streams) beside its limits and the
    * broker's per-agent defaults. */
   async usage(options: CallOptions = {}): Promise<UsageReport> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: namespacePath(namespace, 'usage'),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as UsageReport
+    return (await getResource(this.transport, this.client, options, ['usage'])) as UsageReport
   }
 
   /** Replace the configuration (fields left out take their defaults); with `ifRevision`,
@@ -206,14 +192,7 @@ export class Schemas {
   }
 
   async get(id: string, options: CallOptions = {}): Promise<SchemaRecord> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: namespacePath(namespace, 'schemas', id),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return toSchema(reply.body as WireSchema)
+    return toSchema((await getResource(this.transport, this.client, options, ['schemas', id])) as WireSchema)
   }
 
   async delete(id: string, options: CallOptions = {}): Promise<void> {
@@ -227,13 +206,7 @@ export class Schemas {
   }
 
   async list(options: CallOptions = {}): Promise<SchemaRecord[]> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: namespacePath(namespace, 'schemas'),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return (reply.body as { schemas: WireSchema[] }).schemas.map(toSchema)
+    const body = (await getResource(this.transport, this.client, options, ['schemas'])) as { schemas: WireSchema[] }
+    return body.schemas.map(toSchema)
   }
 }

@@ -284,7 +284,7 @@ function isObject(value) {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
-// src/paths.ts
+// src/resources.ts
 function namespacePath(namespace, ...rest) {
   if (namespace === "." || namespace === ".." || namespace.includes("/")) {
     throw new InvalidRequestError(`namespace ${JSON.stringify(namespace)} is not a namespace`, {
@@ -297,6 +297,16 @@ function namespacePath(namespace, ...rest) {
 }
 function pageQuery(options) {
   return { cursor: options.cursor ?? void 0, limit: options.limit };
+}
+async function getResource(transport, scope, options, rest, query) {
+  const reply = await transport.send({
+    method: "GET",
+    path: namespacePath(scope.requireNamespace(options.namespace), ...rest),
+    ...query ? { query } : {},
+    idempotent: true,
+    signal: options.signal
+  });
+  return reply.body;
 }
 
 // src/trust.ts
@@ -590,25 +600,10 @@ var Agents = class {
   transport;
   client;
   async get(agentId, options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: namespacePath(namespace, "agents", agentId),
-      idempotent: true,
-      signal: options.signal
-    });
-    return toAgent(reply.body);
+    return toAgent(await getResource(this.transport, this.client, options, ["agents", agentId]));
   }
   async list(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: namespacePath(namespace, "agents"),
-      query: pageQuery(options),
-      idempotent: true,
-      signal: options.signal
-    });
-    const body = reply.body;
+    const body = await getResource(this.transport, this.client, options, ["agents"], pageQuery(options));
     return { agents: body.agents.map(toAgent), nextCursor: body.next_cursor ?? null };
   }
   /** Remove an agent: its record goes and every key bound to it is revoked. */
@@ -679,30 +674,12 @@ var Proposals = class {
   client;
   /** One page, newest first; pass `next_cursor` back as `cursor`. */
   async list(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: namespacePath(namespace, "proposals"),
-      query: {
-        status: options.status,
-        key: options.key,
-        ...pageQuery(options)
-      },
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    const query = { status: options.status, key: options.key, ...pageQuery(options) };
+    return await getResource(this.transport, this.client, options, ["proposals"], query);
   }
   /** A proposal with its diff. */
   async get(proposalId, options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: namespacePath(namespace, "proposals", proposalId),
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    return await getResource(this.transport, this.client, options, ["proposals", proposalId]);
   }
   /**
    * Write the proposal. If the key moved since, ConflictError's details carry `current`,
@@ -743,22 +720,15 @@ var Audit = class {
   client;
   /** One page, newest first; pass `next_cursor` back as `cursor`. */
   async list(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: namespacePath(namespace, "audit"),
-      query: {
-        since: bound(options.since),
-        until: bound(options.until),
-        actor: options.actor,
-        key: options.key,
-        action: options.action,
-        ...pageQuery(options)
-      },
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    const query = {
+      since: bound(options.since),
+      until: bound(options.until),
+      actor: options.actor,
+      key: options.key,
+      action: options.action,
+      ...pageQuery(options)
+    };
+    return await getResource(this.transport, this.client, options, ["audit"], query);
   }
   /** Every record of the selection, newest first, page after page. */
   async export(options = {}) {
@@ -773,14 +743,7 @@ var Audit = class {
   }
   /** Walk the hash chain: `ok` is false, with `broken`, if a record was tampered with. */
   async verify(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: namespacePath(namespace, "audit", "verify"),
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    return await getResource(this.transport, this.client, options, ["audit", "verify"]);
   }
 };
 
@@ -922,26 +885,12 @@ var Namespaces = class {
   client;
   /** The configuration, with its `revision` (0 and the defaults if never set). */
   async config(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: namespacePath(namespace, "config"),
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    return await getResource(this.transport, this.client, options, ["config"]);
   }
   /** The namespace's usage (live keys, stored bytes, open streams) beside its limits and the
    * broker's per-agent defaults. */
   async usage(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: namespacePath(namespace, "usage"),
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    return await getResource(this.transport, this.client, options, ["usage"]);
   }
   /** Replace the configuration (fields left out take their defaults); with `ifRevision`,
    * only while the stored one is that revision, else PreconditionFailedError. */
@@ -998,14 +947,7 @@ var Schemas = class {
     return toSchema(reply.body);
   }
   async get(id, options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: namespacePath(namespace, "schemas", id),
-      idempotent: true,
-      signal: options.signal
-    });
-    return toSchema(reply.body);
+    return toSchema(await getResource(this.transport, this.client, options, ["schemas", id]));
   }
   async delete(id, options = {}) {
     const namespace = this.client.requireNamespace(options.namespace);
@@ -1017,14 +959,8 @@ var Schemas = class {
     });
   }
   async list(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: namespacePath(namespace, "schemas"),
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body.schemas.map(toSchema);
+    const body = await getResource(this.transport, this.client, options, ["schemas"]);
+    return body.schemas.map(toSchema);
   }
 };
 

@@ -1,9 +1,9 @@
-/** Where a call goes: the client's scope (its namespace and agent), the path of a namespace's
- * resource, and the query of a paged listing. */
+/** Calls on a namespace's resources: the client's scope (its namespace and agent), their paths,
+ * the query of a paged listing, and reading one. */
 
 import { InvalidRequestError } from './errors.js'
 import type { Agent } from './models.js'
-import type { CallOptions } from './transport.js'
+import type { CallOptions, Transport } from './transport.js'
 
 /** What the client's APIs (`agents`, `namespaces`, `proposals`, `amp`, ...) read from it. */
 export interface ClientScope {
@@ -35,4 +35,23 @@ export function namespacePath(namespace: string, ...rest: string[]): string {
 /** The paging part of a listing's query. */
 export function pageQuery(options: PageOptions): { cursor: string | undefined; limit: number | undefined } {
   return { cursor: options.cursor ?? undefined, limit: options.limit }
+}
+
+/** GET one of a namespace's resources (the call's namespace, else the client's): the reply's
+ * body. */
+export async function getResource(
+  transport: Transport,
+  scope: ClientScope,
+  options: CallOptions,
+  rest: string[],
+  query?: Record<string, string | number | undefined>,
+): Promise<unknown> {
+  const reply = await transport.send({
+    method: 'GET',
+    path: namespacePath(scope.requireNamespace(options.namespace), ...rest),
+    ...(query ? { query } : {}),
+    idempotent: true,
+    signal: options.signal,
+  })
+  return reply.body
 }
