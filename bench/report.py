@@ -17,6 +17,7 @@ TARGETS = {"floor": "floor", "blind": "floor, JSON-blind", "redis": "broker (Red
            "workers": "broker (Redis) xN",
            "limited": "broker (limits on)", "embedded": "broker (embedded)"}
 FLOORS = ("floor", "blind")
+LABEL_WIDTH = max(map(len, TARGETS.values()))  # the tables' first column
 # Floor servers: the two floors above, and the JSON-blind floor with --workers processes.
 FLOOR_SERVERS = (*FLOORS, "blindx")
 BROKERS = ("redis", "workers", "limited", "embedded")
@@ -162,7 +163,7 @@ def table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
         ratio: float | None = vs_floor.get(target, {}).get(f"{phase}_ratio")
         return ratio
 
-    lines = throughput_lines(results, TARGETS, 18, "%floor", share)
+    lines = throughput_lines(results, TARGETS, LABEL_WIDTH, "%floor", share)
     lines += ["", _cpu_table(results, vs_floor), ""]
     for target in BROKERS:
         ratio = vs_floor.get(target)
@@ -255,8 +256,8 @@ def _checks(ratio: dict[str, Any]) -> list[str]:
 def _cpu_table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
     """CPU per request is steadier than req/s on a shared machine; a server busy well under
     100% was starved by other work or not driven hard enough."""
-    lines = [f"{'CPU, put/get':<18} {'server µs/req':>15} {'x floor':>11} {'x blind':>11} "
-             f"{'redis µs/req':>13} {'server busy':>12} {'loadgen busy':>13}"]
+    lines = [f"{'CPU, put/get':<{LABEL_WIDTH}} {'server µs/req':>15} {'x floor':>11} "
+             f"{'x blind':>11} {'redis µs/req':>13} {'server busy':>12} {'loadgen busy':>13}"]
     for target, label in TARGETS.items():
         r = results.get(target)
         if not r:
@@ -264,7 +265,7 @@ def _cpu_table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
         ratio = vs_floor.get(target, {})
         factors = ["/".join(f"{ratio[k]:.2f}" for k in (f"put_cpu_x_{name}", f"get_cpu_x_{name}")
                             if k in ratio) or "-" for name in FLOORS]
-        lines.append(f"{label:<18} {cpu_pair(r, 'cpu_us_per_request', 'server'):>15} "
+        lines.append(f"{label:<{LABEL_WIDTH}} {cpu_pair(r, 'cpu_us_per_request', 'server'):>15} "
                      f"{factors[0]:>11} {factors[1]:>11} "
                      f"{cpu_pair(r, 'cpu_us_per_request', 'redis'):>13} "
                      f"{cpu_pair(r, 'cpu_core_share', 'server', True):>12} "
