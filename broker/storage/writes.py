@@ -6,6 +6,7 @@ when replicas did not confirm it in time (the write was applied all the same).""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -52,14 +53,17 @@ class RecordWriter:
     async def run(self, calls: Sequence[ScriptCall], announce: Announcement | None = None
                   ) -> list[Any]:
         """Script calls (`call`s or others), acknowledged once the required replicas have
-        them; then `announce`, also when they were applied but not confirmed in time (the
-        NotReplicated is raised after it)."""
+        them (and then `announce`'s announcement too); `announce` is made also when they
+        were applied but not confirmed in time, and the NotReplicated raised after it."""
         try:
             replies = await self.backend.run(calls, durable=True)
         except NotReplicated:
-            await self._announce(announce)
+            if announce is not None:
+                with contextlib.suppress(NotReplicated):
+                    await self._announce(announce)
             raise
-        await self._announce(announce)
+        if announce is not None:
+            await self._announce(announce)
         return replies
 
     async def write(self, *commands: Command, only_if: Holds | None = None,
@@ -69,9 +73,11 @@ class RecordWriter:
             await self.run([self.call(*commands, only_if=only_if)], announce))[0]
         return replies
 
-    async def _announce(self, announcement: Announcement | None) -> None:
-        if announcement is not None:
-            await bulletins.announce(self.backend.redis, *announcement)
+    async def _announce(self, announcement: Announcement) -> None:
+        """After the write it announces: on a Cluster the two are in different slots, and a
+        process that heard of a revocation before it was applied could cache the key again."""
+        await self.backend.run([self.call(bulletins.announcement(*announcement))],
+                               durable=True)
 
 
 async def settle(write: Awaitable[T], follow_up: Callable[[], Awaitable[object]]) -> T:
