@@ -14,12 +14,18 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.storage import Storage
+from broker.storage import Storage, layout
 from broker.storage.client import Backend, NotReplicated
-from broker.storage.writes import Holds
+from broker.storage.writes import Announcement, Holds
 from tests.conftest import Broker, RedisServer
 
 TIMEOUT_MS = 100
+
+
+async def announced(storage: Storage, subject: str) -> int:
+    """How many announcements name `subject`."""
+    records: Any = await storage.backend.redis.xrange(layout.bulletins(), "-", "+")
+    return sum(fields[b"subject"] == subject.encode() for _, fields in records)
 
 
 @pytest.mark.parametrize("backend", ["embedded", "redis"])
@@ -32,9 +38,13 @@ def test_a_write_runs_its_commands_atomically_and_only_if_its_condition_holds(
         writer = storage.config.writer
         key, other = f"memp:{{{ns}}}:w", f"memp:{{{ns}}}:h"
         try:
-            assert await writer.write(("SET", key, b"1"), only_if=Holds(b"0")) is None
+            announce: Announcement = ("namespace", ns)
+            assert await writer.write(("SET", key, b"1"), only_if=Holds(b"0"),
+                                      announce=announce) is None
+            assert await announced(storage, ns) == 0  # nothing changed, nothing to announce
             assert await writer.write(("SET", key, b"1"), ("HSET", other, "f", "v"),
-                                      only_if=Holds(None)) == [b"OK", 1]
+                                      only_if=Holds(None), announce=announce) == [b"OK", 1]
+            assert await announced(storage, ns) == 1
             assert await writer.write(("SET", key, b"2"), only_if=Holds(None)) is None
             assert await writer.write(("SET", key, b"2"), only_if=Holds(b"1")) == [b"OK"]
             assert await writer.write(("HDEL", other, "f"), ("HDEL", other, "f")) == [1, 0]

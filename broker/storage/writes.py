@@ -53,8 +53,9 @@ class RecordWriter:
     async def run(self, calls: Sequence[ScriptCall], announce: Announcement | None = None
                   ) -> list[Any]:
         """Script calls (`call`s or others), acknowledged once the required replicas have
-        them (and then `announce`'s announcement too); `announce` is made also when they
-        were applied but not confirmed in time, and the NotReplicated raised after it."""
+        them; then `announce` (unless no call ran: each one's condition failed), which waits
+        for replicas too. It is made also when the calls were applied but not confirmed in
+        time, and the NotReplicated raised after it."""
         try:
             replies = await self.backend.run(calls, durable=True)
         except NotReplicated:
@@ -62,7 +63,7 @@ class RecordWriter:
                 with contextlib.suppress(NotReplicated):
                     await self._announce(announce)
             raise
-        if announce is not None:
+        if announce is not None and any(reply is not None for reply in replies):
             await self._announce(announce)
         return replies
 
