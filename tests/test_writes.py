@@ -48,6 +48,10 @@ def test_a_write_runs_its_commands_atomically_and_only_if_its_condition_holds(
             assert await writer.write(("SET", key, b"2"), only_if=Holds(None)) is None
             assert await writer.write(("SET", key, b"2"), only_if=Holds(b"1")) == [b"OK"]
             assert await writer.write(("HDEL", other, "f"), ("HDEL", other, "f")) == [1, 0]
+            assert await writer.write(("SET", other, b"x", "PX", 60_000, "NX")) == [b"OK"]
+            assert await writer.write(("SET", other, b"y", "PX", 60_000, "NX")) == [None]
+            assert await storage.backend.redis.get(other) == b"x"
+            await storage.backend.redis.delete(other)
             redis = storage.backend.redis
             assert await redis.get(key) == b"2" and not await redis.exists(other)
         finally:

@@ -68,10 +68,10 @@ class AccountStore:
     async def remember_reply(self, namespace: str, agent_id: str, message_id: str,
                              fingerprint: str, reply: bytes) -> tuple[str, bytes]:
         """Keep the first reply for the window; returns whichever reply was first."""
-        stored = await self.redis.set(layout.idempotency(namespace, agent_id, message_id),
-                                      fingerprint.encode() + b"\n" + reply,
-                                      px=self.idempotency_window_ms, nx=True)
-        if stored:
+        stored = await self.writer.write((
+            "SET", layout.idempotency(namespace, agent_id, message_id),
+            fingerprint.encode() + b"\n" + reply, "PX", self.idempotency_window_ms, "NX"))
+        if stored and stored[0] is not None:
             return fingerprint, reply
         first = await self.recall_reply(namespace, agent_id, message_id)
         return first or (fingerprint, reply)
