@@ -3,6 +3,7 @@ while it is down, and a working broker again once it is back."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -16,6 +17,7 @@ import httpx
 import pytest
 import redis
 
+from broker.storage.client import Backend, store_down
 from tests.conftest import ADMIN_KEY, Broker, RedisServer, free_port, read_changelog, start_broker
 
 # Every call gets a hard client-side timeout: a request that hangs fails the test.
@@ -448,3 +450,41 @@ def test_an_unexpected_store_error_is_a_500_with_its_request_id_on_a_connection_
     finally:
         data.close()
         broker.stop()
+
+
+def test_a_batch_refused_for_memory_part_way_does_not_claim_nothing_was_written(
+    private_redis: RedisServer
+) -> None:
+    """Several scripts in one round trip (an AMP import stores 50 cells a script): when Redis
+    crosses its maxmemory after the first, the second is refused and the first's writes stay,
+    so the 503 must not say `applied: false`. A write refused whole still says it."""
+    data = redis.Redis.from_url(private_redis.url)
+
+    async def scenario() -> None:
+        backend = Backend.open(private_redis.url, 2.0)
+        grow = backend.redis.register_script(
+            "redis.call('SET', KEYS[1], string.rep('x', 2000000)) return 1")
+        try:
+            await backend.run([(grow, ["warm"], [])])  # scripts loaded, the pool warm
+            data.delete("warm")
+            used = int(data.info("memory")["used_memory"])
+            data.config_set("maxmemory-policy", "noeviction")
+            data.config_set("maxmemory", used + 1_000_000)  # one value crosses it
+            with pytest.raises(Exception) as part_way:
+                await backend.run([(grow, ["first"], []), (grow, ["second"], [])])
+            assert data.exists("first") and not data.exists("second")
+            error = store_down(part_way.value)
+            assert error.status == 503 and error.details == {"reason": "out_of_memory"}
+            with pytest.raises(Exception) as whole:
+                await backend.run([(grow, ["third"], []), (grow, ["fourth"], [])])
+            assert not data.exists("third") and not data.exists("fourth")
+            assert store_down(whole.value).details == {"reason": "out_of_memory",
+                                                       "applied": False}
+        finally:
+            data.config_set("maxmemory", 0)
+            await backend.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        data.close()

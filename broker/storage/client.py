@@ -76,6 +76,10 @@ STORE_DOWN: tuple[type[Exception], ...] = (
 # "Redis out of memory").
 OUT_OF_MEMORY = ("Redis is out of memory (maxmemory reached) and refused the write; nothing "
                  "was written. Free memory or raise maxmemory, then retry")
+# A batch stored in several scripts (an AMP import of many cells) may be refused part-way.
+OUT_OF_MEMORY_PART_WAY = ("Redis ran out of memory (maxmemory reached) part-way through the "
+                          "write: what came before was written, the rest was not. Free memory "
+                          "or raise maxmemory, then retry it with the same id")
 
 
 def out_of_memory(exc: BaseException) -> bool:
@@ -87,6 +91,8 @@ def store_down(exc: BaseException) -> MempError:
     """The 503 for a store failure: a write refused for memory says so and that it was not
     applied; one that replicas did not confirm in time says it was applied and may or may not
     survive a failover; anything else is unreachable."""
+    if isinstance(exc, OutOfMemoryPartWay):
+        return unavailable(OUT_OF_MEMORY_PART_WAY, {"reason": "out_of_memory"})
     if out_of_memory(exc):
         return unavailable(OUT_OF_MEMORY, {"reason": "out_of_memory", "applied": False})
     if isinstance(exc, NotReplicated):
@@ -224,7 +230,9 @@ class Backend:
         connection), or raise NotReplicated."""
         wait = durable and self.replicas > 0
         if self.cluster:
-            return list(await asyncio.gather(*(self._on_primary(c, wait) for c in calls)))
+            results = await asyncio.gather(*(self._on_primary(c, wait) for c in calls),
+                                           return_exceptions=True)
+            return _all_or_first_failure(results)
         if len(calls) == 1 and not wait:  # a call of its own costs less than a pipeline
             script, keys, args = calls[0]
             if self.pipe is not None:
@@ -247,6 +255,7 @@ class Backend:
         replies: list[Any] = [None] * len(calls)
         pending = list(range(len(calls)))
         confirmations: list[Any] = []
+        ran = False  # some call of the batch ran: a later refusal leaves what it wrote
         for attempt in range(2):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for i in pending:
@@ -257,11 +266,12 @@ class Backend:
                 results = await pipe.execute(raise_on_error=False)
             confirmed = results.pop() if wait else None
             unknown = []
+            ran = ran or any(not isinstance(r, Exception) for r in results)
             for i, result in zip(pending, results, strict=True):
                 if isinstance(result, NoScriptError) and attempt == 0:
                     unknown.append(i)
                 elif isinstance(result, Exception):
-                    raise result
+                    raise _part_way(result, ran)
                 else:
                     replies[i] = result
             if wait and len(unknown) < len(pending):  # this pipeline wrote something
@@ -325,6 +335,27 @@ class Backend:
             raise count
         if int(count) < self.replicas:
             raise NotReplicated(int(count), self.replicas, self.wait_ms)
+
+
+class OutOfMemoryPartWay(OutOfMemoryError):
+    """Redis refused a batch's script for memory after running others of the batch: what
+    they wrote stays."""
+
+
+def _part_way(failure: Exception, others_ran: bool) -> Exception:
+    if others_ran and isinstance(failure, OutOfMemoryError):
+        return OutOfMemoryPartWay(str(failure))
+    return failure
+
+
+def _all_or_first_failure(results: Sequence[Any]) -> list[Any]:
+    """Concurrent calls' replies, or the first failure (saying when others ran)."""
+    failures = [r for r in results if isinstance(r, BaseException)]
+    if not failures:
+        return list(results)
+    if not isinstance(failures[0], Exception):
+        raise failures[0]
+    raise _part_way(failures[0], len(failures) < len(results))
 
 
 async def _auto_pipelined(pipe: AutoPipeline, script: AsyncScript, keys: list[Any],
