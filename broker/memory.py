@@ -24,6 +24,7 @@ from broker.locks import KeyLocks
 from broker.models import Entry, Page, Proposal
 from broker.namespaces import NamespaceRegistry, NamespaceState
 from broker.settings import Settings
+from broker.storage import fairshare
 from broker.storage.entries import EntryStore
 from broker.storage.records import WriteOutcome, WriteRequest
 from broker.uuids import uuid4
@@ -63,7 +64,8 @@ class Gate(Protocol):
     """Where gated writes go (broker/proposals.py)."""
 
     async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
-                      current: Entry | None, request: WriteRequest, incoming: Any) -> Proposal:
+                      current: Entry | None, request: WriteRequest, incoming: Any,
+                      limit: fairshare.Gate) -> Proposal:
         ...
 
 
@@ -159,13 +161,13 @@ class MemoryService:
         check_version(options.base_version)
         state = await self.namespaces.state(namespace)
         gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
-        self.fair_share.check_closed(gate, self.clock())
+        self.fair_share.check_closed(gate, self.clock(), options.message_id)
         strategy = state.strategy_for(key)
         if options.ttl_seconds is None and state.config.default_ttl_seconds is not None:
             options = replace(options, ttl_seconds=state.config.default_ttl_seconds)
         if options.approval_required or state.requires_approval(key):
             raise Proposed(await self._propose(principal, namespace, key, decoded, options,
-                                               state, sent, strategy))
+                                               state, sent, strategy, gate))
         if strategy == "merge":
             return await self._merge_put(principal, namespace, key, decoded, options, state,
                                          sent)
@@ -254,10 +256,11 @@ class MemoryService:
                      arrays=state.config.merge_arrays)
 
     async def _propose(self, principal: Principal, namespace: str, key: str, incoming: Any,
-                       options: PutOptions, state: NamespaceState, sent: str, strategy: str
-                       ) -> Proposal:
+                       options: PutOptions, state: NamespaceState, sent: str, strategy: str,
+                       limit: fairshare.Gate) -> Proposal:
         """Hand a gated put, merge or delete (`strategy` "delete") to the gate, as the
-        request its approval will write against the current version."""
+        request its approval will write against the current version; making the proposal
+        takes the write's tokens (`limit`)."""
         if self.gate is None:
             raise MempError("internal", "approval is required but proposals are not served")
         current = await self.store.get(namespace, key, self.clock())
@@ -271,7 +274,7 @@ class MemoryService:
         request = replace(request, fingerprint=sent)
         operation = strategy if strategy in ("delete", "merge") else "put"
         return await self.gate.propose(principal, namespace, key, operation, current, request,
-                                       incoming)
+                                       incoming, limit)
 
     async def proposal_request(self, writer: str, principal: Principal, namespace: str,
                                key: str, incoming: Any, current: Entry | None,
@@ -303,16 +306,16 @@ class MemoryService:
         check_version(if_version)
         state = await self.namespaces.state(namespace)
         sent = fingerprint("delete", key, timestamp, if_version) if message_id else ""
+        gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
+        self.fair_share.check_closed(gate, self.clock(), message_id)
         if approval_required or state.requires_approval(key):
             raise Proposed(await self._propose(
                 principal, namespace, key, None,
                 PutOptions(message_id=message_id, if_version=if_version), state, sent,
-                "delete"))
+                "delete", gate))
         request = self._write_request(principal, namespace, state, state.strategy_for(key),
                                       timestamp, message_id, if_version=if_version,
                                       fingerprint=sent)
-        gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
-        self.fair_share.check_closed(gate, request.now)
         outcome = await self.store.delete(namespace, key, request, gate)
         self.fair_share.check_write(outcome, gate, request.now)
         return _settle(outcome, namespace, key, None, message_id)

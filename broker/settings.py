@@ -90,6 +90,7 @@ class Settings:
     stream_lease_seconds: float = 30.0
     rate_limit_hold_ms: int = 1000  # a flood over its rate gets its 429s this late, at most
     proposal_ttl_seconds: int = 7 * 24 * 3600
+    max_pending_proposals: int = 1000  # per namespace (docs/limits.md); 0 = none
     audit_retention_seconds: int = 0  # 0: keep every audit record
     # The review console at /console (docs/console.md): static files, off with MEMP_CONSOLE=0.
     console: bool = True
@@ -135,7 +136,7 @@ class Settings:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be positive, not {getattr(self, name)}")
         for name in ("agent_writes_per_second", "agent_write_burst", "agent_reads_per_second",
-                     "agent_read_burst", "max_streams_per_token"):
+                     "agent_read_burst", "max_streams_per_token", "max_pending_proposals"):
             if not 0 <= getattr(self, name) <= 1_000_000:
                 raise SettingsError(f"{name} must be between 0 (no limit) and 1000000, "
                                     f"not {getattr(self, name)}")

@@ -287,7 +287,7 @@ class Toolbox:
             "provenance": {"source_type": "mcp"},
             "expires_at": args.expires_at,
         })
-        result: dict[str, Any] = _plain(await self.cells.create(agent, body))
+        result: dict[str, Any] = _plain(await self.cells.create(principal, agent, body))
         return result
 
     async def _recall(self, principal: Principal, args: AmpRecall) -> dict[str, Any]:
@@ -300,7 +300,7 @@ class Toolbox:
 
     async def _forget(self, principal: Principal, args: AmpForget) -> dict[str, Any]:
         agent = self._acting(principal, args.agent)
-        result: dict[str, Any] = _plain(await self.cells.delete(agent, args.id))
+        result: dict[str, Any] = _plain(await self.cells.delete(principal, agent, args.id))
         return result
 
 
