@@ -177,7 +177,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     listener = InvalidationListener(registry, auth, stream_guard, settings.reader_block_ms)
     mcp_server = mcp.McpServer(
         Toolbox(memory_service, amp_cells, agent_service), Resources(memory_service),
-        Watcher(settings, hub, registry, memory_service, stream_guard),
+        Watcher(settings, hub, registry, memory_service, stream_guard, stream_leases),
         settings.max_request_bytes)
 
     @contextlib.asynccontextmanager

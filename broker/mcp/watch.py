@@ -31,20 +31,25 @@ from broker.memory import MemoryService
 from broker.namespaces import NamespaceRegistry
 from broker.revocation import StreamGuard
 from broker.settings import Settings
+from broker.stream_leases import StreamLeases
 
 Notify = Callable[[str], Awaitable[None]]
 
 
 class Watcher:
-    """Makes subscribers for `memp://` URIs, checked against the caller's grants."""
+    """Makes subscribers for `memp://` URIs, checked against the caller's grants. Each
+    followed URI is an open stream: it holds a lease on its namespace's (and its
+    credential's) open streams, as an SSE stream does, until it is left."""
 
     def __init__(self, settings: Settings, hub: Hub, namespaces: NamespaceRegistry,
-                 memory: MemoryService, guard: StreamGuard) -> None:
+                 memory: MemoryService, guard: StreamGuard, leases: StreamLeases) -> None:
         self.settings = settings
         self.hub = hub
         self.namespaces = namespaces
         self.memory = memory
         self.guard = guard
+        self.leases = leases
+        self.held: dict[Subscriber, str] = {}  # subscriber -> its stream lease
 
     @property
     def most(self) -> int:
@@ -53,7 +58,9 @@ class Watcher:
 
     async def join(self, principal: Principal, uri: str) -> Subscriber:
         """A subscriber following `uri`, joined to the hub and watched by the stream guard;
-        needs `subscribe` on the namespace, as an SSE stream does."""
+        needs `subscribe` on the namespace, as an SSE stream does, and room under its
+        `max_streams` and the credential's MEMP_MAX_STREAMS_PER_TOKEN (else 429
+        `quota_exceeded`)."""
         target = parse_uri(uri)
         await self.namespaces.require(principal, "subscribe", target.namespace)
         pattern = compile_pattern(target.watched, self.settings.max_key_bytes)
@@ -63,13 +70,22 @@ class Watcher:
                                 self.settings.subscriber_queue_size,
                                 self.memory.cells.viewer(principal), principal.writer_id,
                                 reviews)
-        await self.hub.join(subscriber)
+        lease = await self.leases.take(principal, [target.namespace])
+        try:
+            await self.hub.join(subscriber)
+        except BaseException:
+            self.leases.drop(lease)
+            raise
+        self.held[subscriber] = lease
         self.guard.watch(subscriber, principal)
         return subscriber
 
     def leave(self, subscriber: Subscriber) -> None:
         self.guard.forget(subscriber)
         self.hub.leave(subscriber)
+        lease = self.held.pop(subscriber, None)
+        if lease is not None:
+            self.leases.drop(lease)
 
 
 async def pump(subscriber: Subscriber, uri: str, notify: Notify) -> str | None:

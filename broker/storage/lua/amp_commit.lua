@@ -33,7 +33,7 @@ while at <= #ARGV do
       ctx.gate_keys, ctx.gate = gk, g
     end
     local status, entry = put(ctx, a)
-    verdicts[#verdicts + 1] = REFUSED[status] and {status, cjson.encode(entry)} or status
+    verdicts[#verdicts + 1] = REFUSED[status] and {status, cjson.encode({status, entry})} or status
     log_maxlen = ctx.log_maxlen
     ok = status == 'ok'
     written = ok and entry.ver
