@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from broker.storage import layout
-from tests.conftest import ADMIN_KEY, Broker, BrokerProcess, data_client
+from tests.conftest import ADMIN_KEY, BACKENDS, Broker, BrokerProcess, data_client
 
 SLOW = 0.001  # tokens per second: a bucket of burst N admits exactly N requests in a test
 
@@ -330,6 +330,34 @@ def test_a_refused_message_id_applies_once_room_is_made(
     assert agent.put(mem(ns, "a"), json={"value": 1}, headers=headers).status_code == 201
     replay = agent.put(mem(ns, "a"), json={"value": 1}, headers=headers)
     assert replay.status_code == 201 and replay.json()["version"] == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_applied_message_resent_during_a_flood_gets_its_first_reply(
+        broker_factory: Callable[..., Broker], ns: str, backend: str) -> None:
+    """The bucket is closed and flooded (its refusals held), yet a resent message id that was
+    applied gets its remembered reply at once, not a 429; a new one is still refused."""
+    broker = broker_factory(backend, rate_limit_hold_ms=10)
+    with broker.client() as admin:
+        set_limits(admin, ns, writes_per_second=SLOW, write_burst=1)
+        with broker.client(agent_key(admin, ns)) as agent:
+            first = agent.put(mem(ns, "a"), json={"value": 1},
+                              headers={"Idempotency-Key": "applied"})
+            assert first.status_code == 201
+            for i in range(15):
+                assert agent.put(mem(ns, f"f{i}"), json={"value": i}).status_code == 429
+            again = agent.put(mem(ns, "a"), json={"value": 1},
+                              headers={"Idempotency-Key": "applied"})
+            assert again.status_code == 201, again.text
+            assert again.json() == first.json()
+            message = {"memp": "1.0", "type": "memory.delete", "id": "del-1", "namespace": ns,
+                       "key": "a"}
+            assert_rate_limited(agent.put(mem(ns, "b"), json={"value": 2},
+                                          headers={"Idempotency-Key": "new"}),
+                                "namespace", "writes_per_second")
+            batch = agent.post("/v1/messages", json=[message]).json()
+            assert batch[0]["type"] == "error" and batch[0]["error"]["code"] == "rate_limited"
+        assert usage(admin, ns)["keys"] == 1
 
 
 def test_expiry_frees_quota_at_once(broker_factory: Callable[..., Broker], ns: str) -> None:
