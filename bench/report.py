@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 TARGETS = {"floor": "floor", "blind": "floor, JSON-blind", "redis": "broker (Redis)",
-           "noaudit": "broker, no audit", "workers": "broker (Redis) xN",
+           "blindx": "floor, JSON-blind xN", "noaudit": "broker, no audit",
+           "workers": "broker (Redis) xN",
            "limited": "broker (limits on)", "embedded": "broker (embedded)"}
 FLOORS = ("floor", "blind")
+# Floor servers: the two floors above, and the JSON-blind floor with --workers processes.
+FLOOR_SERVERS = (*FLOORS, "blindx")
 BROKERS = ("redis", "workers", "limited", "embedded")
 # What fair share's checks may cost an agent under its limits: a share of a put's server CPU.
 CHECK_COST_TARGET = 0.05
@@ -114,6 +117,9 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
                 entry[f"{phase}_x_one_worker"] = round(mine[phase]["rps"] / base, 3) \
                     if base else 0.0
                 entry[f"{phase}_workers_met"] = entry[f"{phase}_x_one_worker"] >= WORKERS_TARGET
+                stack = _stack_scaling(results, phase)
+                if stack is not None:
+                    entry[f"{phase}_floor_x_one_worker"] = stack
         out[target] = entry
     plain, limited = results.get("redis"), results.get("limited")
     if plain and limited:
@@ -139,6 +145,15 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
             if redis_mine and redis_base:
                 out["audit"]["redis_cost"] = round(redis_mine / redis_base - 1, 3)
     return out
+
+
+def _stack_scaling(results: dict[str, Any], phase: str) -> float | None:
+    """The JSON-blind floor's req/s with --workers processes as a multiple of its one process:
+    what the machine lets any server on this stack gain from more workers in this run."""
+    one, many = results.get("blind"), results.get("blindx")
+    if not (one and many and one[phase]["rps"]):
+        return None
+    return round(many[phase]["rps"] / one[phase]["rps"], 3)
 
 
 def table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
@@ -198,8 +213,11 @@ def _checks(ratio: dict[str, Any]) -> list[str]:
         checks.append(f"get {ratio['get_ratio']:.1%} (>= 60%) {verdict(ratio['get_met'])}")
     for phase in ("put", "get"):
         if f"{phase}_x_one_worker" in ratio:
+            stack = ratio.get(f"{phase}_floor_x_one_worker")
+            beside = f"; the JSON-blind floor's {stack:.2f}x" if stack is not None else ""
             checks.append(f"{phase} {ratio[f'{phase}_x_one_worker']:.2f}x one worker's req/s "
-                          f"(>= {WORKERS_TARGET}x) {verdict(ratio[f'{phase}_workers_met'])}")
+                          f"(>= {WORKERS_TARGET}x) {verdict(ratio[f'{phase}_workers_met'])}"
+                          f"{beside}")
     checks.append(f"p50 put @1 {ratio['put_c1_p50_ms']:.2f} ms (< 2 ms) "
                   f"{verdict(ratio['put_c1_p50_met'])}")
     return checks
