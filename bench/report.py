@@ -153,7 +153,7 @@ def _stack_scaling(results: dict[str, Any], phase: str) -> float | None:
     one, many = results.get("blind"), results.get("blindx")
     if not (one and many and one[phase]["rps"]):
         return None
-    return round(many[phase]["rps"] / one[phase]["rps"], 3)
+    return round(float(many[phase]["rps"]) / float(one[phase]["rps"]), 3)
 
 
 def table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
