@@ -176,13 +176,26 @@ class FairShare:
     async def check_read(self, principal: Principal, namespace: str, limits: Limits | None,
                          now: int) -> None:
         """Take a read's tokens (one script call, only when a read rate applies)."""
-        gate = self.gate(principal, namespace, "r", limits)
-        if not gate.binds:
+        gate = self.read_gate(principal, namespace, limits, now)
+        if gate is None:
             return
-        self.check_closed(gate, now)
         refused = await self.store.admit(gate)
         if refused is not None:
-            raise self._refusal(gate, *refused, now=now)
+            raise self.refuse_read(gate, refused, now)
+
+    def read_gate(self, principal: Principal, namespace: str, limits: Limits | None, now: int
+                  ) -> Gate | None:
+        """A read's gate when a read rate applies (None: the read takes no tokens); a bucket
+        known to be closed refuses at once."""
+        gate = self.gate(principal, namespace, "r", limits)
+        if not gate.binds:
+            return None
+        self.check_closed(gate, now)
+        return gate
+
+    def refuse_read(self, gate: Gate, refused: tuple[str, str], now: int) -> MempError:
+        """The error of a read's refusal (scope, retry_ms) by the store."""
+        return self._refusal(gate, *refused, now=now)
 
     def check_closed(self, gate: Gate, now: int, message_id: str | None = None) -> None:
         """Refuse at once when one of the gate's buckets refused before and has not reopened.

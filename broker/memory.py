@@ -99,14 +99,15 @@ class MemoryService:
         return namespace, key
 
     async def _readable(self, principal: Principal, namespace: str, key: str | None,
-                        permission: str = "read") -> None:
+                        permission: str = "read", rate: bool = True) -> None:
         """Check a read: the namespace, the caller's right, the key, and the read rates (a
-        stream's snapshot pages are not reads: its stream is counted instead)."""
+        stream's snapshot pages are not reads: its stream is counted instead; `rate` False:
+        the caller takes the tokens itself)."""
         validate_namespace(namespace)
         await self.namespaces.require(principal, permission, namespace)
         if key is not None:
             validate_key(key, self.settings.max_key_bytes)
-        if permission != "subscribe":
+        if permission != "subscribe" and rate:
             limits = (await self.namespaces.state(namespace)).config.limits
             await self.fair_share.check_read(principal, namespace, limits, self.clock())
 
@@ -321,10 +322,18 @@ class MemoryService:
         return _settle(outcome, namespace, key, None, message_id)
 
     async def get(self, principal: Principal, namespace: str, key: str) -> Entry:
-        await self._readable(principal, namespace, key)
+        """One entry; its read rate is checked in the same script call that reads it."""
+        await self._readable(principal, namespace, key, rate=False)
         now = self.clock()
+        limits = (await self.namespaces.state(namespace)).config.limits
+        gate = self.fair_share.read_gate(principal, namespace, limits, now)
+        if gate is None:
+            entry = await self.store.get(namespace, key, now)
+        else:
+            entry, refused = await self.store.get_held(namespace, key, now, gate)
+            if refused is not None:
+                raise self.fair_share.refuse_read(gate, refused, now)
         self.activity.seen(namespace, principal.agent_id, now)
-        entry = await self.store.get(namespace, key, now)
         if entry is None or (self.cells.guards(namespace) and not self.cells.shows(
                 self.cells.viewer(principal), entry, now)):
             raise MempError("not_found", f"no entry at key {key!r}", {"key": key})

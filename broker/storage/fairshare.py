@@ -15,6 +15,7 @@ from broker.storage.scripts import Fields
 
 # A gate's keys and arguments, read by put.lua and delete.lua after their write, and by rate.lua.
 GATE_KEYS = Fields("gate_keys", ("agent_rate", "namespace_rate"))
+RATE_READ_KEYS = Fields("rate_read_keys", (), rest="entry", counted=False)  # 0 or 1 key
 GATE = Fields("gate", ("agent_interval", "agent_burst", "namespace_interval", "namespace_burst",
                        "max_keys", "max_bytes", "cost"))
 USAGE_KEYS = Fields("usage_keys", ("index", "usage"))
@@ -106,7 +107,8 @@ class FairShareStore:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.redis = client = backend.redis
-        self._rate = scripts.register(client, [*GATE_FILES, "rate.lua"], [GATE_KEYS, GATE])
+        self._rate = scripts.register(client, [*GATE_FILES, "rate.lua"],
+                                      [GATE_KEYS, RATE_READ_KEYS, GATE])
         self._count = scripts.register(client, ["usage_count.lua"], [USAGE_KEYS, RECOUNT])
         self._lease = scripts.register(client, ["lease.lua"], [LEASE_KEYS, LEASE])
 
@@ -116,6 +118,16 @@ class FairShareStore:
         if text(reply[0]) == "ok":
             return None
         return text(reply[1]), text(reply[2])
+
+    async def admit_read(self, gate: Gate, key: str
+                         ) -> tuple[dict[bytes, bytes] | None, tuple[str, str] | None]:
+        """Take a read's tokens and read the hash at `key` in the same call: its fields when
+        admitted, else the refusal (scope, retry_ms)."""
+        reply = await self.backend.call(self._rate, [*gate.keys, key], list(gate.args))
+        if text(reply[0]) != "ok":
+            return None, (text(reply[1]), text(reply[2]))
+        flat = reply[1]
+        return dict(zip(flat[::2], flat[1::2], strict=True)), None
 
     async def recount(self, namespace: str) -> int:
         """Count the namespace's stored bytes exactly (one script; it walks the index)."""
