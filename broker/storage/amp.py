@@ -198,7 +198,7 @@ class CellIndexStore:
         the write succeeded, its index update, in one round trip (COMMIT_CHUNK changes per
         script call, so that no call holds Redis long). Returns, per change, whether it was
         applied: False where a write lost its compare-and-set (the cell changed meanwhile)."""
-        return [v is True for v in await self.commit_held(changes, open_gate(self.namespace))]
+        return [v is True for v in await self._commit_once(changes, open_gate(self.namespace))]
 
     async def commit_held(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],
                           gate: Gate) -> list[bool | WriteOutcome]:
@@ -223,11 +223,18 @@ class CellIndexStore:
         return verdicts
 
     async def _commit_once(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],
-                      gate: Gate) -> list[bool | WriteOutcome]:
+                           gate: Gate) -> list[bool | WriteOutcome]:
         if not changes:
             return []
         await self.entries.note_namespace(self.namespace)
+        replies = await self.backend.run(self._commit_calls(changes, gate), durable=True)
+        return self._commit_verdicts(changes, replies)
+
+    def _commit_calls(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],
+                      gate: Gate | None = None) -> list[ScriptCall]:
+        """amp_commit.lua's calls for the changes, every write held to `gate` (none: open)."""
         ns = self.namespace
+        gate = gate or open_gate(ns)
         calls: list[ScriptCall] = []
         for at in range(0, len(changes), COMMIT_CHUNK):
             keys: list[Any] = [*self._index_keys, *self._namespace_keys, *gate.keys]
@@ -240,8 +247,12 @@ class CellIndexStore:
                     args += self.entries.write_args(ns, update.key, request)
                 args += update.args()
             calls.append((self._commit, keys, args))
-        verdicts = iter([v for call in await self.backend.run(calls, durable=True)
-                         for v in call])
+        return calls
+
+    @staticmethod
+    def _commit_verdicts(changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],
+                         replies: list[Any]) -> list[bool | WriteOutcome]:
+        verdicts = iter([v for call in replies for v in call])
         return [True if request is None else _verdict(next(verdicts)) for _, request in changes]
 
     async def due(self, transition: str, as_of: int, limit: int) -> list[str]:
