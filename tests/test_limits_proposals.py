@@ -187,3 +187,21 @@ def test_two_processes_share_the_proposal_budget(
         assert codes.count(202) == 2 and codes.count(429) == 8
         assert len(pending(admin, ns)) == 6
 
+
+
+def test_a_batch_of_proposals_crossing_the_rate(people: dict[str, httpx.Client],
+                                                ns: str) -> None:
+    """Each gated message of a batch takes its token: those past the burst get rate_limited
+    in their own reply, the response the longest Retry-After, and only the others are
+    proposed."""
+    admin, writer = people["admin"], people["writer"]
+    configure(admin, ns, writes_per_second=SLOW, write_burst=2)
+    batch = [{"memp": "1.0", "type": "memory.put", "id": f"b-{i}", "namespace": ns,
+              "key": f"facts/{i}", "value": i} for i in range(4)]
+    response = writer.post("/v1/messages", json=batch)
+    assert response.status_code == 200, response.text
+    replies = response.json()
+    assert [r.get("status") for r in replies[:2]] == ["pending_approval"] * 2
+    assert [r["error"]["code"] for r in replies[2:]] == ["rate_limited"] * 2
+    assert int(response.headers["retry-after"]) >= 1
+    assert len(pending(admin, ns)) == 2
