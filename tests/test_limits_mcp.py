@@ -110,3 +110,29 @@ def test_two_processes_count_subscriptions_together(
             assert caught.value.data["details"]["limit"] == "max_streams"
 
     run(main())
+
+
+@LEGACY_SUBSCRIBE
+def test_refused_subscriptions_take_no_lease(broker: Broker, ns: str) -> None:
+    """A subscription without `subscribe`, to another namespace, or to a malformed URI is
+    refused before it is counted: the namespace's streams stay at zero."""
+    with broker.client() as admin:
+        set_limits(admin, ns, max_streams=1)
+        reader = admin.post("/v1/keys", json={"name": "reader", "grants": [
+            {"namespace": ns, "permissions": ["read"]}]}).json()["api_key"]
+        other = admin.post("/v1/keys", json={"name": "other", "grants": [
+            {"namespace": f"{ns}-x", "permissions": ["read", "subscribe"]}]}).json()["api_key"]
+
+    async def main() -> None:
+        for token, uri in ((reader, entry_uri(ns, "a")), (other, entry_uri(ns, "a")),
+                           (other, "memp://NOT A NAMESPACE/a"), (other, "file:///etc/passwd")):
+            async with connect(broker, token, "legacy") as client:
+                with pytest.raises(MCPError):
+                    await client.subscribe_resource(uri)
+        assert streams(broker, ns) == 0
+        _, agent = register(broker, ns, "fits")
+        async with connect(broker, agent, "legacy") as client:
+            await client.subscribe_resource(entry_uri(ns, "a"))  # the one stream still fits
+            assert streams(broker, ns) == 1
+
+    run(main())
