@@ -12,7 +12,11 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from broker.amp.visibility import Viewer
+from broker.grammar import compile_pattern
+from broker.hub import Subscriber
 from broker.mcp.resources import entry_uri
+from broker.mcp.watch import pump
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, BrokerProcess
 from tests.test_limits import agent_key, open_stream, set_limits, usage
 from tests.test_mcp import LEGACY_SUBSCRIBE, WAIT, call, connect, register, run
@@ -134,5 +138,34 @@ def test_refused_subscriptions_take_no_lease(broker: Broker, ns: str) -> None:
         async with connect(broker, agent, "legacy") as client:
             await client.subscribe_resource(entry_uri(ns, "a"))  # the one stream still fits
             assert streams(broker, ns) == 1
+
+    run(main())
+
+
+def test_a_subscription_whose_client_stopped_reading_ends() -> None:
+    """As an SSE stream whose socket accepts nothing is closed after
+    MEMP_SSE_SEND_TIMEOUT_SECONDS, a subscription whose notification cannot be sent in that
+    time ends (and with it its lease); one whose client reads goes on."""
+    sent: list[str] = []
+
+    async def reads(uri: str) -> None:
+        sent.append(uri)
+
+    async def stuck(uri: str) -> None:
+        await asyncio.Event().wait()
+
+    async def main() -> None:
+        reading = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""))
+        follows = asyncio.create_task(pump(reading, "memp://a/x", reads, 0.05))
+        reading.overflowed = True  # a change the client must hear about
+        reading.nudge()
+        await asyncio.sleep(0.2)
+        assert sent == ["memp://a/x"] and not follows.done()
+        follows.cancel()
+        stopped = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""))
+        ended = asyncio.create_task(pump(stopped, "memp://a/x", stuck, 0.05))
+        stopped.overflowed = True
+        stopped.nudge()
+        assert await asyncio.wait_for(ended, WAIT) == "the client stopped reading"
 
     run(main())

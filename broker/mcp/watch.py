@@ -52,6 +52,11 @@ class Watcher:
         self.held: dict[Subscriber, str] = {}  # subscriber -> its stream lease
 
     @property
+    def send_timeout(self) -> float:
+        """How long one notification may wait to be sent before its subscription ends."""
+        return self.settings.sse_send_timeout_seconds
+
+    @property
     def most(self) -> int:
         """URIs one connection (or one listen stream) may follow."""
         return self.settings.max_stream_patterns
@@ -88,10 +93,12 @@ class Watcher:
             self.leases.drop(lease)
 
 
-async def pump(subscriber: Subscriber, uri: str, notify: Notify) -> str | None:
-    """Notify once per burst of changes until the subscriber is revoked or closed; returns
-    why it ended. An overflow or a reset is a change too: the client reads the resource
-    again either way."""
+async def pump(subscriber: Subscriber, uri: str, notify: Notify, send_timeout: float
+               ) -> str | None:
+    """Notify once per burst of changes until the subscriber is revoked or closed, or a
+    notification cannot be sent within `send_timeout` seconds (MEMP_SSE_SEND_TIMEOUT_SECONDS:
+    a client that stopped reading is cut off, as an SSE stream is); returns why it ended. An
+    overflow or a reset is a change too: the client reads the resource again either way."""
     queue = subscriber.queue
     while True:
         changed = await queue.get() is not None
@@ -108,7 +115,10 @@ async def pump(subscriber: Subscriber, uri: str, notify: Notify) -> str | None:
             subscriber.resets.clear()
             changed = True
         if changed:
-            await notify(uri)
+            try:
+                await asyncio.wait_for(notify(uri), send_timeout)
+            except TimeoutError:
+                return "the client stopped reading"
 
 
 class Watches:
@@ -127,7 +137,8 @@ class Watches:
             raise MempError("invalid_request", f"a session follows at most "
                             f"{self.watcher.most} resources; unsubscribe from one first")
         subscriber = await self.watcher.join(principal, uri)
-        task = asyncio.create_task(pump(subscriber, uri, self.notify),
+        task = asyncio.create_task(pump(subscriber, uri, self.notify,
+                                        self.watcher.send_timeout),
                                    name="memp-mcp-subscription")
         self.followed[uri] = (subscriber, task)
         task.add_done_callback(lambda _: self._ended(uri, subscriber))
@@ -184,7 +195,7 @@ async def listen(watcher: Watcher, principal: Principal, request_id: types.Reque
 
         async with anyio.create_task_group() as group:
             async def follow(uri: str, subscriber: Subscriber) -> None:
-                await pump(subscriber, uri, updated)
+                await pump(subscriber, uri, updated, watcher.send_timeout)
                 group.cancel_scope.cancel()  # one ended (revoked, shutdown): the stream ends
 
             for uri, subscriber in joined:
