@@ -76,21 +76,25 @@ def rate(per_second: float | None, burst: int | None) -> Rate | None:
 
 
 class AgentDefaults(msgspec.Struct, kw_only=True):
-    """The limits every agent and credential has from the broker's settings (null: none)."""
+    """The limits every agent and credential (and, for proposals, every namespace) has from
+    the broker's settings (null: none)."""
 
     writes_per_second: float | None
     write_burst: int | None
     reads_per_second: float | None
     read_burst: int | None
     max_streams_per_token: int | None
+    max_pending_proposals: int | None
 
 
 class Usage(msgspec.Struct, kw_only=True):
-    """Live keys, bytes of stored values and open streams, on every broker process."""
+    """Live keys, bytes of stored values, open streams and pending proposals, on every broker
+    process."""
 
     keys: int
     bytes: int
     streams: int
+    proposals: int
 
 
 class UsageReport(msgspec.Struct, kw_only=True):
@@ -130,14 +134,15 @@ class FairShare:
             write_burst=writes.burst if writes else None,
             reads_per_second=reads.per_second if reads else None,
             read_burst=reads.burst if reads else None,
-            max_streams_per_token=settings.max_streams_per_token or None)
+            max_streams_per_token=settings.max_streams_per_token or None,
+            max_pending_proposals=settings.max_pending_proposals or None)
 
     async def report(self, namespace: str, limits: Limits | None, now: int) -> UsageReport:
         """The namespace's usage (keys, bytes of values, open streams) beside its limits."""
         used = await self.store.usage(namespace, now)
         return UsageReport(namespace=namespace, limits=limits or Limits(),
                            usage=Usage(keys=used.keys, bytes=used.bytes,
-                                       streams=used.streams),
+                                       streams=used.streams, proposals=used.proposals),
                            agent_defaults=self.defaults)
 
     def gate(self, principal: Principal, namespace: str, kind: str, limits: Limits | None,

@@ -116,6 +116,9 @@ def test_pending_proposals_are_bounded_per_namespace(people: dict[str, httpx.Cli
     assert full.json()["error"]["details"] == {"limit": "max_pending_proposals", "max": 3,
                                                "used": 3, "requested": 1}
     assert "retry-after" not in full.headers
+    report = admin.get(f"/v1/namespaces/{ns}/usage").json()
+    assert report["usage"]["proposals"] == 3
+    assert report["agent_defaults"]["max_pending_proposals"] == 3
     over = admin.put(mem(ns, "facts/4"), json={"value": 4})  # for the admin key too
     assert over.status_code == 429
     assert sorted(pending(admin, ns)) == sorted(made)

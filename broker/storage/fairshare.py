@@ -99,6 +99,7 @@ class Usage:
     keys: int
     bytes: int
     streams: int
+    proposals: int
 
 
 class FairShareStore:
@@ -136,15 +137,18 @@ class FairShareStore:
             self._count, keys, RECOUNT.pack(entry_prefix=layout.entry_prefix(namespace))))
 
     async def usage(self, namespace: str, now: int) -> Usage:
-        """Keys in the index, stored bytes (counted first when not yet exact) and open streams."""
+        """Keys in the index, stored bytes (counted first when not yet exact), open streams and
+        pending proposals (those past their time not counted)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zcard(layout.index(namespace))
             pipe.hmget(layout.usage(namespace), "bytes", "counted")
             pipe.zcount(layout.streams(namespace), f"({now}", "+inf")
-            keys, (size, counted), streams = await pipe.execute()
+            pipe.zcount(layout.pending_proposals(namespace), f"({now}", "+inf")
+            keys, (size, counted), streams, proposals = await pipe.execute()
         if counted is None:
             size = await self.recount(namespace)
-        return Usage(keys=int(keys), bytes=max(int(size or 0), 0), streams=int(streams))
+        return Usage(keys=int(keys), bytes=max(int(size or 0), 0), streams=int(streams),
+                     proposals=int(proposals))
 
     # ---- stream leases ----
 
