@@ -188,11 +188,11 @@ class FairShare:
         if refused is not None:
             raise self.refuse_read(gate, refused, now)
 
-    def read_gate(self, principal: Principal, namespace: str, limits: Limits | None, now: int
-                  ) -> Gate | None:
+    def read_gate(self, principal: Principal, namespace: str, limits: Limits | None, now: int,
+                  agent: str | None = None) -> Gate | None:
         """A read's gate when a read rate applies (None: the read takes no tokens); a bucket
-        known to be closed refuses at once."""
-        gate = self.gate(principal, namespace, "r", limits)
+        known to be closed refuses at once. `agent`: as for `gate`."""
+        gate = self.gate(principal, namespace, "r", limits, agent=agent)
         if not gate.binds:
             return None
         self.check_closed(gate, now)

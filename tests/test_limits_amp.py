@@ -122,6 +122,23 @@ def test_an_import_crossing_a_limit_stores_the_cells_before_it(amp: Amp) -> None
     assert usage(amp.http, amp.namespace)["keys"] == 3
 
 
+def test_cell_reads_and_searches_are_held_to_the_read_rate(amp: Amp) -> None:
+    """AMP reads take read tokens like MEMP gets: a refused read neither reads nor counts an
+    access, and malformed input takes no token."""
+    cell = amp.create("tea for two", access_policy={"readable_by": ["*"]})
+    set_limits(amp.http, amp.namespace, reads_per_second=SLOW, read_burst=2)
+    with agent_client(amp) as gateway:
+        assert gateway.get(cell["id"]).status_code == 200
+        assert gateway.search_response(query="tea").status_code == 200
+        assert_rate_limited(gateway.get(cell["id"]), "namespace", "reads_per_second")
+        assert_rate_limited(gateway.search_response(query="tea"), "namespace",
+                            "reads_per_second")
+        assert gateway.get("not-a-ulid").status_code == 400  # bad input: no token needed
+    # One counted access before, this one now (the admin key is exempt): the refused read
+    # counted none.
+    assert amp.read(cell["id"])["scoring"]["access_count"] == 2
+
+
 def test_the_lifecycle_engine_is_not_held_to_the_limits(amp: Amp) -> None:
     """The engine's transitions are the broker's own work: a tenant over its rate and at its
     quotas still has its cells go stale and get archived on time."""

@@ -104,8 +104,8 @@ async def create_memory(request: Request) -> Response:
 
 
 async def read_memory(request: Request) -> Response:
-    _, agent = await _acting(request)
-    return json_response(await _cells(request).read(agent, request.path_params["id"]))
+    principal, agent = await _acting(request)
+    return json_response(await _cells(request).read(principal, agent, request.path_params["id"]))
 
 
 async def patch_memory(request: Request) -> Response:
@@ -122,9 +122,9 @@ async def delete_memory(request: Request) -> Response:
 
 
 async def search_memories(request: Request) -> Response:
-    _, agent = await _acting(request)
+    principal, agent = await _acting(request)
     body = await _body(request, SearchBody)
-    return json_response(await CellSearch(_cells(request)).search(agent, body))
+    return json_response(await CellSearch(_cells(request)).search(principal, agent, body))
 
 
 def _as_of(body: RunBody) -> int | None:

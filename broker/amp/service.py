@@ -102,6 +102,19 @@ class CellService:
         self.fair_share.check_closed(gate, self.clock())
         return gate
 
+    async def check_read(self, by: Principal, agent: str) -> None:
+        """Take a read's tokens (a cell read or a search) from `agent`'s and the AMP
+        namespace's read buckets, when a read rate applies: one script call."""
+        if self.fair_share is None or self.namespaces is None:
+            return
+        limits = (await self.namespaces.state(self.namespace)).config.limits
+        now = self.clock()
+        gate = self.fair_share.read_gate(by, self.namespace, limits, now, agent)
+        if gate is not None:
+            refused = await self.fair_share.store.admit(gate)
+            if refused is not None:
+                raise self.fair_share.refuse_read(gate, refused, now)
+
     async def _write(self, change: tuple[IndexUpdate, WriteRequest], gate: Gate) -> bool:
         """Commit one cell's write held to `gate`: whether it landed (False: it lost its
         compare-and-set); a refusal by the gate raises, nothing written."""
@@ -207,12 +220,15 @@ class CellService:
             raise MempError("write_conflict", "a cell with this id already exists; retry")
         return cell
 
-    async def read(self, agent: str, cell_id: str) -> MemoryCell:
+    async def read(self, by: Principal, agent: str, cell_id: str) -> MemoryCell:
         """A read counts: access_count, last_accessed_at, and the decay clock restarts. The
         cell is fetched and, when its record lets the agent read, counted in one call; the
-        rules below still decide, and count the read themselves if that call did not."""
+        rules below still decide, and count the read themselves if that call did not. A read
+        over its rate is refused before anything is read or counted."""
+        check_id(cell_id)
+        await self.check_read(by, agent)
         now = self.clock()
-        found = await self.index.read(check_id(cell_id), agent, now)
+        found = await self.index.read(cell_id, agent, now)
         _, cell, _ = self._found(cell_id, found[:2] if found else None)
         _check_visible(cell, now)
         if not can_read(cell, agent):

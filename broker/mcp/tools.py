@@ -295,7 +295,7 @@ class Toolbox:
         fields = msgspec.structs.asdict(args)
         del fields["agent"]
         body = _decode(SearchBody, {k: v for k, v in fields.items() if v is not None})
-        result: dict[str, Any] = _plain(await CellSearch(self.cells).search(agent, body))
+        result: dict[str, Any] = _plain(await CellSearch(self.cells).search(principal, agent, body))
         return result
 
     async def _forget(self, principal: Principal, args: AmpForget) -> dict[str, Any]:
