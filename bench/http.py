@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -35,10 +34,10 @@ from bench.servers import (
     failure_status,
     free_port,
     need_redis_server,
-    on_sigterm,
     run_wrk,
     signals_held,
     start_redis,
+    start_run,
     wait_started,
 )
 
@@ -281,8 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = [t for t in TARGETS if t in targets]
     cfg = _config(args, targets)
 
-    signal.signal(signal.SIGTERM, on_sigterm)
-    procs = Processes()
+    procs = start_run()
     servers: list[Server] = []
     load_before = os.getloadavg()[0]
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
