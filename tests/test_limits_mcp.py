@@ -75,6 +75,25 @@ def test_subscriptions_count_against_both_caps(broker_factory: Callable[..., Bro
     run(main())
 
 
+@LEGACY_SUBSCRIBE
+def test_a_revoked_key_ends_its_resource_subscriptions(broker: Broker, ns: str) -> None:
+    """Handshake era: the session stays, its subscriptions end and stop counting."""
+    with broker.client() as admin:
+        made = admin.post("/v1/keys", json={"name": "mcp", "grants": [
+            {"namespace": ns, "permissions": ["read", "subscribe"]}]}).json()
+
+    async def main() -> None:
+        async with connect(broker, made["api_key"], "legacy") as client:
+            await client.subscribe_resource(entry_uri(ns, "a"))
+            await client.subscribe_resource(entry_uri(ns, "b"))
+            assert streams(broker, ns) == 2
+            with broker.client() as admin:
+                assert admin.delete(f"/v1/keys/{made['key']['id']}").status_code in (200, 204)
+            await asyncio.to_thread(wait_streams, broker, ns, 0)
+
+    run(main())
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_revoked_key_ends_its_listen_stream(broker_factory: Callable[..., Broker], ns: str,
                                               backend: str) -> None:
