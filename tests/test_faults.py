@@ -248,6 +248,8 @@ def _spawn_redis(port: int, workdir: Path, appendonly: bool) -> subprocess.Popen
          "--appendfsync", "everysec"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_port(port)
+    # Ours answers, not another process that took the port meanwhile (a shared machine).
+    assert process.poll() is None, f"redis-server could not start on port {port}"
     return process
 
 

@@ -463,13 +463,13 @@ def test_a_batch_refused_for_memory_part_way_does_not_claim_nothing_was_written(
     async def scenario() -> None:
         backend = Backend.open(private_redis.url, 2.0)
         grow = backend.redis.register_script(
-            "redis.call('SET', KEYS[1], string.rep('x', 2000000)) return 1")
+            "redis.call('SET', KEYS[1], string.rep('x', 8000000)) return 1")
         try:
             await backend.run([(grow, ["warm"], [])])  # scripts loaded, the pool warm
             data.delete("warm")
             used = int(data.info("memory")["used_memory"])
             data.config_set("maxmemory-policy", "noeviction")
-            data.config_set("maxmemory", used + 1_000_000)  # one value crosses it
+            data.config_set("maxmemory", used + 4_000_000)  # one value crosses it
             with pytest.raises(Exception) as part_way:
                 await backend.run([(grow, ["first"], []), (grow, ["second"], [])])
             assert data.exists("first") and not data.exists("second")
