@@ -11,13 +11,22 @@ from typing import Any
 
 from broker.storage import layout, scripts
 from broker.storage.client import Backend, ScriptCall, text
-from broker.storage.entries import ENTRY_KEYS, NAMESPACE_KEYS, WRITE, WRITE_FILES, EntryStore
+from broker.storage.entries import (
+    COMMON_FILES,
+    ENTRY_KEYS,
+    NAMESPACE_KEYS,
+    WRITE,
+    WRITE_FILES,
+    EntryStore,
+    content_hash,
+)
 from broker.storage.records import CorruptRecord, RawHash, WriteRequest, live_entry
 from broker.storage.scripts import Fields
 
 TRANSITIONS = ("stale", "archive", "expire", "purge")
 RECORD_FIELDS = ("key", "status", "ref", "count", "accessed")
 COMMIT_CHUNK = 50  # changes per amp_commit.lua call: a few milliseconds of Redis at most
+STATUS_CHUNK = 100  # status changes per amp_status.lua call: about as long
 
 CELL_INDEX_KEYS = Fields("cell_index_keys", ("created", *(f"due_{t}" for t in TRANSITIONS),
                                              "recheck", "unposted"))
@@ -26,6 +35,11 @@ CHANGE = Fields("change", ("writes",))
 CELL_UPDATE = Fields("cell_update", (
     "id", "key", "version", "status", "ref", "count", "accessed", "created",
     *(f"due_{t}" for t in TRANSITIONS), "recheck", "readers", "expires"), rest="terms")
+STATUS_KEYS = Fields("status_keys", ("log", "meta", "usage", "audit"))
+STATUS_CALL = Fields("status_call", ("now", "agent", "history_limit", "log_maxlen"))
+CELL_STATUS = Fields("cell_status", (
+    "id", "key", "version", "status", "value", "content_hash", "ref",
+    *(f"due_{t}" for t in TRANSITIONS), "recheck"))
 CELL_LOAD = Fields("cell_load", ("entry_prefix",), rest="fields")
 CELL_READ_KEYS = Fields("cell_read_keys", ("record", "recheck"))
 CELL_READ = Fields("cell_read", ("entry_prefix", "id", "agent", "now"), rest="fields")
@@ -96,6 +110,28 @@ class IndexUpdate:
             terms=None if self.terms is None else list(self.terms))
 
 
+@dataclass(slots=True)
+class StatusChange:
+    """The lifecycle engine moving one cell to another status (amp_status.lua): compare-and-set
+    on `version`, the value with its new status, and what changes in its indexes."""
+
+    id: str
+    key: str  # the cell's MEMP key
+    version: int  # the entry version the engine decided from
+    status: str
+    value: bytes  # the cell with its new status, as stored
+    ref: int  # the decay reference time the engine saw
+    dues: dict[str, int]  # transition -> when it is due, in the new status
+    recheck: bool | None  # True: mark for the engine; False: clear; None: keep
+
+    def args(self) -> list[Any]:
+        return CELL_STATUS.pack(
+            id=self.id, key=self.key, version=self.version, status=self.status,
+            value=self.value, content_hash=content_hash(self.value), ref=self.ref,
+            **{f"due_{t}": self.dues.get(t, "") for t in TRANSITIONS},
+            recheck="" if self.recheck is None else ("1" if self.recheck else "0"))
+
+
 # A cell's index keys, its namespace's prefixes and one update, as a script's KEYS and ARGV.
 CellBlocks = tuple[list[Any], list[Any], list[Any]]
 
@@ -125,6 +161,9 @@ class CellIndexStore:
             client, [*WRITE_FILES, "amp_index.lua", "amp_commit.lua"],
             [CELL_INDEX_KEYS, NAMESPACE_KEYS, ENTRY_KEYS, CELL_PREFIXES, CHANGE, WRITE,
              CELL_UPDATE])
+        self._status = scripts.register(
+            client, [*COMMON_FILES, "amp_index.lua", "amp_status.lua"],
+            [CELL_INDEX_KEYS, STATUS_KEYS, ENTRY_KEYS, CELL_PREFIXES, STATUS_CALL, CELL_STATUS])
         self._post = scripts.register(client, ["amp_post.lua"], [CELL_POST_KEYS, CELL_POST])
         self._match = scripts.register(client, ["amp_match.lua"],
                                        [CELL_TERMS_KEYS, CELL_TERMS])
@@ -193,6 +232,38 @@ class CellIndexStore:
         if not changes:
             return []
         await self.entries.note_namespace(self.namespace)
+        replies = await self.backend.run(self._commit_calls(changes), durable=True)
+        return self._commit_verdicts(changes, replies)
+
+    async def change_status(self, changes: Sequence[StatusChange], now: int, agent: str,
+                            looks: Sequence[IndexUpdate] = ()) -> list[bool]:
+        """Apply the lifecycle engine's status changes (amp_status.lua, STATUS_CHUNK per call)
+        and, in the same round trip, the index updates of cells it looked at and left
+        (`looks`: amp_commit.lua without writes). Returns, per change, whether it was
+        applied: False where the cell changed since the engine read it."""
+        if not changes and not looks:
+            return []
+        await self.entries.note_namespace(self.namespace)
+        ns = self.namespace
+        head: list[Any] = [*self._index_keys, *STATUS_KEYS.pack(
+            log=layout.changelog(ns), meta=layout.meta(ns), usage=layout.usage(ns),
+            audit=layout.audit(ns))]
+        call = STATUS_CALL.pack(now=now, agent=agent, history_limit=self.entries.history_limit,
+                                log_maxlen=self.entries.changelog_maxlen)
+        calls: list[ScriptCall] = []
+        for at in range(0, len(changes), STATUS_CHUNK):
+            keys, args = list(head), [*self._prefixes, *call]
+            for change in changes[at:at + STATUS_CHUNK]:
+                keys += ENTRY_KEYS.pack(entry=layout.entry(ns, change.key),
+                                        history=layout.history(ns, change.key))
+                args += change.args()
+            calls.append((self._status, keys, args))
+        plain = [(update, None) for update in looks]
+        replies = await self.backend.run([*calls, *self._commit_calls(plain)], durable=True)
+        return [v == b"ok" for call in replies[:len(calls)] for v in call]
+
+    def _commit_calls(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]]
+                      ) -> list[ScriptCall]:
         ns = self.namespace
         calls: list[ScriptCall] = []
         for at in range(0, len(changes), COMMIT_CHUNK):
@@ -206,8 +277,12 @@ class CellIndexStore:
                     args += self.entries.write_args(ns, update.key, request)
                 args += update.args()
             calls.append((self._commit, keys, args))
-        verdicts = iter([v for call in await self.backend.run(calls, durable=True)
-                         for v in call])
+        return calls
+
+    @staticmethod
+    def _commit_verdicts(changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],
+                         replies: list[Any]) -> list[bool]:
+        verdicts = iter([v for call in replies for v in call])
         return [request is None or next(verdicts) == b"ok" for _, request in changes]
 
     async def due(self, transition: str, as_of: int, limit: int) -> list[str]:

@@ -74,14 +74,31 @@ def entry_from_fields(namespace: str, key: str, fields: Mapping[str, Any]) -> En
     )
 
 
+def _is_live(raw: RawHash, now: int) -> bool:
+    """Whether an entry hash holds a live entry: not a tombstone, not expired."""
+    if not raw or raw.get(b"del") == b"1":
+        return False
+    expires = raw.get(b"exp")
+    return not (expires and expires.isdigit() and int(expires) <= now)
+
+
 def live_entry(namespace: str, key: str, raw: RawHash, now: int) -> Entry | None:
     """The entry an entry hash holds, or None when it is a tombstone or has expired."""
-    if not raw or raw.get(b"del") == b"1":
-        return None
-    expires = raw.get(b"exp")
-    if expires and expires.isdigit() and int(expires) <= now:
+    if not _is_live(raw, now):
         return None
     return entry_from_fields(namespace, key, {_text(k): v for k, v in raw.items()})
+
+
+def live_value(key: str, raw: RawHash, now: int) -> tuple[bytes, int] | None:
+    """The stored value and version of a live entry hash, without building an Entry (the
+    lifecycle engine reads thousands at a time), or None when it is gone or has expired."""
+    if not _is_live(raw, now) or not raw.get(b"val"):
+        return None
+    version = raw.get(b"ver", b"")
+    if not version.isdigit():
+        raise CorruptRecord(f"stored entry {key}: field 'ver' holds {version[:40]!r}, "
+                            "not a number")
+    return raw[b"val"], int(version)
 
 
 @dataclass(slots=True)

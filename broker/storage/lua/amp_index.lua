@@ -6,7 +6,8 @@
 --   status, reference time, access count ('' = keep), last access ('' = keep), created
 --   ('' = already in the creation order), due times per transition ('' = not due), recheck
 --   mark ('1' set, '0' clear, '' keep), the globs of the agents that may read it
---   (space-separated), its expiry ('' = none), and its search terms (nil = unchanged). New
+--   (space-separated) and its expiry ('' = none), both nil when unchanged, and its search
+--   terms (nil = unchanged). New
 --   terms go into the record (`terms`) and the cell into the unposted set; amp_post.lua brings
 --   the term sets in line with them later, in batches, from the terms it posted before
 --   (`posted`), and search looks at unposted cells itself.
@@ -26,7 +27,11 @@ local function index_cell(x, p, u, written)
   local record = p.record_prefix .. u.id
   local stored = redis.call('HMGET', record, 'key', 'ref', 'dues')
   local known = stored[1]  -- a new record is in no index yet: nothing to take out
-  local fields = {'key', u.key, 'status', u.status, 'readers', u.readers, 'expires', u.expires}
+  local fields = {'key', u.key, 'status', u.status}
+  if u.readers then  -- nil: unchanged (a status change, amp_status.lua)
+    fields[#fields + 1], fields[#fields + 2] = 'readers', u.readers
+    fields[#fields + 1], fields[#fields + 2] = 'expires', u.expires
+  end
   if version ~= '' then
     fields[#fields + 1], fields[#fields + 2] = 'ver', version  -- the version indexed
   end

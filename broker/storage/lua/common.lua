@@ -86,8 +86,19 @@ local function count_bytes(ctx, delta)
 end
 
 -- Store a new version: entry hash, history, and one change-log record, all in this call.
-local function commit(ctx, entry, change_type)
-  redis.call('HSET', ctx.entry_key, unpack(flatten(entry)))
+-- `changed`, when given, names the only fields that differ from the stored hash (an AMP status
+-- change: amp_status.lua), so only they are written.
+local function commit(ctx, entry, change_type, changed)
+  if changed then
+    local out = {}
+    for _, name in ipairs(changed) do
+      out[#out + 1] = name
+      out[#out + 1] = entry[name]
+    end
+    redis.call('HSET', ctx.entry_key, unpack(out))
+  else
+    redis.call('HSET', ctx.entry_key, unpack(flatten(entry)))
+  end
   if ctx.history_limit > 0 then
     if redis.call('LPUSH', ctx.history_key, cjson.encode(entry)) > ctx.history_limit then
       redis.call('LTRIM', ctx.history_key, 0, ctx.history_limit - 1)
