@@ -146,7 +146,7 @@ class LifecycleEngine:
             life.status = target  # type: ignore[assignment]
             life.stale_since = iso(as_of) if target == "stale" else None
             changes.append(StatusChange(
-                id=cell.id, key=record.key, version=version, status=target,
+                id=cell.id, key=record.key, stored=raw, status=target,
                 value=_cell_encoder.encode(cell), ref=ref, dues=due_times(cell, ref),
                 recheck=None if target == "stale" else False))
         applied = await cells.index.change_status(changes, now, AMP_ENGINE, looks)

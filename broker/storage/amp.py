@@ -38,8 +38,12 @@ CELL_UPDATE = Fields("cell_update", (
 STATUS_KEYS = Fields("status_keys", ("log", "meta", "usage", "audit"))
 STATUS_CALL = Fields("status_call", ("now", "agent", "history_limit", "log_maxlen"))
 CELL_STATUS = Fields("cell_status", (
-    "id", "key", "version", "status", "value", "content_hash", "ref",
-    *(f"due_{t}" for t in TRANSITIONS), "recheck"))
+    "id", "key", "version", "entry_id", "created", "ttl", "exp",  # the version decided from
+    "status", "value", "content_hash", "grow", "clear",  # the new version
+    "ref", *(f"due_{t}" for t in TRANSITIONS), "recheck"))  # its index update
+# Fields a status change stores empty (priority: '0'): an earlier writer's schema errors,
+# merge conflicts, priority and approval are not the engine's.
+_CLEARED = {b"sv": b"", b"cf": b"", b"pr": b"0", b"apb": b"", b"pid": b""}
 CELL_LOAD = Fields("cell_load", ("entry_prefix",), rest="fields")
 CELL_READ_KEYS = Fields("cell_read_keys", ("record", "recheck"))
 CELL_READ = Fields("cell_read", ("entry_prefix", "id", "agent", "now"), rest="fields")
@@ -113,11 +117,12 @@ class IndexUpdate:
 @dataclass(slots=True)
 class StatusChange:
     """The lifecycle engine moving one cell to another status (amp_status.lua): compare-and-set
-    on `version`, the value with its new status, and what changes in its indexes."""
+    on the version in `stored`, the value with its new status, and what changes in its
+    indexes."""
 
     id: str
     key: str  # the cell's MEMP key
-    version: int  # the entry version the engine decided from
+    stored: RawHash  # the entry's fields as the engine read them
     status: str
     value: bytes  # the cell with its new status, as stored
     ref: int  # the decay reference time the engine saw
@@ -125,10 +130,16 @@ class StatusChange:
     recheck: bool | None  # True: mark for the engine; False: clear; None: keep
 
     def args(self) -> list[Any]:
+        stored = self.stored
         return CELL_STATUS.pack(
-            id=self.id, key=self.key, version=self.version, status=self.status,
-            value=self.value, content_hash=content_hash(self.value), ref=self.ref,
-            **{f"due_{t}": self.dues.get(t, "") for t in TRANSITIONS},
+            id=self.id, key=self.key, version=stored[b"ver"], entry_id=stored.get(b"id", b""),
+            created=stored.get(b"ca", b""), ttl=stored.get(b"ttl", b""),
+            exp=stored.get(b"exp", b""), status=self.status, value=self.value,
+            content_hash=content_hash(self.value),
+            grow=len(self.value) - len(stored.get(b"val", b"")),
+            clear="1" if any(stored.get(name, b"") != empty for name, empty in _CLEARED.items())
+            else "0",
+            ref=self.ref, **{f"due_{t}": self.dues.get(t, "") for t in TRANSITIONS},
             recheck="" if self.recheck is None else ("1" if self.recheck else "0"))
 
 
