@@ -31,6 +31,7 @@ local WRITTEN = {'val', 'ver', 'agent', 'ua', 'ts'}
 local CLEARED = {'val', 'ver', 'agent', 'ua', 'ts', 'sv', 'cf', 'pr', 'apb', 'pid'}
 local verdicts = {}
 local grown = 0
+local held = held_sets()
 while at <= #ARGV do
   local e, c
   e, key_at = read_entry_keys(KEYS, key_at)
@@ -50,10 +51,11 @@ while at <= #ARGV do
     index_cell(x, p, {
       id = c.id, key = c.key, version = '', status = c.status, ref = c.ref, count = '',
       accessed = '', created = '', due_stale = c.due_stale, due_archive = c.due_archive,
-      due_expire = c.due_expire, due_purge = c.due_purge, recheck = c.recheck}, entry.ver)
+      due_expire = c.due_expire, due_purge = c.due_purge, recheck = c.recheck}, entry.ver, held)
     verdicts[#verdicts + 1] = 'ok'
   end
 end
+flush_sets(held)
 count_bytes(ctx, grown)
 audit_flush(ctx.meta_key, ctx.audit_chain)
 trim_excess(ctx.log_key, ctx.meta_key, ctx.log_maxlen)
