@@ -62,13 +62,18 @@ def new_cell(text: str = "a fading memory") -> NewCell:
                    scoring=Scoring(importance=0.6, confidence=1.0, decay_rate=0.01))
 
 
+def client(storage: Storage) -> Any:
+    """The store's own client, to look at what it holds."""
+    return storage.backend.redis
+
+
 async def entry(storage: Storage, ns: str, key: str) -> dict[str, str]:
-    raw = await storage.backend.redis.hgetall(layout.entry(ns, key))
+    raw = await client(storage).hgetall(layout.entry(ns, key))
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
 async def history(storage: Storage, ns: str, key: str) -> list[dict[str, str]]:
-    rows = await storage.backend.redis.lrange(layout.history(ns, key), 0, -1)
+    rows = await client(storage).lrange(layout.history(ns, key), 0, -1)
     return [json.loads(row) for row in rows]
 
 
@@ -97,7 +102,7 @@ def test_a_status_change_is_a_new_version_with_its_history_log_and_audit(
         made = [await cells.create("agent-1", new_cell(f"memory {n}")) for n in range(count)]
         as_of = now_ms() + STALE_DAYS * DAY_MS
         assert (await LifecycleEngine(cells, now_ms).run(as_of))["stale"] == count
-        redis = storage.backend.redis
+        redis = client(storage)
         total = 0
         for cell in made:
             key = f"cells/user/u-1/{cell.id}"
@@ -177,7 +182,7 @@ def test_an_erased_cell_is_not_brought_back(run: Callable[[Scenario], None], ns:
         change = await _decided(cells, cell.id, now_ms() + STALE_DAYS * DAY_MS)
         await storage.entries.erase(ns, [key])
         assert await cells.index.change_status([change], now_ms(), AMP_ENGINE) == [False]
-        redis = storage.backend.redis
+        redis = client(storage)
         assert await redis.exists(layout.entry(ns, key), layout.history(ns, key)) == 0
         assert await redis.zscore(layout.amp_due(ns, "archive"), cell.id) is None
 
@@ -210,7 +215,7 @@ def test_a_read_after_the_engine_decided_marks_the_cell_for_the_next_run(
         await asyncio.sleep(0.01)  # the read's time is later than the record's
         await cells.read("agent-1", made.id)
         assert await cells.index.change_status([change], now_ms(), AMP_ENGINE) == [True]
-        redis = storage.backend.redis
+        redis = client(storage)
         assert await redis.sismember(layout.amp_recover(ns), made.id)
         assert (await LifecycleEngine(cells, now_ms).run(now_ms() + 1000))["active"] == 1
         record = await redis.hmget(layout.amp_cell(ns, made.id), "status", "ver")
