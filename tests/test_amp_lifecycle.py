@@ -24,7 +24,8 @@ from broker.amp.index import index_update
 from broker.amp.service import CellService, cell_key
 from broker.settings import Settings, SettingsError
 from broker.storage import Storage, layout
-from broker.storage.amp import COMMIT_CHUNK, TRANSITIONS
+from broker.storage.amp import COMMIT_CHUNK
+from broker.storage.amp_status import TRANSITIONS
 from tests.conftest import BACKENDS, Broker, BrokerProcess
 from tests.test_amp_support import (
     DAY_MS,

@@ -29,7 +29,7 @@ from broker.amp.lifecycle import LifecycleEngine
 from broker.amp.service import CellService
 from broker.identities import AMP_ENGINE
 from broker.storage import Storage, layout
-from broker.storage.amp import STATUS_CHUNK, StatusChange
+from broker.storage.amp_status import STATUS_CHUNK, StatusChange
 from broker.storage.audit import AuditStore
 from tests.test_amp_support import DAY_MS, now_ms
 

@@ -21,7 +21,8 @@ from broker.audit import AuditService
 from broker.clock import Clock
 from broker.errors import MempError
 from broker.identities import AMP_ENGINE
-from broker.storage.amp import CellRecord, IndexUpdate, StatusChange
+from broker.storage.amp import CellRecord, IndexUpdate
+from broker.storage.amp_status import StatusChange
 from broker.storage.entries import content_hash
 from broker.storage.records import live_entry, live_value
 

@@ -10,6 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.storage import layout, scripts
+from broker.storage.amp_status import (
+    CELL_STATUS,
+    STATUS_CALL,
+    STATUS_KEYS,
+    TRANSITIONS,
+    StatusChange,
+    status_calls,
+)
 from broker.storage.client import Backend, ScriptCall, text
 from broker.storage.entries import (
     COMMON_FILES,
@@ -18,15 +26,12 @@ from broker.storage.entries import (
     WRITE,
     WRITE_FILES,
     EntryStore,
-    content_hash,
 )
 from broker.storage.records import CorruptRecord, RawHash, WriteRequest, live_entry
 from broker.storage.scripts import Fields
 
-TRANSITIONS = ("stale", "archive", "expire", "purge")
 RECORD_FIELDS = ("key", "status", "ref", "count", "accessed")
 COMMIT_CHUNK = 50  # changes per amp_commit.lua call: a few milliseconds of Redis at most
-STATUS_CHUNK = 100  # status changes per amp_status.lua call: about as long
 
 CELL_INDEX_KEYS = Fields("cell_index_keys", ("created", *(f"due_{t}" for t in TRANSITIONS),
                                              "recheck", "unposted"))
@@ -35,15 +40,6 @@ CHANGE = Fields("change", ("writes",))
 CELL_UPDATE = Fields("cell_update", (
     "id", "key", "version", "status", "ref", "count", "accessed", "created",
     *(f"due_{t}" for t in TRANSITIONS), "recheck", "readers", "expires"), rest="terms")
-STATUS_KEYS = Fields("status_keys", ("log", "meta", "usage", "audit"))
-STATUS_CALL = Fields("status_call", ("now", "agent", "history_limit", "log_maxlen"))
-CELL_STATUS = Fields("cell_status", (
-    "id", "key", "version", "entry_id", "created", "ttl", "exp",  # the version decided from
-    "status", "value", "content_hash", "grow", "clear",  # the new version
-    "ref", *(f"due_{t}" for t in TRANSITIONS), "recheck"))  # its index update
-# Fields a status change stores empty (priority: '0'): an earlier writer's schema errors,
-# merge conflicts, priority and approval are not the engine's.
-_CLEARED = {b"sv": b"", b"cf": b"", b"pr": b"0", b"apb": b"", b"pid": b""}
 CELL_LOAD = Fields("cell_load", ("entry_prefix",), rest="fields")
 CELL_READ_KEYS = Fields("cell_read_keys", ("record", "recheck"))
 CELL_READ = Fields("cell_read", ("entry_prefix", "id", "agent", "now"), rest="fields")
@@ -112,35 +108,6 @@ class IndexUpdate:
             recheck="" if self.recheck is None else ("1" if self.recheck else "0"),
             readers=" ".join(self.readers), expires=opt(self.expires),
             terms=None if self.terms is None else list(self.terms))
-
-
-@dataclass(slots=True)
-class StatusChange:
-    """The lifecycle engine moving one cell to another status (amp_status.lua): compare-and-set
-    on the version in `stored`, the value with its new status, and what changes in its
-    indexes."""
-
-    id: str
-    key: str  # the cell's MEMP key
-    stored: RawHash  # the entry's fields as the engine read them
-    status: str
-    value: bytes  # the cell with its new status, as stored
-    ref: int  # the decay reference time the engine saw
-    dues: dict[str, int]  # transition -> when it is due, in the new status
-    recheck: bool | None  # True: mark for the engine; False: clear; None: keep
-
-    def args(self) -> list[Any]:
-        stored = self.stored
-        return CELL_STATUS.pack(
-            id=self.id, key=self.key, version=stored[b"ver"], entry_id=stored.get(b"id", b""),
-            created=stored.get(b"ca", b""), ttl=stored.get(b"ttl", b""),
-            exp=stored.get(b"exp", b""), status=self.status, value=self.value,
-            content_hash=content_hash(self.value),
-            grow=len(self.value) - len(stored.get(b"val", b"")),
-            clear="1" if any(stored.get(name, b"") != empty for name, empty in _CLEARED.items())
-            else "0",
-            ref=self.ref, **{f"due_{t}": self.dues.get(t, "") for t in TRANSITIONS},
-            recheck="" if self.recheck is None else ("1" if self.recheck else "0"))
 
 
 # A cell's index keys, its namespace's prefixes and one update, as a script's KEYS and ARGV.
@@ -256,19 +223,13 @@ class CellIndexStore:
             return []
         await self.entries.note_namespace(self.namespace)
         ns = self.namespace
-        head: list[Any] = [*self._index_keys, *STATUS_KEYS.pack(
+        keys = [*self._index_keys, *STATUS_KEYS.pack(
             log=layout.changelog(ns), meta=layout.meta(ns), usage=layout.usage(ns),
             audit=layout.audit(ns))]
-        call = STATUS_CALL.pack(now=now, agent=agent, history_limit=self.entries.history_limit,
-                                log_maxlen=self.entries.changelog_maxlen)
-        calls: list[ScriptCall] = []
-        for at in range(0, len(changes), STATUS_CHUNK):
-            keys, args = list(head), [*self._prefixes, *call]
-            for change in changes[at:at + STATUS_CHUNK]:
-                keys += ENTRY_KEYS.pack(entry=layout.entry(ns, change.key),
-                                        history=layout.history(ns, change.key))
-                args += change.args()
-            calls.append((self._status, keys, args))
+        args = [*self._prefixes, *STATUS_CALL.pack(
+            now=now, agent=agent, history_limit=self.entries.history_limit,
+            log_maxlen=self.entries.changelog_maxlen)]
+        calls = status_calls(self._status, keys, args, ns, changes)
         plain = [(update, None) for update in looks]
         replies = await self.backend.run([*calls, *self._commit_calls(plain)], durable=True)
         return [v == b"ok" for call in replies[:len(calls)] for v in call]
