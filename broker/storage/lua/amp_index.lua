@@ -7,10 +7,9 @@
 --   ('' = already in the creation order), due times per transition ('' = not due), recheck
 --   mark ('1' set, '0' clear, '' keep), the globs of the agents that may read it
 --   (space-separated) and its expiry ('' = none), both nil when unchanged, and its search
---   terms (nil = unchanged). New
---   terms go into the record (`terms`) and the cell into the unposted set; amp_post.lua brings
---   the term sets in line with them later, in batches, from the terms it posted before
---   (`posted`), and search looks at unposted cells itself.
+--   terms (nil = unchanged). New terms go into the record (`terms`) and the cell into the
+--   unposted set; amp_post.lua brings the term sets in line with them later, in batches, from
+--   the terms it posted before (`posted`), and search looks at unposted cells itself.
 
 local DUE_SETS = {'due_stale', 'due_archive', 'due_expire', 'due_purge'}
 
