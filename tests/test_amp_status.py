@@ -27,12 +27,15 @@ from broker.amp.cells import (
 from broker.amp.index import due_times
 from broker.amp.lifecycle import LifecycleEngine
 from broker.amp.service import CellService
+from broker.auth import Principal
 from broker.identities import AMP_ENGINE
+from broker.models import Grant
 from broker.storage import Storage, layout
 from broker.storage.amp_status import STATUS_CHUNK, StatusChange
 from broker.storage.audit import AuditStore
 from tests.test_amp_support import DAY_MS, now_ms
 
+ADMIN = Principal(subject="admin", grants=(Grant("*", ["admin"]),), superuser=True)
 STALE_DAYS = 70  # importance 0.6, confidence 1, rate 0.01: stale after 69.3 days
 Scenario = Callable[[Storage, CellService], Awaitable[None]]
 
@@ -99,7 +102,7 @@ def test_a_status_change_is_a_new_version_with_its_history_log_and_audit(
     count = STATUS_CHUNK + 5  # more than one script call, so the audit chain spans calls
 
     async def scenario(storage: Storage, cells: CellService) -> None:
-        made = [await cells.create("agent-1", new_cell(f"memory {n}")) for n in range(count)]
+        made = [await cells.create(ADMIN, "agent-1", new_cell(f"memory {n}")) for n in range(count)]
         as_of = now_ms() + STALE_DAYS * DAY_MS
         assert (await LifecycleEngine(cells, now_ms).run(as_of))["stale"] == count
         redis = client(storage)
@@ -153,11 +156,11 @@ async def _decided(cells: CellService, cell_id: str, as_of: int) -> StatusChange
 def test_a_patch_after_the_engine_read_the_cell_is_not_lost(
         run: Callable[[Scenario], None], ns: str) -> None:
     async def scenario(storage: Storage, cells: CellService) -> None:
-        cell = await cells.create("agent-1", new_cell("the original text"))
+        cell = await cells.create(ADMIN, "agent-1", new_cell("the original text"))
         key = f"cells/user/u-1/{cell.id}"
         as_of = now_ms() + STALE_DAYS * DAY_MS
         change = await _decided(cells, cell.id, as_of)
-        await cells.patch("agent-1", cell.id,
+        await cells.patch(ADMIN, "agent-1", cell.id,
                           CellPatch(content=ContentPatch(text="the patched text")))
         before = (await entry(storage, ns, key), await history(storage, ns, key),
                   await audit_records(storage, ns))
@@ -177,7 +180,7 @@ def test_a_patch_after_the_engine_read_the_cell_is_not_lost(
 
 def test_an_erased_cell_is_not_brought_back(run: Callable[[Scenario], None], ns: str) -> None:
     async def scenario(storage: Storage, cells: CellService) -> None:
-        cell = await cells.create("agent-1", new_cell())
+        cell = await cells.create(ADMIN, "agent-1", new_cell())
         key = f"cells/user/u-1/{cell.id}"
         change = await _decided(cells, cell.id, now_ms() + STALE_DAYS * DAY_MS)
         await storage.entries.erase(ns, [key])
@@ -192,7 +195,7 @@ def test_an_erased_cell_is_not_brought_back(run: Callable[[Scenario], None], ns:
 def test_a_forged_version_changes_nothing(run: Callable[[Scenario], None], ns: str) -> None:
     # A change naming a version the entry never had, or none: refused, nothing recorded.
     async def scenario(storage: Storage, cells: CellService) -> None:
-        cell = await cells.create("agent-1", new_cell())
+        cell = await cells.create(ADMIN, "agent-1", new_cell())
         key = f"cells/user/u-1/{cell.id}"
         change = await _decided(cells, cell.id, now_ms() + STALE_DAYS * DAY_MS)
         before = (await entry(storage, ns, key), await audit_records(storage, ns))
@@ -209,11 +212,11 @@ def test_a_read_after_the_engine_decided_marks_the_cell_for_the_next_run(
     # A read does not change the version, so the change applies; but the read moved the decay
     # clock since the engine looked, so the cell is marked and the next run brings it back.
     async def scenario(storage: Storage, cells: CellService) -> None:
-        made = await cells.create("agent-1", new_cell())
+        made = await cells.create(ADMIN, "agent-1", new_cell())
         created = now_ms()
         change = await _decided(cells, made.id, created + STALE_DAYS * DAY_MS)
         await asyncio.sleep(0.01)  # the read's time is later than the record's
-        await cells.read("agent-1", made.id)
+        await cells.read(ADMIN, "agent-1", made.id)
         assert await cells.index.change_status([change], now_ms(), AMP_ENGINE) == [True]
         redis = client(storage)
         assert await redis.sismember(layout.amp_recover(ns), made.id)
@@ -227,7 +230,7 @@ def test_a_read_after_the_engine_decided_marks_the_cell_for_the_next_run(
 def test_two_engines_at_once_apply_each_change_once(
         run: Callable[[Scenario], None], ns: str) -> None:
     async def scenario(storage: Storage, cells: CellService) -> None:
-        made = [await cells.create("agent-1", new_cell(f"cell {n}")) for n in range(60)]
+        made = [await cells.create(ADMIN, "agent-1", new_cell(f"cell {n}")) for n in range(60)]
         as_of = now_ms() + STALE_DAYS * DAY_MS
         engines = [LifecycleEngine(cells, now_ms, batch=7) for _ in range(3)]
         counts = await asyncio.gather(*(e.run(as_of) for e in engines))
