@@ -222,7 +222,10 @@ def _lifecycle(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
     used = _cpu(broker, before, sum(reply["transitions"].values()))
     if profiler is not None:
         profiler.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
-        profiler.wait(60)
+        try:
+            profiler.wait(60)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError("py-spy did not write its profile within 60 s") from None
     commands = _commandstats(stats)
     stats.close()
     return {"as_of": as_of, "seconds": round(seconds, 2), "transitions": reply["transitions"],
