@@ -101,7 +101,7 @@ class AgentService:
         if not (isinstance(agent_id, str) and _UUID_RE.fullmatch(agent_id)) or \
                 await self.store.get_agent(namespace, agent_id) is None:
             raise MempError("not_found", f"no agent {agent_id!r} in namespace {namespace!r}")
-        await self.store.delete_agent(namespace, agent_id)
+        await self.store.delete_agent(namespace, agent_id, self.clock())
         await self.store.announce_revocation(f"agent:{agent_id}")
         await self.audit.record(namespace, "agent-remove", actor_fields(principal),
                                 details={"agent": agent_id})

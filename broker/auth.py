@@ -193,6 +193,10 @@ class Authenticator:
         """Those of these API key ids that are not revoked."""
         return await self.store.live_api_keys(key_ids) if key_ids else set()
 
+    async def removed_agents(self, agent_ids: set[str]) -> set[str]:
+        """Those of these agent ids that were removed (their JWTs no longer authenticate)."""
+        return await self.store.removed_agents(agent_ids)
+
     async def _resolve(self, token: str) -> Principal | None:
         if token.startswith(API_KEY_PREFIX):
             record = await self.store.load_api_key(hash_api_key(token))
@@ -201,8 +205,10 @@ class Authenticator:
             return Principal(subject=record.id, grants=tuple(record.grants),
                              agent_id=record.agent_id, key_id=record.id)
         if token.count(".") == 2 and self.jwt is not None:
-            claims = self.jwt.verify(token)
-            return _principal_from_claims(claims)
+            principal = _principal_from_claims(self.jwt.verify(token))
+            if principal.agent_id and await self.store.removed_agents({principal.agent_id}):
+                raise _unauthorized(f"the agent {principal.agent_id!r} was removed")
+            return principal
         raise _unauthorized("token is neither a MEMP API key nor an accepted JWT")
 
 
@@ -257,6 +263,9 @@ async def check_binding(principal: Principal, store: AccountStore, agent_id: str
         raise MempError("invalid_request", "agent_id must be 1-128 characters of A-Z a-z 0-9 "
                         ". _ : @ + -", {"field": "agent_id"})
     check_claimable(agent_id)
+    if await store.removed_agents({agent_id}):
+        raise MempError("forbidden", f"agent {agent_id!r} was removed and cannot be bound again",
+                        {"agent_id": agent_id})
     if principal.superuser:
         return agent_id
     home = await store.agent_home(agent_id)

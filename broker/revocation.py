@@ -1,7 +1,7 @@
 """Open streams end when their right to exist does.
 
 Every process keeps the streams it serves with the principal that opened them. When a key is
-revoked or an agent removed (anywhere: the news arrives by pub/sub), a namespace's shares
+revoked or an agent removed (its keys and the JWTs naming it; anywhere: the news arrives by pub/sub), a namespace's shares
 change, or the invalidation listener reconnects (news may have been missed), the streams are
 checked again; a JWT's expiry is checked every second. A stream that lost its right gets a
 final `revoked` event saying why, with its cursor, and is closed."""
@@ -48,10 +48,14 @@ class StreamGuard:
         if not watched:
             return
         live = await self.auth.live_keys({p.key_id for _, p in watched if p.key_id})
+        removed = await self.auth.removed_agents(
+            {p.agent_id for _, p in watched if p.agent_id and not p.key_id})
         for subscriber, principal in watched:
             reason = None
             if principal.key_id and principal.key_id not in live:
                 reason = "the API key was revoked"
+            elif not principal.key_id and principal.agent_id in removed:
+                reason = "the agent was removed"
             else:
                 reason = await self._lost_namespace(subscriber, principal)
             if reason is not None:

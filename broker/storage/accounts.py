@@ -91,9 +91,11 @@ class AccountStore:
         raw = await self.redis.hgetall(layout.agent(namespace, agent_id))
         return _agent(cast(RawHash, raw)) if raw else None
 
-    async def delete_agent(self, namespace: str, agent_id: str) -> list[str]:
+    async def delete_agent(self, namespace: str, agent_id: str, now: int) -> list[str]:
         """Remove a registered agent and revoke every API key bound to it; returns the ids of
-        the keys revoked."""
+        the keys revoked. The removal is recorded first, so that a removal cut short still
+        refuses the agent's JWTs."""
+        await self.redis.hset(layout.removed_agents(), agent_id, now)
         created = await self.redis.hget(layout.agent(namespace, agent_id), "created_at")
         bound = [r.id for r in await self.list_api_keys() if r.agent_id == agent_id]
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -105,6 +107,14 @@ class AccountStore:
         for key_id in bound:
             await self.delete_api_key(key_id)
         return bound
+
+    async def removed_agents(self, agent_ids: set[str]) -> set[str]:
+        """Those of these agent ids that were registered and then removed."""
+        ids = sorted(agent_ids)
+        if not ids:
+            return set()
+        removed = await self.redis.hmget(layout.removed_agents(), ids)
+        return {agent_id for agent_id, when in zip(ids, removed, strict=True) if when}
 
     async def agent_home(self, agent_id: str) -> str | None:
         """The namespace an agent was registered in, or None for no registered agent. Agents
