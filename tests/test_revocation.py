@@ -4,6 +4,7 @@ broker process, with a final `revoked` event that says why and carries a resumab
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -190,3 +191,54 @@ def test_a_removed_agent_cannot_be_bound_again(broker: Broker, admin: httpx.Clie
     assert refused.status_code == 403, refused.text
     assert refused.json()["error"]["details"] == {"agent_id": agent_id}
     assert admin.get("/v1/keys").json() == before
+
+
+@pytest.mark.parametrize("credential", ["api-key", "jwt"])
+def test_an_mcp_session_ends_when_its_credential_does(
+        broker_factory: Callable[..., Broker], ns: str, credential: str) -> None:
+    broker = broker_factory("redis", jwt_secret=JWT_SECRET)
+    with broker.client() as admin:
+        registered = admin.post("/v1/agents", json={"name": "mcp", "namespace": ns}).json()
+    agent_id = registered["agent"]["id"]
+    token = registered["credentials"]["api_key"] if credential == "api-key" else jwt.encode(
+        {"sub": agent_id, "exp": int(time.time()) + 600,
+         "grants": [{"namespace": ns, "permissions": ["read", "subscribe"]}]},
+        JWT_SECRET, algorithm="HS256")
+    headers = {"Accept": "application/json, text/event-stream",
+               "Authorization": f"Bearer {token}"}
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}
+    opened, ended = threading.Event(), threading.Event()
+    statuses: list[int] = []
+    with httpx.Client(base_url=broker.url, timeout=10) as http:
+        session = http.post("/mcp", json=initialize, headers=headers).headers["mcp-session-id"]
+        theirs = {**headers, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+        assert http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                         headers=theirs).status_code == 202
+
+        def follow() -> None:  # the session's standalone stream, until the broker ends it
+            try:
+                with httpx.stream("GET", f"{broker.url}/mcp", timeout=30,
+                                  headers={**theirs, "Accept": "text/event-stream"}) as reply:
+                    statuses.append(reply.status_code)
+                    opened.set()
+                    for _ in reply.iter_bytes():
+                        pass
+            except httpx.HTTPError:
+                pass
+            ended.set()
+
+        threading.Thread(target=follow, daemon=True).start()
+        assert opened.wait(10) and statuses == [200]
+        time.sleep(0.3)
+        assert not ended.is_set()
+        started = time.monotonic()
+        with broker.client() as admin:
+            assert admin.delete(f"/v1/namespaces/{ns}/agents/{agent_id}").status_code == 204
+        assert ended.wait(WITHIN + 0.5), "the session's stream outlived its credential"
+        assert time.monotonic() - started <= WITHIN + 0.5
+        listing = http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                            headers=theirs)
+        assert listing.status_code == 401
+        assert session not in broker.app.state.mcp.manager._server_instances

@@ -31,6 +31,7 @@ from broker.auth import Authenticator, Principal
 from broker.errors import MempError, store_down
 from broker.http import error_response
 from broker.mcp.resources import TEMPLATES, Resources
+from broker.mcp.sessions import OwnedSessions
 from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher, Watches, listen
 from broker.memory import Proposed
@@ -221,6 +222,7 @@ class McpEndpoint:
     def __init__(self, auth: Authenticator, server: McpServer) -> None:
         self.auth = auth
         self.server = server
+        self.sessions = OwnedSessions(server.manager, server.watcher.guard)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -236,6 +238,8 @@ class McpEndpoint:
         # The session manager binds a session to the credential that opened it.
         scope["user"] = AuthenticatedUser(AccessToken(
             token="", client_id=principal.subject, scopes=[], subject=principal.agent_id))
+        if request.headers.get("mcp-session-id") is None:  # may open a session
+            send = self.sessions.noting(send, principal)
         await self.server.manager.handle_request(scope, receive, send)
 
 
