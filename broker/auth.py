@@ -231,12 +231,17 @@ async def create_api_key(store: AccountStore, env: str, *, grants: list[Grant], 
                          agent_id: str | None, created_by: str, now: int
                          ) -> tuple[str, ApiKeyRecord]:
     """Create and store a key; the plain key is returned once and never stored. The name is
-    cut to 200 characters (a registration names its key after the agent)."""
+    cut to 200 characters."""
     api_key = new_api_key(env)
     record = ApiKeyRecord(id=new_key_id(), name=name[:200], grants=grants, agent_id=agent_id,
                           created_at=now, created_by=created_by)
-    await store.save_api_key(hash_api_key(api_key), record)
+    await save_api_key(store, api_key, record)
     return api_key, record
+
+
+async def save_api_key(store: AccountStore, api_key: str, record: ApiKeyRecord) -> None:
+    """Store a key's record under its hash (again, for a registration run again)."""
+    await store.save_api_key(hash_api_key(api_key), record)
 
 
 def check_grants(grants: list[Grant]) -> list[Grant]:

@@ -50,33 +50,36 @@ class AccountStore:
 
     # ---- replies kept under a message id (operations that are not one script) ----
 
-    async def recall_reply(self, namespace: str, agent_id: str, message_id: str
-                           ) -> tuple[str, bytes] | None:
-        """The first reply under a message id and its request's fingerprint (stored as the
-        write scripts store theirs: fingerprint, newline, reply)."""
-        stored = cast(bytes | None, await self.redis.get(
-            layout.idempotency(namespace, agent_id, message_id)))
-        if stored is None:
-            return None
-        fingerprint, cut, reply = stored.partition(b"\n")
-        return (fingerprint.decode(), reply) if cut else ("", stored)
+    async def reserve_reply(self, namespace: str, agent_id: str, message_id: str,
+                            fingerprint: str, reply: bytes) -> tuple[str, bytes, bool]:
+        """Keep `reply` under a message id before the operation it answers runs, marked
+        pending, unless a reply is kept already; returns the kept one: its request's
+        fingerprint, the reply, and whether its operation completed (see finish_reply)."""
+        key = layout.idempotency(namespace, agent_id, message_id)
+        pending = b"?" + fingerprint.encode() + b"\n" + reply
+        for _ in range(2):  # the kept reply may expire between the SET and the GET
+            if await self.redis.set(key, pending, px=self.idempotency_window_ms, nx=True):
+                return fingerprint, reply, False
+            stored = cast(bytes | None, await self.redis.get(key))
+            if stored is not None:
+                done = not stored.startswith(b"?")
+                kept, _, first = stored.removeprefix(b"?").partition(b"\n")
+                return kept.decode(), first, done
+        raise RuntimeError("the reply kept under a message id kept expiring")
 
-    async def remember_reply(self, namespace: str, agent_id: str, message_id: str,
-                             fingerprint: str, reply: bytes) -> tuple[str, bytes]:
-        """Keep the first reply for the window; returns whichever reply was first."""
-        stored = await self.redis.set(layout.idempotency(namespace, agent_id, message_id),
-                                      fingerprint.encode() + b"\n" + reply,
-                                      px=self.idempotency_window_ms, nx=True)
-        if stored:
-            return fingerprint, reply
-        first = await self.recall_reply(namespace, agent_id, message_id)
-        return first or (fingerprint, reply)
+    async def finish_reply(self, namespace: str, agent_id: str, message_id: str,
+                           fingerprint: str, reply: bytes) -> None:
+        """Mark the reply under a message id complete (its operation ran to the end)."""
+        await self.redis.set(layout.idempotency(namespace, agent_id, message_id),
+                             fingerprint.encode() + b"\n" + reply,
+                             px=self.idempotency_window_ms)
 
     # ---- agents ----
 
     async def save_agent(self, agent: Agent) -> Agent:
-        """Store a new agent; returns it as stored (see agent_save.lua: its `created_at` may be
-        a few ms later, so that registration order is total)."""
+        """Store a new agent, or find it stored (a registration run again); returns it as
+        stored (see agent_save.lua: its `created_at` may be a few ms later, so that
+        registration order is total)."""
         await self.entries.note_namespace(agent.namespace)
         created = await self.backend.call(
             self._save_agent,

@@ -227,8 +227,7 @@ class Backend:
                 if wait:
                     pipe.execute_command("WAIT", self.replicas, self.wait_ms)
                 results = await pipe.execute(raise_on_error=False)
-            if wait:
-                self._confirmed(results.pop())
+            confirmed = results.pop() if wait else None
             unknown = []
             for i, result in zip(pending, results, strict=True):
                 if isinstance(result, NoScriptError) and attempt == 0:
@@ -237,6 +236,8 @@ class Backend:
                     raise result
                 else:
                     replies[i] = result
+            if wait and len(unknown) < len(pending):  # something ran: its WAIT counts
+                self._confirmed(confirmed)
             if not unknown:
                 break
             for script in {calls[i][0].sha: calls[i][0] for i in unknown}.values():
