@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from broker import __version__
 from broker.auth import Authenticator, Principal
-from broker.errors import MempError, store_down
+from broker.errors import MempError, corrupt_record, store_down
 from broker.http import error_response
 from broker.mcp.resources import TEMPLATES, Resources
 from broker.mcp.sessions import OwnedSessions
@@ -56,7 +56,7 @@ def _error(exc: Exception) -> MempError:
     if isinstance(exc, MempError):
         return exc
     if isinstance(exc, CorruptRecord):
-        return MempError("internal", f"a stored record is corrupt: {exc}")
+        return corrupt_record(exc)
     return store_down(exc)
 
 

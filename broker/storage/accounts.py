@@ -3,8 +3,8 @@ kept for operations retried under one message id, and the announcement of revoca
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import cast
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -12,7 +12,7 @@ from broker.models import Agent, ApiKeyRecord
 from broker.storage import bulletins, layout, scripts
 from broker.storage.client import Backend, text
 from broker.storage.entries import EntryStore
-from broker.storage.records import CorruptRecord, RawHash
+from broker.storage.records import CorruptRecord, RawHash, skipped
 from broker.storage.scripts import Fields
 
 AGENT_KEYS = Fields("agent_keys", ("agent", "index"))
@@ -21,6 +21,7 @@ SEEN = Fields("seen", ("when",))
 UPGRADE_KEYS = Fields("upgrade_keys", ("old_ids", "new_ids"))
 UPGRADE = Fields("upgrade", ("old_prefix", "new_prefix"))
 _key_record = msgspec.json.Decoder(ApiKeyRecord)
+T = TypeVar("T")
 
 
 class AccountStore:
@@ -146,7 +147,7 @@ class AccountStore:
             for member in members:
                 pipe.hgetall(layout.agent(namespace, member.split(":", 1)[1]))
             rows = await pipe.execute()
-        agents = [_agent(row) for row in rows if row]
+        agents = _readable(_agent, [row for row in rows if row])
         return agents, members[-1] if len(members) == limit else None
 
     async def touch_agents(self, seen: Mapping[tuple[str, str], int]) -> None:
@@ -179,7 +180,8 @@ class AccountStore:
         if not digests:
             return []
         rows = await self.redis.mget([layout.api_key(text(d)) for d in digests])
-        records = [_key(cast(bytes, r), text(d)) for d, r in zip(digests, rows, strict=True) if r]
+        records = _readable(lambda pair: _key(*pair), [
+            (cast(bytes, r), text(d)) for d, r in zip(digests, rows, strict=True) if r])
         return sorted(records, key=lambda r: (r.created_at, r.id))
 
     async def live_api_keys(self, key_ids: set[str]) -> set[str]:
@@ -203,6 +205,17 @@ class AccountStore:
         await bulletins.announce(self.redis, "revoked", what)
 
 
+def _readable(decode: Callable[[Any], T], rows: list[Any]) -> list[T]:
+    """The records of a listing that can be read; the others are left out and logged."""
+    records = []
+    for row in rows:
+        try:
+            records.append(decode(row))
+        except CorruptRecord as exc:
+            skipped(exc)
+    return records
+
+
 def _key(raw: bytes, digest: str) -> ApiKeyRecord:
     try:
         return _key_record.decode(raw)
@@ -211,12 +224,14 @@ def _key(raw: bytes, digest: str) -> ApiKeyRecord:
 
 
 def _agent(raw: RawHash) -> Agent:
-    fields = {text(k): text(v) for k, v in raw.items()}
+    fields: dict[str, str] = {}
     try:
+        fields = {text(k): text(v) for k, v in raw.items()}
         return Agent(
             id=fields["id"], name=fields["name"], framework=fields["framework"],
             namespace=fields["namespace"], created_at=int(fields["created_at"]),
             last_seen=int(fields["last_seen"]),
         )
-    except (KeyError, ValueError) as exc:
-        raise CorruptRecord(f"stored agent {fields.get('id', '?')}: bad field {exc}") from None
+    except (KeyError, ValueError) as exc:  # ValueError: a number or UTF-8 that is not
+        raise CorruptRecord(f"stored agent {fields.get('id', '?')}: bad field {exc}",
+                            f"agent {fields.get('id', '?')}") from None

@@ -29,6 +29,7 @@ from redis.exceptions import (
     ReadOnlyError,
     RedisClusterException,
     RedisError,
+    ResponseError,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -36,6 +37,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.storage.pipe import AutoPipeline
+from broker.storage.records import CorruptRecord
 from broker.storage.urls import RedisTarget, parse
 
 # The client type the stores use. A Cluster client is not a subclass but answers the same
@@ -195,7 +197,14 @@ class Backend:
         """Script calls, in one round trip where the deployment allows it (a Cluster refuses
         scripts in pipelines: there they go concurrently, each to its slot's primary).
         `durable` writes then wait until `replicas` replicas have them (WAIT, on the same
-        connection), or raise NotReplicated."""
+        connection), or raise NotReplicated. A script that found a record it cannot read
+        (a `CORRUPT` error, common.lua) raises CorruptRecord."""
+        try:
+            return await self._run(calls, durable)
+        except ResponseError as exc:
+            raise corrupt(exc) from None
+
+    async def _run(self, calls: Sequence[ScriptCall], durable: bool) -> list[Any]:
         wait = durable and self.replicas > 0
         if self.cluster:
             return list(await asyncio.gather(*(self._on_primary(c, wait) for c in calls)))
@@ -208,9 +217,12 @@ class Backend:
 
     async def hgetall(self, key: str) -> dict[bytes, bytes]:
         """A hash's fields (the hot path's read: auto-pipelined on one server)."""
-        if self.pipe is None:
-            return cast(dict[bytes, bytes], await self.redis.hgetall(key))
-        flat = await self.pipe.execute("HGETALL", key)
+        try:
+            if self.pipe is None:
+                return cast(dict[bytes, bytes], await self.redis.hgetall(key))
+            flat = await self.pipe.execute("HGETALL", key)
+        except ResponseError as exc:
+            raise corrupt(exc, key) from None
         return dict(zip(flat[::2], flat[1::2], strict=True))
 
     async def _pipelined(self, calls: Sequence[ScriptCall], wait: bool) -> list[Any]:
@@ -295,6 +307,18 @@ class Backend:
             raise count
         if int(count) < self.replicas:
             raise NotReplicated(int(count), self.replicas, self.wait_ms)
+
+
+def corrupt(exc: Exception, key: str = "") -> Exception:
+    """What a Redis error reply means: a record that cannot be read (a script's `CORRUPT`
+    error, or a key of the wrong type) is CorruptRecord; anything else stays as it was."""
+    message = str(exc)
+    if "CORRUPT " in message:  # Redis puts it first; the embedded store after a preamble
+        record = message.split("CORRUPT ", 1)[1].split(" script:", 1)[0]
+        return CorruptRecord(f"stored record {record}", record.split(" ", 1)[0].rstrip(":"))
+    if message.startswith("WRONGTYPE") and key:
+        return CorruptRecord(f"stored record {key} has the wrong type", key)
+    return exc
 
 
 async def _auto_pipelined(pipe: AutoPipeline, script: AsyncScript, keys: list[Any],

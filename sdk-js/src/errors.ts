@@ -185,6 +185,7 @@ export const ERROR_CODES = [
   'rate_limited',
   'quota_exceeded',
   'internal',
+  'corrupt_record',
   'unavailable',
 ] as const
 
@@ -215,6 +216,7 @@ const BY_CODE: Record<ErrorCode, ErrorClass> = {
   schema_timeout: MempError,
   idempotency_key_reused: MempError,
   internal: MempError,
+  corrupt_record: MempError,
 }
 
 const BY_STATUS: Record<number, [ErrorClass, string]> = {
