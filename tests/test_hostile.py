@@ -12,7 +12,7 @@ import contextlib
 import json
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,7 +124,8 @@ def tenant(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Tenant]:
     broker.stop()
 
 
-def send(tenant: Tenant, method: str, target: bytes, headers: list[tuple[bytes, bytes]] = (),
+def send(tenant: Tenant, method: str, target: bytes,
+         headers: Sequence[tuple[bytes, bytes]] = (),
          body: bytes | None = None, token: str = ADMIN_KEY) -> tuple[int, bytes]:
     """One request written byte for byte (httpx refuses the bytes under test); its status and
     body. A stream's answer ends at its headers."""
