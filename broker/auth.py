@@ -219,6 +219,10 @@ def _principal_from_claims(claims: dict[str, Any]) -> Principal:
         raise _unauthorized(f"invalid grants claim: {exc}") from None
     subject = claims.get("sub")
     agent_id = subject if isinstance(subject, str) and subject else None
+    if agent_id is not None and not (len(agent_id) <= _MAX_SUBJECT and agent_id.isprintable()):
+        # It becomes the author of writes and part of Redis keys: no control characters, no
+        # lone surrogates (not UTF-8), nothing unbounded.
+        raise _unauthorized(f"the token's subject must be 1-{_MAX_SUBJECT} printable characters")
     if agent_id is not None and is_reserved(agent_id):
         raise _unauthorized(f"the token's subject {agent_id!r} is a reserved identity")
     expires = claims.get("exp")
@@ -257,6 +261,7 @@ def check_grants(grants: list[Grant]) -> list[Grant]:
     return grants
 
 
+_MAX_SUBJECT = 256
 _AGENT_ID_RE = re.compile(r"[A-Za-z0-9._:@+-]{1,128}")
 
 
