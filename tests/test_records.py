@@ -205,3 +205,25 @@ def test_a_corrupt_entry_due_to_expire_holds_up_no_other_expiry(
                           "the expiry of c", timeout=10)
     finally:
         stream.close()
+
+
+@pytest.mark.parametrize("damage", [
+    pytest.param("index", id="index-record"), pytest.param("content", id="not-a-cell")])
+def test_a_corrupt_cell_stops_no_search_and_no_lifecycle_pass(
+        amp: Amp, redis_url: str, ns: str, damage: str) -> None:
+    healthy = amp.create("the user prefers tea")
+    broken = amp.create("the user prefers coffee")
+    client = sync_redis(amp, redis_url)
+    try:
+        if damage == "index":
+            client.hset(layout.amp_cell(ns, broken["id"]), "ref", "not-a-number")
+        else:
+            key = client.hget(layout.amp_cell(ns, broken["id"]), "key")
+            client.hset(layout.entry(ns, cast(bytes, key).decode()), "val", b"[1, 2]")
+    finally:
+        client.close()
+    assert amp.search_ids(query="user prefers") == [healthy["id"]]
+    ran = amp.http.post("/amp/lifecycle/run", json={})
+    assert ran.status_code == 200, ran.text
+    assert amp.read(healthy["id"])["content"]["text"] == "the user prefers tea"
+    corrupt_error(amp.get(broken["id"]), broken["id"] if damage == "index" else ns)

@@ -13,14 +13,14 @@ from collections.abc import Callable
 from broker.amp.cells import MemoryCell, iso, parse_time
 from broker.amp.index import index_update, reference_ms, terms_of
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
-from broker.amp.service import CellService, decode_cell
+from broker.amp.service import CellService, loaded_cell
 from broker.audit import AuditService
 from broker.clock import Clock
 from broker.errors import MempError
 from broker.identities import AMP_ENGINE
 from broker.storage.amp import CellRecord, IndexUpdate
 from broker.storage.entries import content_hash
-from broker.storage.records import WriteRequest, live_entry
+from broker.storage.records import WriteRequest
 
 log = logging.getLogger("memp.amp")
 Decide = Callable[[MemoryCell, CellRecord, int], str | None]
@@ -122,10 +122,10 @@ class LifecycleEngine:
         now = cells.clock()
         changes: list[tuple[IndexUpdate, WriteRequest | None]] = []
         for record, raw in loaded.values():
-            entry = live_entry(cells.namespace, record.key, raw, now)
-            if entry is None:
+            found = loaded_cell(cells.namespace, record, raw, now)
+            if found is None:
                 continue
-            cell = decode_cell(entry)
+            entry, cell = found
             target = decide(cell, record, as_of)
             request = None
             if target is not None:
@@ -194,8 +194,8 @@ class Purger:
                 refused[cell_id] = "no such cell"
                 continue
             record, raw = loaded[cell_id]
-            entry = live_entry(cells.namespace, record.key, raw, cells.clock())
-            cell = decode_cell(entry) if entry is not None else None
+            found = loaded_cell(cells.namespace, record, raw, cells.clock())
+            entry, cell = found if found is not None else (None, None)
             if cell is None or cell.lifecycle.status != "deleted":
                 refused[cell_id] = f"the cell is {record.status}, not deleted"
                 continue

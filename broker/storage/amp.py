@@ -12,7 +12,7 @@ from typing import Any
 from broker.storage import layout, scripts
 from broker.storage.client import Backend, ScriptCall, text
 from broker.storage.entries import ENTRY_KEYS, NAMESPACE_KEYS, WRITE, WRITE_FILES, EntryStore
-from broker.storage.records import CorruptRecord, RawHash, WriteRequest, live_entry
+from broker.storage.records import CorruptRecord, RawHash, WriteRequest, live_entry, skipped
 from broker.storage.scripts import Fields
 
 TRANSITIONS = ("stale", "archive", "expire", "purge")
@@ -150,9 +150,11 @@ class CellIndexStore:
         """The cell's MEMP entry from its raw fields, or None when deleted or expired."""
         return live_entry(self.namespace, key, raw, now)
 
-    async def load(self, cell_ids: Iterable[str]) -> dict[str, tuple[CellRecord, RawHash]]:
+    async def load(self, cell_ids: Iterable[str], *, strict: bool = False
+                   ) -> dict[str, tuple[CellRecord, RawHash]]:
         """The cells' index records with their MEMP entries' raw fields, read together in one
-        call; cells without a record are left out."""
+        call; cells without a record are left out, and so are (logged) those whose record
+        cannot be read, unless `strict` (a read of that very cell: CorruptRecord)."""
         ids = list(cell_ids)
         if not ids:
             return {}
@@ -160,7 +162,17 @@ class CellIndexStore:
             self._load, [layout.amp_cell(self.namespace, i) for i in ids],
             CELL_LOAD.pack(entry_prefix=layout.entry_prefix(self.namespace),
                            fields=list(RECORD_FIELDS)))
-        return {i: _loaded(i, row) for i, row in zip(ids, rows, strict=True) if row}
+        loaded = {}
+        for cell_id, row in zip(ids, rows, strict=True):
+            if not row:
+                continue
+            try:
+                loaded[cell_id] = _loaded(cell_id, row)
+            except CorruptRecord as exc:
+                if strict:
+                    raise
+                skipped(exc)
+        return loaded
 
     async def read(self, cell_id: str, agent: str, now: int
                    ) -> tuple[CellRecord, RawHash, int] | None:
