@@ -37,7 +37,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.storage.pipe import AutoPipeline
-from broker.storage.records import CorruptRecord
+from broker.storage.records import corrupt
 from broker.storage.urls import RedisTarget, parse
 
 # The client type the stores use. A Cluster client is not a subclass but answers the same
@@ -311,18 +311,6 @@ class Backend:
             raise count
         if int(count) < self.replicas:
             raise NotReplicated(int(count), self.replicas, self.wait_ms)
-
-
-def corrupt(exc: Exception, key: str = "") -> Exception:
-    """What a Redis error reply means: a record that cannot be read (a script's `CORRUPT`
-    error, or a key of the wrong type) is CorruptRecord; anything else stays as it was."""
-    message = str(exc)
-    if "CORRUPT " in message:  # Redis puts it first; the embedded store after a preamble
-        record = message.split("CORRUPT ", 1)[1].split(" script:", 1)[0]
-        return CorruptRecord(f"stored record {record}", record.split(" ", 1)[0].rstrip(":"))
-    if message.startswith("WRONGTYPE") and key:
-        return CorruptRecord(f"stored record {key} has the wrong type", key)
-    return exc
 
 
 async def _auto_pipelined(pipe: AutoPipeline, script: AsyncScript, keys: list[Any],

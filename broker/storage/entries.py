@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 from broker.grammar import Pattern
 from broker.models import Entry
 from broker.storage import layout, scripts
-from broker.storage.client import Backend, corrupt, text
+from broker.storage.client import Backend, text
 from broker.storage.fairshare import (
     GATE,
     GATE_FILES,
@@ -27,6 +27,7 @@ from broker.storage.records import (
     CorruptRecord,
     WriteOutcome,
     WriteRequest,
+    corrupt,
     entry_from_fields,
     live_entry,
     skipped,

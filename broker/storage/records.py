@@ -35,6 +35,18 @@ class CorruptRecord(ValueError):
         self.record = record  # what it is: `entry ns/key`, `agent ns/id`, ...
 
 
+def corrupt(exc: Exception, key: str = "") -> Exception:
+    """What a Redis error reply means: a record that cannot be read (a script's `CORRUPT`
+    error, or a key of the wrong type) is CorruptRecord; anything else stays as it was."""
+    message = str(exc)
+    if "CORRUPT " in message:  # Redis puts it first; the embedded store after a preamble
+        record = message.split("CORRUPT ", 1)[1].split(" script:", 1)[0]
+        return CorruptRecord(f"stored record {record}", record.split(" ", 1)[0].rstrip(":"))
+    if message.startswith("WRONGTYPE") and key:
+        return CorruptRecord(f"stored record {key} has the wrong type", key)
+    return exc
+
+
 def skipped(exc: CorruptRecord) -> None:
     """Log a record left out of a listing because it cannot be read."""
     log.warning("left out a corrupt record: %s", exc)
