@@ -9,12 +9,12 @@ import msgspec
 
 from broker.activity import AgentActivity
 from broker.audit import AuditService, actor_fields
-from broker.auth import Principal, create_api_key
+from broker.auth import Principal, new_api_key, new_key_id, save_api_key
 from broker.clock import Clock
 from broker.errors import MempError
 from broker.grammar import validate_namespace
 from broker.idempotency import fingerprint, reused
-from broker.models import Agent, Credentials
+from broker.models import Agent, ApiKeyRecord, Credentials
 from broker.settings import Settings
 from broker.storage.accounts import AccountStore
 from broker.storage.writes import settle
@@ -56,28 +56,43 @@ class AgentService:
                 f"framework must be one of {', '.join(KNOWN_FRAMEWORKS)} or a lowercase name",
             )
         sent = fingerprint("register", name, framework)
-        if message_id:
-            first = await self.store.recall_reply(namespace, principal.writer_id, message_id)
-            if first is not None:
-                return _replayed(first, sent, message_id)
-        now = self.clock()
-        agent = await self.store.save_agent(Agent(
-            id=str(uuid.uuid4()), name=name, framework=framework, namespace=namespace,
-            created_at=now, last_seen=now))
-        grants = principal.delegated_grants(namespace, self.settings.amp_namespace)
-        api_key, record = await create_api_key(
-            self.store, self.settings.key_env, grants=grants,
-            name=f"agent {name}", agent_id=agent.id, created_by=principal.subject, now=now,
-        )
-        result = Registration(agent=agent, credentials=Credentials(
-            api_key=api_key, key_id=record.id, agent_id=agent.id))
-        await self.audit.record(namespace, "agent-register", actor_fields(principal),
-                                details={"agent": agent.id, "key": record.id})
-        if message_id:
-            first = await self.store.remember_reply(namespace, principal.writer_id, message_id,
-                                                    sent, msgspec.json.encode(result))
-            return _replayed(first, sent, message_id)
+        planned = self._plan(principal, namespace, name, framework)
+        if not message_id:
+            return await self._apply(principal, planned)
+        # The reply is kept (pending) before anything is written, so a retry after a failure
+        # at any later step finds it and completes that same registration, never a second.
+        kept, reply, done = await self.store.reserve_reply(
+            namespace, principal.writer_id, message_id, sent, msgspec.json.encode(planned))
+        planned = _replayed((kept, reply), sent, message_id)
+        if done or await self.store.removed_agents({planned.agent.id}):
+            return planned
+        result = await self._apply(principal, planned)
+        await self.store.finish_reply(namespace, principal.writer_id, message_id, sent,
+                                      msgspec.json.encode(result))
         return result
+
+    def _plan(self, principal: Principal, namespace: str, name: str, framework: str
+              ) -> Registration:
+        """A new agent and its credentials, not yet stored."""
+        now = self.clock()
+        agent_id = str(uuid.uuid4())
+        return Registration(
+            agent=Agent(id=agent_id, name=name, framework=framework, namespace=namespace,
+                        created_at=now, last_seen=now),
+            credentials=Credentials(api_key=new_api_key(self.settings.key_env),
+                                    key_id=new_key_id(), agent_id=agent_id))
+
+    async def _apply(self, principal: Principal, planned: Registration) -> Registration:
+        """Store a planned registration; each step may run again (a retried registration)."""
+        agent = await self.store.save_agent(planned.agent)
+        credentials = planned.credentials
+        await save_api_key(self.store, credentials.api_key, ApiKeyRecord(
+            id=credentials.key_id, name=f"agent {agent.name}"[:200],
+            grants=principal.delegated_grants(agent.namespace, self.settings.amp_namespace),
+            agent_id=agent.id, created_at=agent.created_at, created_by=principal.subject))
+        await self.audit.record(agent.namespace, "agent-register", actor_fields(principal),
+                                details={"agent": agent.id, "key": credentials.key_id})
+        return Registration(agent=agent, credentials=credentials)
 
     async def get(self, principal: Principal, namespace: str, agent_id: str) -> Agent:
         validate_namespace(namespace)
@@ -103,8 +118,10 @@ class AgentService:
                 await self.store.get_agent(namespace, agent_id) is None:
             raise MempError("not_found", f"no agent {agent_id!r} in namespace {namespace!r}")
         # Announced and audited even when replicas did not confirm it (then a 503 says so).
-        await settle(self.store.delete_agent(namespace, agent_id), lambda: self.audit.record(
-            namespace, "agent-remove", actor_fields(principal), details={"agent": agent_id}))
+        await settle(self.store.delete_agent(namespace, agent_id, self.clock()),
+                     lambda: self.audit.record(namespace, "agent-remove",
+                                               actor_fields(principal),
+                                               details={"agent": agent_id}))
 
     async def list(self, principal: Principal, namespace: str, cursor: str | None,
                    limit: int | None) -> tuple[list[Agent], str | None]:

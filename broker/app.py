@@ -26,7 +26,7 @@ from broker.auth import Authenticator
 from broker.changes import ChangeLog
 from broker.clock import Clock, system_clock
 from broker.console import routes as console
-from broker.errors import MempError, store_down
+from broker.errors import MempError, corrupt_record, store_down
 from broker.http import error_response, json_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
@@ -111,8 +111,7 @@ async def _store_down(request: Request, exc: Exception) -> Response:
 
 async def _corrupt(request: Request, exc: Exception) -> Response:
     log.error("corrupt record on %s %s: %s", request.method, request.url.path, exc)
-    return error_response(MempError("internal", f"a stored record is corrupt: {exc}",
-                                    {"corrupt_record": str(exc)}))
+    return error_response(corrupt_record(exc))
 
 
 async def _internal(request: Request, exc: Exception) -> Response:

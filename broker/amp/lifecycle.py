@@ -16,7 +16,7 @@ import msgspec
 from broker.amp.cells import MemoryCell, iso, parse_time
 from broker.amp.index import due_times, index_update, reference_ms, terms_of
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
-from broker.amp.service import CellService, decode_cell
+from broker.amp.service import CellService, loaded_cell
 from broker.audit import AuditService
 from broker.clock import Clock
 from broker.errors import MempError
@@ -24,7 +24,7 @@ from broker.identities import AMP_ENGINE
 from broker.storage.amp import CellRecord, IndexUpdate
 from broker.storage.amp_status import StatusChange
 from broker.storage.entries import content_hash
-from broker.storage.records import live_entry, live_value
+from broker.storage.records import CorruptRecord, RawHash, live_value, skipped
 
 log = logging.getLogger("memp.amp")
 Decide = Callable[[MemoryCell, CellRecord, int], str | None]
@@ -62,6 +62,24 @@ def _archive(cell: MemoryCell, record: CellRecord, as_of: int) -> str | None:
                        "stale_since")
     quiet_since = max(since, reference_ms(cell), record.ref)
     return "archived" if quiet_since + ARCHIVE_AFTER_MS <= as_of else None
+
+
+def _stored_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
+                 ) -> tuple[MemoryCell, int] | None:
+    """A loaded cell and its version, decoded straight from the stored value (no Entry);
+    None when it has no live entry or cannot be read (logged: one such cell never stops a
+    pass)."""
+    try:
+        stored = live_value(record.key, raw, now)
+        if stored is None:
+            return None
+        value, version = stored
+        return _cell_decoder.decode(value), version
+    except msgspec.MsgspecError as exc:  # written past the bridge (a hand edit, a restore)
+        skipped(CorruptRecord(f"entry {namespace}/{record.key}: not an AMP cell: {exc}"))
+    except CorruptRecord as exc:
+        skipped(exc)
+    return None
 
 
 class LifecycleEngine:
@@ -130,11 +148,10 @@ class LifecycleEngine:
         changes: list[StatusChange] = []
         looks: list[IndexUpdate] = []
         for record, raw in loaded.values():
-            stored = live_value(record.key, raw, now)
-            if stored is None:
+            found = _stored_cell(cells.namespace, record, raw, now)
+            if found is None:
                 continue
-            value, version = stored
-            cell = _cell_decoder.decode(value)
+            cell, version = found
             ref = max(reference_ms(cell), record.ref)
             target = decide(cell, record, as_of)
             if target is None:
@@ -206,8 +223,8 @@ class Purger:
                 refused[cell_id] = "no such cell"
                 continue
             record, raw = loaded[cell_id]
-            entry = live_entry(cells.namespace, record.key, raw, cells.clock())
-            cell = decode_cell(entry) if entry is not None else None
+            found = loaded_cell(cells.namespace, record, raw, cells.clock())
+            entry, cell = found if found is not None else (None, None)
             if cell is None or cell.lifecycle.status != "deleted":
                 refused[cell_id] = f"the cell is {record.status}, not deleted"
                 continue

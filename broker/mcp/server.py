@@ -28,9 +28,10 @@ from starlette.types import Receive, Scope, Send
 
 from broker import __version__
 from broker.auth import Authenticator, Principal
-from broker.errors import MempError, store_down
+from broker.errors import MempError, corrupt_record, store_down
 from broker.http import error_response
 from broker.mcp.resources import TEMPLATES, Resources
+from broker.mcp.sessions import OwnedSessions
 from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher, Watches, listen
 from broker.memory import Proposed
@@ -55,7 +56,7 @@ def _error(exc: Exception) -> MempError:
     if isinstance(exc, MempError):
         return exc
     if isinstance(exc, CorruptRecord):
-        return MempError("internal", f"a stored record is corrupt: {exc}")
+        return corrupt_record(exc)
     return store_down(exc)
 
 
@@ -221,6 +222,7 @@ class McpEndpoint:
     def __init__(self, auth: Authenticator, server: McpServer) -> None:
         self.auth = auth
         self.server = server
+        self.sessions = OwnedSessions(server.manager, server.watcher.guard)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -236,6 +238,8 @@ class McpEndpoint:
         # The session manager binds a session to the credential that opened it.
         scope["user"] = AuthenticatedUser(AccessToken(
             token="", client_id=principal.subject, scopes=[], subject=principal.agent_id))
+        if request.headers.get("mcp-session-id") is None:  # may open a session
+            send = self.sessions.noting(send, principal)
         await self.server.manager.handle_request(scope, receive, send)
 
 

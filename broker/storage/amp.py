@@ -28,7 +28,14 @@ from broker.storage.entries import (
     EntryStore,
 )
 from broker.storage.fairshare import GATE, GATE_KEYS, Gate, open_gate
-from broker.storage.records import CorruptRecord, RawHash, WriteOutcome, WriteRequest, live_entry
+from broker.storage.records import (
+    CorruptRecord,
+    RawHash,
+    WriteOutcome,
+    WriteRequest,
+    live_entry,
+    skipped,
+)
 from broker.storage.scripts import Fields
 
 RECORD_FIELDS = ("key", "status", "ref", "count", "accessed")
@@ -175,9 +182,11 @@ class CellIndexStore:
         """The cell's MEMP entry from its raw fields, or None when deleted or expired."""
         return live_entry(self.namespace, key, raw, now)
 
-    async def load(self, cell_ids: Iterable[str]) -> dict[str, tuple[CellRecord, RawHash]]:
+    async def load(self, cell_ids: Iterable[str], *, strict: bool = False
+                   ) -> dict[str, tuple[CellRecord, RawHash]]:
         """The cells' index records with their MEMP entries' raw fields, read together in one
-        call; cells without a record are left out."""
+        call; cells without a record are left out, and so are (logged) those whose record
+        cannot be read, unless `strict` (a read of that very cell: CorruptRecord)."""
         ids = list(cell_ids)
         if not ids:
             return {}
@@ -185,7 +194,17 @@ class CellIndexStore:
             self._load, [layout.amp_cell(self.namespace, i) for i in ids],
             CELL_LOAD.pack(entry_prefix=layout.entry_prefix(self.namespace),
                            fields=list(RECORD_FIELDS)))
-        return {i: _loaded(i, row) for i, row in zip(ids, rows, strict=True) if row}
+        loaded = {}
+        for cell_id, row in zip(ids, rows, strict=True):
+            if not row:
+                continue
+            try:
+                loaded[cell_id] = _loaded(cell_id, row)
+            except CorruptRecord as exc:
+                if strict:
+                    raise
+                skipped(exc)
+        return loaded
 
     async def read(self, cell_id: str, agent: str, now: int
                    ) -> tuple[CellRecord, RawHash, int] | None:
