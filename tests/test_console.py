@@ -142,8 +142,9 @@ def test_the_pure_modules_with_node() -> None:
 
 
 def browser_test(test: Callable[..., None]) -> Callable[..., None]:
-    """A test in Chromium (marker `browser`); under pytest-xdist they share one worker, so one
-    Chromium and one broker serve them all."""
+    """A test in Chromium (marker `browser`); under pytest-xdist they share one worker (the
+    file's tests are one group: tests/conftest.py), so one Chromium and one broker serve them
+    all."""
     marked: Callable[..., None] = pytest.mark.xdist_group("console")(pytest.mark.browser(test))
     return marked
 
