@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+from bench import report
+from bench.report import percent
 
 LABELS = {"redis": "one Redis", "cluster": "cluster",
           "cluster-wait1": "cluster, WRITE_REPLICAS=1"}
@@ -55,43 +59,24 @@ def summary(results: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _pct(value: float | None) -> str:
-    return f"{value:.0%}" if value is not None else "-"
-
-
 def table(results: dict[str, Any], layout: dict[str, Any]) -> str:
     s = summary(results, layout)
-    head = (f"{'':<26} {'put/s':>7} {'%redis':>6} {'p50ms':>6} {'p99ms':>7}   {'get/s':>7} "
-            f"{'%redis':>6} {'p50ms':>6} {'p99ms':>7}   {'put p50ms@1':>11} {'errors':>6}")
-    lines = [head, "-" * len(head)]
-    for name, label in LABELS.items():
-        r = results.get(name)
-        if not r:
-            continue
-        cells = [f"{label:<26}"]
-        for phase in ("put", "get"):
-            p = r[phase]
-            share = _pct(s.get(name, {}).get(f"{phase}_vs_redis")) if name != "redis" else "-"
-            cells.append(f"{p['rps']:>7,.0f} {share:>6} {p['p50_ms']:>6.2f} {p['p99_ms']:>7.2f}  ")
-        errors = sum(p["errors"] for p in r.values())
-        cells.append(f"{r['put_c1']['p50_ms']:>11.2f} {errors:>6}")
-        lines.append(" ".join(cells))
+
+    def share(name: str, phase: str) -> float | None:
+        value: float | None = s.get(name, {}).get(f"{phase}_vs_redis")
+        return value if name != "redis" else None
+
+    lines = report.throughput_lines(results, LABELS, 26, "%redis", share)
     lines += ["", f"{'CPU µs/req, put/get':<26} {'brokers':>9} {'redis/this':>10} "
                   f"{'primaries':>10} {'replicas':>9} {'brokers busy':>13} {'loadgen busy':>13}"]
     for name, label in LABELS.items():
         r = results.get(name)
         if not r:
             continue
-
-        def pair(group: str, role: str, pct: bool = False, r: dict[str, Any] = r) -> str:
-            values = [r[p][group].get(role) for p in ("put", "get")]
-            if None in values:
-                return "-"
-            return "/".join(f"{v:.0%}" if pct else f"{v:.0f}" for v in values)
-
         mine = s.get(name, {})
-        vs = "/".join(_pct(mine.get(f"{p}_cpu_vs_redis")) for p in ("put", "get")) \
+        vs = "/".join(percent(mine.get(f"{p}_cpu_vs_redis")) for p in ("put", "get")) \
             if name != "redis" else "-"
+        pair = functools.partial(report.cpu_pair, r)
         lines.append(f"{label:<26} {pair('cpu_us_per_request', 'brokers'):>9} {vs:>10} "
                      f"{pair('cpu_us_per_request', 'primaries'):>10} "
                      f"{pair('cpu_us_per_request', 'replicas'):>9} "
@@ -103,17 +88,13 @@ def table(results: dict[str, Any], layout: dict[str, Any]) -> str:
         lines.append(f"namespaces per primary: {spread}")
     if "write_replicas_1" in s:
         w = s["write_replicas_1"]
-        lines.append(f"MEMP_WRITE_REPLICAS=1 on the cluster: put {_pct(w['put_rps_ratio'])} of "
-                     f"the req/s without it ({_pct(w['put_broker_cpu_ratio'])} by the brokers' "
+        lines.append(f"MEMP_WRITE_REPLICAS=1 on the cluster: put {percent(w['put_rps_ratio'])} of "
+                     f"the req/s without it ({percent(w['put_broker_cpu_ratio'])} by the brokers' "
                      f"CPU per put); +{w['put_c1_p50_ms_added']:.2f} ms p50 at one connection")
     for name, cost in s.get("redis_per_put", {}).items():
         replicas = f" (+{cost['replicas_us']:.0f} µs on replicas)" if cost["replicas_us"] else ""
         lines.append(f"{LABELS[name]}: Redis primaries spend {cost['primaries_us']:.0f} µs per "
                      f"put, {cost['primaries_at_rest_us']:.0f} of it at rest{replicas}: one "
                      f"shard, one core, ~{cost['shard_ceiling_puts_per_s']:,} puts/s")
-    for name, r in results.items():
-        for phase, p in r.items():
-            if p["errors"]:
-                lines.append(f"ERRORS {LABELS[name]} {phase}: non-2xx {p['non2xx']}, "
-                             f"socket {p['socket_errors']}")
+    lines += report.error_lines(results, LABELS)
     return "\n".join(lines)

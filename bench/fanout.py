@@ -19,7 +19,6 @@ import os
 import platform
 import resource
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -35,12 +34,12 @@ from bench.servers import (
     clean_env,
     cpu_since,
     cpu_snapshot,
+    end_run,
     failure_status,
     free_port,
     need_redis_server,
-    on_sigterm,
-    signals_held,
     start_redis,
+    start_run,
     wait_started,
 )
 
@@ -308,8 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cfg = _config(args)
     _raise_open_files(max(cfg.counts) + 1024)
-    signal.signal(signal.SIGTERM, on_sigterm)
-    procs = Processes()
+    procs = start_run()
     results: dict[str, dict[str, Any]] = {}
     load_before = os.getloadavg()[0]
     print(f"bench: {','.join(map(str, cfg.counts))} subscribers; {cfg.rate:g} writes/s for "
@@ -326,8 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, RuntimeError, OSError) as exc:
         return failure_status(exc)
     finally:
-        with signals_held():
-            procs.stop_all()
+        end_run(procs)
 
     checks = verdicts(results)
     print()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.report import verdict
+
 # The issue's targets for one broker process.
 HELD_SUBSCRIBERS = 5000
 KIB_PER_SUBSCRIBER = 50.0
@@ -81,18 +83,18 @@ def table(results: dict[str, dict[str, Any]], checks: dict[str, Any]) -> str:
     lines += ["", "targets (one broker process):"]
     for count, check in checks["throughput_vs_floor"].items():
         lines.append(f"  {count} subscribers: delivery throughput {check['ratio']:.0%} of the "
-                     f"floor (>= 100%) {_verdict(check['met'])}")
+                     f"floor (>= 100%) {verdict(check['met'])}")
     if "held" in checks:
         held = checks["held"]
         lines.append(f"  {HELD_SUBSCRIBERS} subscribers held: {held['streams']} streams, "
                      f"every event delivered: {'yes' if held['all_delivered'] else 'NO'}, "
                      f"{held['kib_per_subscriber']:.1f} KiB each (< {KIB_PER_SUBSCRIBER:g}) "
-                     f"{_verdict(held['met'])}")
+                     f"{verdict(held['met'])}")
     if "latency" in checks:
         timed = checks["latency"]
         lines.append(f"  {LATENCY_SUBSCRIBERS} subscribers at {timed['rate']:g} writes/s: "
                      f"p99 {timed['p99_ms']:.1f} ms (< {LATENCY_P99_MS:g} ms, all delivered) "
-                     f"{_verdict(timed['met'])}")
+                     f"{verdict(timed['met'])}")
     for where, ratio in checks["scaling"].items():
         count, name = where.split("/")
         lines.append(f"  scaling, {count} subscribers: {name} delivers {ratio:.2f}x one broker "
@@ -100,7 +102,3 @@ def table(results: dict[str, dict[str, Any]], checks: dict[str, Any]) -> str:
     lines += ["", "busy: the server processes' CPU during the burst, in cores; µs/ev: their CPU "
               "per delivered event"]
     return "\n".join(lines)
-
-
-def _verdict(met: bool) -> str:
-    return "met" if met else "MISSED"

@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from typing import Any
 
 from bench import client, report
 from bench.replay import measure_phase
-from bench.report import FLOORS, TARGETS
+from bench.report import FLOOR_SERVERS, TARGETS
 from bench.servers import (
     Processes,
     choose_loadgen,
@@ -35,10 +34,10 @@ from bench.servers import (
     failure_status,
     free_port,
     need_redis_server,
-    on_sigterm,
     run_wrk,
     signals_held,
     start_redis,
+    start_run,
     wait_started,
 )
 
@@ -94,13 +93,15 @@ def _parser() -> argparse.ArgumentParser:
                         help="use this Redis instead of starting redis-server; the run uses a "
                              "fresh namespace and deletes its keys afterwards")
     parser.add_argument("--targets", default="floor,blind,redis,noaudit,embedded",
-                        help="comma-separated subset of floor,blind,redis,noaudit,workers,"
-                             "limited,embedded (default floor,blind,redis,noaudit,embedded); "
-                             "noaudit is the broker on Redis without its audit log, workers "
-                             "the broker on Redis with --workers processes, limited the broker "
+                        help="comma-separated subset of floor,blind,blindx,redis,noaudit,"
+                             "workers,limited,embedded (default floor,blind,redis,noaudit,"
+                             "embedded); blindx is the JSON-blind floor with --workers "
+                             "processes, noaudit the broker on Redis without its audit log, "
+                             "workers the broker on Redis with --workers processes, limited "
+                             "the broker "
                              "on Redis with every fair-share limit set far above the load")
     parser.add_argument("--workers", type=int, default=2,
-                        help="worker processes of the workers target (default 2)")
+                        help="processes of the workers and blindx targets (default 2)")
     parser.add_argument("--load-generator", choices=["auto", "wrk", "python"], default="auto",
                         help="wrk (default when installed) or bench/client.py's asyncio client")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
@@ -153,11 +154,13 @@ def _drive(procs: Processes, cfg: Config, server: Server, method: str, connectio
 
 def _start(procs: Processes, cfg: Config, target: str, redis_pid: int | None) -> Server:
     port = free_port()
-    if target in FLOORS:
+    if target in FLOOR_SERVERS:
         factory = "create_app" if target == "floor" else "create_blind_app"
         argv = [sys.executable, "-m", "uvicorn", "--factory", f"bench.floor:{factory}",
                 "--host", HOST, "--port", str(port), "--loop", "uvloop", "--http", "httptools",
                 "--no-access-log", "--log-level", "warning"]
+        if target == "blindx":
+            argv += ["--workers", str(cfg.workers)]
         env = clean_env(BENCH_REDIS_URL=cfg.redis_url)
     else:
         module = "bench.noaudit" if target == "noaudit" else "broker.cli"
@@ -176,7 +179,7 @@ def _start(procs: Processes, cfg: Config, target: str, redis_pid: int | None) ->
     if redis_pid is not None and target != "embedded":
         watch["redis"] = redis_pid
     server = Server(target, proc, port, watch, _namespace(cfg, target))
-    if target not in FLOORS:
+    if target not in FLOOR_SERVERS:
         credentials = client.register_agent(HOST, port, cfg.admin_key, server.namespace)
         server.token, server.key_id = credentials["api_key"], credentials["key_id"]
     if target == "limited":
@@ -257,7 +260,7 @@ def _config(args: argparse.Namespace, targets: list[str]) -> Config:
         raise SystemExit("bench: --value-bytes must be >= 11; --connections, --keys, --seconds, "
                          "--rounds and --workers >= 1")
     own_redis = not args.redis_url and bool(
-        {"floor", "blind", "redis", "noaudit", "workers", "limited"} & set(targets))
+        {"floor", "blind", "blindx", "redis", "noaudit", "workers", "limited"} & set(targets))
     if own_redis:
         need_redis_server(", or pass --redis-url")
     return Config(seconds=args.seconds, rounds=args.rounds, connections=args.connections,
@@ -277,15 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     targets = [t for t in TARGETS if t in targets]
     cfg = _config(args, targets)
 
-    signal.signal(signal.SIGTERM, on_sigterm)
-    procs = Processes()
+    procs = start_run()
     servers: list[Server] = []
     load_before = os.getloadavg()[0]
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(f"bench: {cfg.connections} connections, {cfg.rounds} rounds of {cfg.seconds} s per "
           f"phase, {cfg.value_bytes}-byte values over {cfg.keys} keys, load generator "
           f"{cfg.loadgen}, {os.cpu_count()} CPUs, load average {load_before:.2f}"
-          + (f"; xN: {cfg.workers} workers" if "workers" in targets else ""), flush=True)
+          + (f"; xN: {cfg.workers} workers" if {"workers", "blindx"} & set(targets) else ""),
+          flush=True)
     try:
         redis_pid = None
         if cfg.own_redis:
@@ -317,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             "config": {"seconds": cfg.seconds, "rounds": cfg.rounds,
                        "connections": cfg.connections, "value_bytes": cfg.value_bytes,
                        "keys": cfg.keys, "load_generator": cfg.loadgen,
-                       "workers": cfg.workers if "workers" in targets else None,
+                       "workers": cfg.workers if {"workers", "blindx"} & set(targets) else None,
                        "redis": "own redis-server" if cfg.own_redis else "--redis-url"},
             "machine": report.machine(load_before,
                                       versions=report.versions("fakeredis", "lupa")),

@@ -16,7 +16,6 @@ import asyncio
 import concurrent.futures
 import os
 import secrets
-import signal
 import statistics
 import sys
 import time
@@ -25,18 +24,15 @@ from typing import Any
 
 import httpx
 
-from bench import client, report
+from bench import client, replay, report
 from bench.servers import (
     Processes,
-    clean_env,
+    end_run,
     failure_status,
-    free_port,
     need_redis_server,
-    on_sigterm,
     run_wrk,
-    signals_held,
     start_redis,
-    wait_started,
+    start_run,
 )
 
 HOST = "127.0.0.1"
@@ -129,22 +125,17 @@ def _set_limit(url: str, admin_key: str, namespace: str, limit: float | None) ->
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     need_redis_server()
-    signal.signal(signal.SIGTERM, on_sigterm)
-    procs = Processes()
+    procs = start_run()
     admin_key = f"bench-admin-{secrets.token_hex(16)}"
     load_before = os.getloadavg()[0]
     results: dict[str, Any] = {}
     try:
         redis_url, _ = start_redis(procs)
-        port = free_port()
-        proc = procs.start("broker", [sys.executable, "-m", "broker.cli", "serve", "--host", HOST,
-                                      "--port", str(port), "--log-level", "warning"],
-                           clean_env(MEMP_ADMIN_KEY=admin_key, MEMP_REDIS_URL=redis_url))
-        wait_started(procs, proc, port, "broker")
-        url = f"http://{HOST}:{port}"
+        broker = replay.start_broker(procs, redis_url, None, admin_key)
+        url = f"http://{HOST}:{broker.port}"
         tenants = {}
         for name in ("tenant-a", "tenant-b"):
-            credentials = client.register_agent(HOST, port, admin_key, name)
+            credentials = client.register_agent(HOST, broker.port, admin_key, name)
             tenants[name] = {"namespace": name, "token": credentials["api_key"]}
         a, b = tenants["tenant-a"], tenants["tenant-b"]
         for phase, flood, limit in (("quiet", False, None), ("flood", True, None),
@@ -155,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, RuntimeError, httpx.HTTPError) as exc:
         return failure_status(exc)
     finally:
-        with signals_held():
-            procs.stop_all()
+        end_run(procs)
     quiet = results["quiet"]["b"]["p99_ms"]
     print(f"\nB: {args.b_writes:g} puts/s and {args.b_reads:g} gets/s; A floods puts at "
           f"{args.a_connections} connections; A's limit {args.a_limit:g} writes/s\n")

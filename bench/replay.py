@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import client, report
+from bench import client, report, servers
 from bench.servers import (
     Processes,
     choose_loadgen,
@@ -25,10 +24,8 @@ from bench.servers import (
     cpu_snapshot,
     free_port,
     need_redis_server,
-    on_sigterm,
     own_cpu,
     run_wrk,
-    signals_held,
     wait_started,
 )
 
@@ -167,13 +164,11 @@ def start_run(load_generator: str, seconds: int) -> tuple[str, Processes, Driver
     start and the driver of measured phases."""
     need_redis_server()
     loadgen = choose_loadgen(load_generator)
-    signal.signal(signal.SIGTERM, on_sigterm)
-    procs = Processes()
+    procs = servers.start_run()
     return loadgen, procs, Driver(procs, loadgen, seconds)
 
 
 def end_run(procs: Processes, driver: Driver) -> None:
     """However the run ends: stop every process it started and drop the request pools."""
-    with signals_held():
-        procs.stop_all()
-        driver.close()
+    servers.end_run(procs)
+    driver.close()

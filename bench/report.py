@@ -7,14 +7,19 @@ import os
 import platform
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 TARGETS = {"floor": "floor", "blind": "floor, JSON-blind", "redis": "broker (Redis)",
-           "noaudit": "broker, no audit", "workers": "broker (Redis) xN",
+           "blindx": "floor, JSON-blind xN", "noaudit": "broker, no audit",
+           "workers": "broker (Redis) xN",
            "limited": "broker (limits on)", "embedded": "broker (embedded)"}
 FLOORS = ("floor", "blind")
+LABEL_WIDTH = max(map(len, TARGETS.values()))  # the tables' first column
+# Floor servers: the two floors above, and the JSON-blind floor with --workers processes.
+FLOOR_SERVERS = (*FLOORS, "blindx")
 BROKERS = ("redis", "workers", "limited", "embedded")
 # What fair share's checks may cost an agent under its limits: a share of a put's server CPU.
 CHECK_COST_TARGET = 0.05
@@ -114,6 +119,9 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
                 entry[f"{phase}_x_one_worker"] = round(mine[phase]["rps"] / base, 3) \
                     if base else 0.0
                 entry[f"{phase}_workers_met"] = entry[f"{phase}_x_one_worker"] >= WORKERS_TARGET
+                stack = _stack_scaling(results, phase)
+                if stack is not None:
+                    entry[f"{phase}_floor_x_one_worker"] = stack
         out[target] = entry
     plain, limited = results.get("redis"), results.get("limited")
     if plain and limited:
@@ -141,24 +149,21 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _stack_scaling(results: dict[str, Any], phase: str) -> float | None:
+    """The JSON-blind floor's req/s with --workers processes as a multiple of its one process:
+    what the machine lets any server on this stack gain from more workers in this run."""
+    one, many = results.get("blind"), results.get("blindx")
+    if not (one and many and one[phase]["rps"]):
+        return None
+    return round(float(many[phase]["rps"]) / float(one[phase]["rps"]), 3)
+
+
 def table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
-    head = (f"{'':<18} {'put/s':>7} {'%floor':>6} {'p50ms':>6} {'p99ms':>7}   "
-            f"{'get/s':>7} {'%floor':>6} {'p50ms':>6} {'p99ms':>7}   {'put p50ms@1':>11} "
-            f"{'errors':>6}")
-    lines = [head, "-" * len(head)]
-    for target, label in TARGETS.items():
-        r = results.get(target)
-        if not r:
-            continue
-        ratio = vs_floor.get(target, {})
-        cells = [f"{label:<18}"]
-        for phase in ("put", "get"):
-            p = r[phase]
-            share = f"{ratio[f'{phase}_ratio']:.0%}" if f"{phase}_ratio" in ratio else "-"
-            cells.append(f"{p['rps']:>7,.0f} {share:>6} {p['p50_ms']:>6.2f} {p['p99_ms']:>7.2f}  ")
-        errors = sum(r[p]["errors"] for p in PHASES)
-        cells.append(f"{r['put_c1']['p50_ms']:>11.2f} {errors:>6}")
-        lines.append(" ".join(cells))
+    def share(target: str, phase: str) -> float | None:
+        ratio: float | None = vs_floor.get(target, {}).get(f"{phase}_ratio")
+        return ratio
+
+    lines = throughput_lines(results, TARGETS, LABEL_WIDTH, "%floor", share)
     lines += ["", _cpu_table(results, vs_floor), ""]
     for target in BROKERS:
         ratio = vs_floor.get(target)
@@ -176,12 +181,52 @@ def table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
         lines.append(f"audit log: put server {audit['put_server_us']:.0f} µs/req against "
                      f"{audit['put_server_us_without']:.0f} without it, +{audit['cost']:.1%} "
                      f"(<= {AUDIT_COST_LIMIT:.0%}) {verdict(audit['met'])}{redis_cost}")
-    for target, label in TARGETS.items():
-        for phase, p in results.get(target, {}).items():
-            if p["errors"]:
-                lines.append(f"ERRORS {label} {phase}: non-2xx {p['non2xx']}, "
-                             f"socket {p['socket_errors']}")
+    lines += error_lines(results, TARGETS)
     return "\n".join(lines)
+
+
+def throughput_lines(results: dict[str, Any], labels: dict[str, str], width: int,
+                     share_name: str, share: Callable[[str, str], float | None]) -> list[str]:
+    """The put/get table, a row per labelled target with results: req/s, `share(target,
+    phase)` (a fraction, or None for "-") under `share_name`, p50 and p99, put p50 at one
+    connection, errors."""
+    head = (f"{'':<{width}} {'put/s':>7} {share_name:>6} {'p50ms':>6} {'p99ms':>7}   "
+            f"{'get/s':>7} {share_name:>6} {'p50ms':>6} {'p99ms':>7}   {'put p50ms@1':>11} "
+            f"{'errors':>6}")
+    lines = [head, "-" * len(head)]
+    for target, label in labels.items():
+        r = results.get(target)
+        if not r:
+            continue
+        cells = [f"{label:<{width}}"]
+        for phase in ("put", "get"):
+            p = r[phase]
+            cells.append(f"{p['rps']:>7,.0f} {percent(share(target, phase)):>6} "
+                         f"{p['p50_ms']:>6.2f} {p['p99_ms']:>7.2f}  ")
+        errors = sum(p["errors"] for p in r.values())
+        cells.append(f"{r['put_c1']['p50_ms']:>11.2f} {errors:>6}")
+        lines.append(" ".join(cells))
+    return lines
+
+
+def cpu_pair(result: dict[str, Any], group: str, process: str, pct: bool = False) -> str:
+    """`process`'s figure in `group` (cpu_us_per_request, or cpu_core_share with `pct`) for
+    put and get, as "put/get"; "-" when either is missing."""
+    values = [result[p][group].get(process) for p in ("put", "get")]
+    if None in values:
+        return "-"
+    return "/".join(f"{v:.0%}" if pct else f"{v:.0f}" for v in values)
+
+
+def error_lines(results: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """A line for each phase of each labelled target that had errors."""
+    return [f"ERRORS {label} {phase}: non-2xx {p['non2xx']}, socket {p['socket_errors']}"
+            for target, label in labels.items()
+            for phase, p in results.get(target, {}).items() if p["errors"]]
+
+
+def percent(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "-"
 
 
 def _checks(ratio: dict[str, Any]) -> list[str]:
@@ -198,8 +243,11 @@ def _checks(ratio: dict[str, Any]) -> list[str]:
         checks.append(f"get {ratio['get_ratio']:.1%} (>= 60%) {verdict(ratio['get_met'])}")
     for phase in ("put", "get"):
         if f"{phase}_x_one_worker" in ratio:
+            stack = ratio.get(f"{phase}_floor_x_one_worker")
+            beside = f"; the JSON-blind floor's {stack:.2f}x" if stack is not None else ""
             checks.append(f"{phase} {ratio[f'{phase}_x_one_worker']:.2f}x one worker's req/s "
-                          f"(>= {WORKERS_TARGET}x) {verdict(ratio[f'{phase}_workers_met'])}")
+                          f"(>= {WORKERS_TARGET}x) {verdict(ratio[f'{phase}_workers_met'])}"
+                          f"{beside}")
     checks.append(f"p50 put @1 {ratio['put_c1_p50_ms']:.2f} ms (< 2 ms) "
                   f"{verdict(ratio['put_c1_p50_met'])}")
     return checks
@@ -208,27 +256,20 @@ def _checks(ratio: dict[str, Any]) -> list[str]:
 def _cpu_table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
     """CPU per request is steadier than req/s on a shared machine; a server busy well under
     100% was starved by other work or not driven hard enough."""
-    lines = [f"{'CPU, put/get':<18} {'server µs/req':>15} {'x floor':>11} {'x blind':>11} "
-             f"{'redis µs/req':>13} {'server busy':>12} {'loadgen busy':>13}"]
+    lines = [f"{'CPU, put/get':<{LABEL_WIDTH}} {'server µs/req':>15} {'x floor':>11} "
+             f"{'x blind':>11} {'redis µs/req':>13} {'server busy':>12} {'loadgen busy':>13}"]
     for target, label in TARGETS.items():
         r = results.get(target)
         if not r:
             continue
-
-        def pair(group: str, proc: str, pct: bool = False, r: dict[str, Any] = r) -> str:
-            values = [r[p][group].get(proc) for p in ("put", "get")]
-            if None in values:
-                return "-"
-            return "/".join(f"{v:.0%}" if pct else f"{v:.0f}" for v in values)
-
         ratio = vs_floor.get(target, {})
         factors = ["/".join(f"{ratio[k]:.2f}" for k in (f"put_cpu_x_{name}", f"get_cpu_x_{name}")
                             if k in ratio) or "-" for name in FLOORS]
-        lines.append(f"{label:<18} {pair('cpu_us_per_request', 'server'):>15} {factors[0]:>11} "
-                     f"{factors[1]:>11} "
-                     f"{pair('cpu_us_per_request', 'redis'):>13} "
-                     f"{pair('cpu_core_share', 'server', True):>12} "
-                     f"{pair('cpu_core_share', 'loadgen', True):>13}")
+        lines.append(f"{label:<{LABEL_WIDTH}} {cpu_pair(r, 'cpu_us_per_request', 'server'):>15} "
+                     f"{factors[0]:>11} {factors[1]:>11} "
+                     f"{cpu_pair(r, 'cpu_us_per_request', 'redis'):>13} "
+                     f"{cpu_pair(r, 'cpu_core_share', 'server', True):>12} "
+                     f"{cpu_pair(r, 'cpu_core_share', 'loadgen', True):>13}")
     return "\n".join(lines)
 
 

@@ -218,6 +218,19 @@ def run_wrk(procs: Processes, script: Path, url: str, connections: int, seconds:
 # ---- a run's end ----
 
 
+def start_run() -> Processes:
+    """The start of a run: SIGTERM stops it as Ctrl-C does (through its cleanup); the
+    processes it will start."""
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return Processes()
+
+
+def end_run(procs: Processes) -> None:
+    """However a run ends: stop every process it started, uninterrupted."""
+    with signals_held():
+        procs.stop_all()
+
+
 def on_sigterm(signum: int, frame: FrameType | None) -> None:
     """SIGTERM handler: stop the run as Ctrl-C would, through its cleanup."""
     raise KeyboardInterrupt

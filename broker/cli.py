@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
 import json
 import math
 import os
 import secrets
-import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +19,7 @@ from broker.audit import AuditService, actor_fields
 from broker.auth import Principal, check_binding, check_grants, create_api_key
 from broker.clock import system_clock
 from broker.errors import MempError
+from broker.listen import PortTaken, bind, bind_each
 from broker.logs import FORMATS, LEVELS
 from broker.models import PERMISSIONS, Grant
 from broker.settings import Settings, SettingsError
@@ -163,11 +162,11 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
         # Before the app (and prometheus_client) is imported: the workers add up their metrics.
         metrics_dir = prepare_multiprocess()
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
     from broker.app import create_app
     from broker.gc_tuning import tune_for_server
     from broker.tls import CertificateFiles
+    from broker.workers import WorkerPool
 
     log_config = logs.configure(log_level, log_format)
     certificates = CertificateFiles.of(settings)
@@ -189,7 +188,10 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
     else:
         config = uvicorn.Config(create_app(settings), **options)
         tune_for_server()
-    listener = bind(settings.host, settings.port)
+    if workers > 1:
+        listeners = bind_each(settings.host, settings.port, workers)
+    else:
+        listeners = [bind(settings.host, settings.port)]
     where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
         else f"in Redis at {redacted(settings.redis_url or '')}"
     scheme = "https" if certificates else "http"
@@ -199,37 +201,12 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
           f"data lives {where}{console}", flush=True)
     if workers > 1:
         try:
-            Multiprocess(config, sockets=[listener]).run()
+            WorkerPool(config, listeners).run()
         finally:
             remove_multiprocess(metrics_dir)
     else:
-        uvicorn.Server(config).run(sockets=[listener])
+        uvicorn.Server(config).run(sockets=listeners)
     return 0
-
-
-class PortTaken(SettingsError):
-    """The address to listen on is in use."""
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before anything says it listens; a port in use is said
-    plainly instead of as `[Errno 98]`."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family=family)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise PortTaken(f"port {port} on {host} is taken: another program (perhaps another "
-                            "broker) is listening there; stop it, or choose another port with "
-                            "--port or MEMP_PORT") from None
-        raise SettingsError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    # Not listening yet: until the app (every worker's) has started, a connection is refused
-    # rather than left waiting, so a port that accepts means a broker that answers.
-    sock.set_inheritable(True)
-    return sock
 
 
 def _hand_down(settings: Settings) -> None:

@@ -106,8 +106,7 @@ class Settings:
 
     def validate(self) -> Settings:
         """Raise SettingsError with a one-line reason when a value cannot work."""
-        if not 0 < self.port < 65536:
-            raise SettingsError(f"port must be between 1 and 65535, not {self.port}")
+        _check_bounds(self)
         if self.redis_url:
             try:
                 urls.parse(self.redis_url)
@@ -134,26 +133,11 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be positive, not {getattr(self, name)}")
-        for name in ("agent_writes_per_second", "agent_write_burst", "agent_reads_per_second",
-                     "agent_read_burst", "max_streams_per_token"):
-            if not 0 <= getattr(self, name) <= 1_000_000:
-                raise SettingsError(f"{name} must be between 0 (no limit) and 1000000, "
-                                    f"not {getattr(self, name)}")
         for name in ("agent_writes_per_second", "agent_reads_per_second"):
             if 0 < getattr(self, name) < 0.001:
                 raise SettingsError(f"{name} must be 0 (no limit) or at least 0.001")
-        if not 0 <= self.rate_limit_hold_ms <= 10_000:
-            raise SettingsError("rate_limit_hold_ms must be between 0 (off) and 10000")
-        if not 3 <= self.stream_lease_seconds <= 3600:
-            raise SettingsError("stream_lease_seconds must be between 3 and 3600")
-        if self.history_limit < 0 or self.idempotency_window_seconds < 0:
-            raise SettingsError("history_limit and idempotency_window_seconds must be >= 0")
         if self.history_limit > self.max_history_limit:
             raise SettingsError("history_limit cannot exceed max_history_limit")
-        if self.audit_retention_seconds < 0:
-            raise SettingsError("audit_retention_seconds must be >= 0 (0 = keep every record)")
-        if self.changelog_max_age_seconds < 0:
-            raise SettingsError("changelog_max_age_seconds must be >= 0 (0 = no age limit)")
         if self.reader_block_ms >= self.redis_timeout_seconds * 1000:
             raise SettingsError("reader_block_ms must be shorter than redis_timeout_seconds")
         if self.max_key_bytes > 1024:
@@ -200,6 +184,33 @@ class Settings:
         if settings.jwt_public_key:
             _check_public_key(settings.jwt_public_key)
         return settings.validate()
+
+
+# Bounds of the settings that may be 0 or have a ceiling: (lowest, what the lowest means,
+# highest; None for no ceiling).
+_BOUNDS: dict[str, tuple[float, str, float | None]] = {
+    "port": (1, "", 65535),
+    **{name: (0, " (no limit)", 1_000_000) for name in (
+        "agent_writes_per_second", "agent_write_burst", "agent_reads_per_second",
+        "agent_read_burst", "max_streams_per_token")},
+    "rate_limit_hold_ms": (0, " (off)", 10_000),
+    "stream_lease_seconds": (3, "", 3600),
+    "history_limit": (0, "", None),
+    "idempotency_window_seconds": (0, "", None),
+    "audit_retention_seconds": (0, " (0 = keep every record)", None),
+    "changelog_max_age_seconds": (0, " (0 = no age limit)", None),
+}
+
+
+def _check_bounds(settings: Settings) -> None:
+    """Raise SettingsError for the first setting outside its `_BOUNDS`."""
+    for name, (lowest, meaning, highest) in _BOUNDS.items():
+        value = getattr(settings, name)
+        if highest is None and value < lowest:
+            raise SettingsError(f"{name} must be >= {lowest}{meaning}, not {value}")
+        if highest is not None and not lowest <= value <= highest:
+            raise SettingsError(f"{name} must be between {lowest}{meaning} and {highest}, "
+                                f"not {value}")
 
 
 def _check_public_key(pem: str) -> None:

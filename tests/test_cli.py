@@ -6,8 +6,10 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -137,6 +139,57 @@ def test_serve_workers_auto_runs_a_worker_per_core_on_redis(
         serve_processes: ServeProcesses, ns: str) -> None:
     # Worker processes each import the broker before the port answers: slow on a busy host.
     check_workers_auto(serve_processes.start(1, {}, ("--workers", "auto"), timeout=120)[0], ns)
+
+
+def _tcp_sockets(port: int, state: str) -> set[int]:
+    """Inodes of this host's IPv4 TCP sockets with local port `port` in `state` (/proc/net/tcp:
+    0A listening, 01 established)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
+            inodes.add(int(fields[9]))
+    return inodes
+
+
+def _socket_owners(pids: list[int], inodes: set[int]) -> dict[int, int]:
+    """How many of these socket inodes each process holds open."""
+    held = {}
+    for pid in pids:
+        links = (os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir())
+        held[pid] = sum(link.startswith("socket:[") and int(link[8:-1]) in inodes
+                        for link in links)
+    return held
+
+
+def test_serve_workers_share_connections_opened_at_once(
+        serve_processes: ServeProcesses) -> None:
+    """Each worker listens on a socket of its own (SO_REUSEPORT), so a burst of connections
+    is spread over the workers, not taken by whichever one woke first."""
+    broker = serve_processes.start(1, {}, ("--workers", "2"), timeout=120)[0]
+    deadline = time.monotonic() + 120
+    while len(_tcp_sockets(broker.port, "0A")) < 2:  # both workers listening
+        assert time.monotonic() < deadline, "the second worker never listened"
+        time.sleep(0.1)
+    children = Path(f"/proc/{broker.process.pid}/task/{broker.process.pid}/children")
+    workers = [int(pid) for pid in children.read_text().split()
+               if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(workers) == 2, workers
+    connections = [socket.create_connection(("127.0.0.1", broker.port)) for _ in range(64)]
+    try:
+        request = b"GET /healthz HTTP/1.1\r\nHost: broker\r\n\r\n"
+        for connection in connections:
+            connection.sendall(request)
+        for connection in connections:  # every one accepted and answered
+            assert connection.recv(64).startswith(b"HTTP/1.1 200")
+        held = _socket_owners(workers, _tcp_sockets(broker.port, "01"))
+        assert sum(held.values()) == 64, held
+        # By hash, each worker's share is Binomial(64, 1/2): 20 or fewer one time in ~700.
+        # One shared socket gave 50/14 and worse.
+        assert min(held.values()) > 20, held
+    finally:
+        for connection in connections:
+            connection.close()
 
 
 def test_serve_workers_auto_on_the_embedded_store_is_one_process(

@@ -59,7 +59,7 @@ class AuditStore:
         self.redis = client = backend.redis
         self._add = scripts.register(client, ["sha1.lua", "audit.lua", "audit_add.lua"],
                                      [AUDIT_KEYS, AUDIT_ADD])
-        self._trim = scripts.register(client, ["audit_trim.lua"], [AUDIT_KEYS, TRIM])
+        self._trim = scripts.register(client, ["stream.lua", "audit_trim.lua"], [AUDIT_KEYS, TRIM])
         self._chain = scripts.register(client, ["audit_chain.lua"], [AUDIT_KEYS])
 
     @staticmethod

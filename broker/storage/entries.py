@@ -46,7 +46,7 @@ ENTRY_KEYS = Fields("entry_keys", ("entry", "history"))
 EXPIRE = Fields("expire", ("now", "history_limit", "log_maxlen"), rest="names")
 LOG_KEYS = Fields("log_keys", ("log", "meta"))
 TRIM = Fields("trim", ("upto", "count"))
-COMMON_FILES = ("sha1.lua", "audit.lua", "common.lua")
+COMMON_FILES = ("sha1.lua", "audit.lua", "stream.lua", "common.lua")
 WRITE_FILES = (*COMMON_FILES, *GATE_FILES, "put_entry.lua")
 
 _history_decoder = msgspec.json.Decoder(dict[str, str])

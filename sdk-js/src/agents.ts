@@ -1,6 +1,5 @@
 /** Agents of a namespace (`client.agents`) and protocol message batches (`client.messages`). */
 
-import type { MEMP } from './client.js'
 import { errorFromReply, type MempError } from './errors.js'
 import {
   toAgent,
@@ -13,6 +12,7 @@ import {
   type WireCredentials,
   type WireEntry,
 } from './models.js'
+import { getResource, namespacePath, pageQuery, type ClientScope, type PageOptions } from './resources.js'
 import { messageId, type CallOptions, type Transport } from './transport.js'
 
 /** One page of agents, in registration order; pass `nextCursor` back as `cursor`. */
@@ -25,32 +25,18 @@ export interface AgentPage {
 export class Agents {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   async get(agentId: string, options: CallOptions = {}): Promise<Agent> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents/${encodeURIComponent(agentId)}`,
-      idempotent: true,
-      signal: options.signal,
-    })
-    return toAgent(reply.body as WireAgent)
+    return toAgent((await getResource(this.transport, this.client, options, ['agents', agentId])) as WireAgent)
   }
 
-  async list(
-    options: CallOptions & { cursor?: string | null | undefined; limit?: number | undefined } = {},
-  ): Promise<AgentPage> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents`,
-      query: { cursor: options.cursor ?? undefined, limit: options.limit },
-      idempotent: true,
-      signal: options.signal,
-    })
-    const body = reply.body as { agents: WireAgent[]; next_cursor?: string | null }
+  async list(options: PageOptions = {}): Promise<AgentPage> {
+    const body = (await getResource(this.transport, this.client, options, ['agents'], pageQuery(options))) as {
+      agents: WireAgent[]
+      next_cursor?: string | null
+    }
     return { agents: body.agents.map(toAgent), nextCursor: body.next_cursor ?? null }
   }
 
@@ -59,7 +45,7 @@ export class Agents {
     const namespace = this.client.requireNamespace(options.namespace)
     await this.transport.send({
       method: 'DELETE',
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents/${encodeURIComponent(agentId)}`,
+      path: namespacePath(namespace, 'agents', agentId),
       idempotent: false,
       signal: options.signal,
     })
@@ -149,7 +135,7 @@ function toReply(wire: WireReply): MessageReply {
 export class Messages {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   /** Run the messages in order, one reply each; an `error` reply does not stop the rest. */

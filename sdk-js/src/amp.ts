@@ -5,7 +5,7 @@
  * gateway with the `impersonate` permission).
  */
 
-import type { MEMP } from './client.js'
+import type { ClientScope } from './resources.js'
 import type { Transport } from './transport.js'
 
 export type MemoryType = 'episodic' | 'semantic' | 'procedural'
@@ -124,7 +124,7 @@ function defined(fields: Record<string, unknown>): Record<string, unknown> | und
 export class Amp {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   private headers(agent: string | undefined): Record<string, string> {

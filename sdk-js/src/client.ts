@@ -23,6 +23,7 @@ import {
   type WireCredentials,
   type WireEntry,
 } from './models.js'
+import { namespacePath, pageQuery, type PageOptions } from './resources.js'
 import { QueryResult } from './query.js'
 import { StreamState, Subscription, type SubscribeOptions } from './subscription.js'
 import {
@@ -62,11 +63,6 @@ export interface QueryOptions extends CallOptions {
   pageSize?: number | undefined
 }
 
-export interface PageOptions extends CallOptions {
-  cursor?: string | null | undefined
-  limit?: number | undefined
-}
-
 export interface HistoryOptions extends CallOptions {
   limit?: number | undefined
 }
@@ -89,17 +85,6 @@ function entryPath(kind: 'memory' | 'history', namespace: string, key: string): 
     )
   }
   return `${namespacePath(namespace)}/${kind}/${segments.map(encodeURIComponent).join('/')}`
-}
-
-function namespacePath(namespace: string): string {
-  if (namespace === '.' || namespace === '..' || namespace.includes('/')) {
-    throw new InvalidRequestError(`namespace ${JSON.stringify(namespace)} is not a namespace`, {
-      code: 'invalid_namespace',
-      status: 400,
-      details: { namespace },
-    })
-  }
-  return `/v1/namespaces/${encodeURIComponent(namespace)}`
 }
 
 function millis(timestamp: number | Date | undefined): number | undefined {
@@ -174,7 +159,7 @@ export class Memory {
     const reply = await this.transport.send({
       method: 'GET',
       path: `${namespacePath(namespace)}/memory`,
-      query: { pattern, cursor: options.cursor ?? undefined, limit: options.limit },
+      query: { pattern, ...pageQuery(options) },
       idempotent: true,
       signal: options.signal,
     })

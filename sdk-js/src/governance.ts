@@ -3,8 +3,8 @@
  * (`client.audit`); the broker's docs/governance.md. Field names are the broker's (snake_case).
  */
 
-import type { MEMP } from './client.js'
 import { toEntry, type Entry, type WireEntry } from './models.js'
+import { getResource, namespacePath, pageQuery, type ClientScope, type PageOptions } from './resources.js'
 import type { CallOptions, Transport } from './transport.js'
 
 export type ProposalStatus = 'pending' | 'approved' | 'rejected' | 'expired'
@@ -91,53 +91,25 @@ function bound(value: Bound | undefined): string | number | undefined {
   return value instanceof Date ? value.getTime() : value
 }
 
-function path(namespace: string, ...rest: string[]): string {
-  return `/v1/namespaces/${[namespace, ...rest].map(encodeURIComponent).join('/')}`
-}
-
 /** Gated writes of the client's namespace: holders of `review` see and decide all of them;
  * a writer sees its own. */
 export class Proposals {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   /** One page, newest first; pass `next_cursor` back as `cursor`. */
   async list(
-    options: CallOptions & {
-      status?: ProposalStatus | undefined
-      key?: string | undefined
-      cursor?: string | null | undefined
-      limit?: number | undefined
-    } = {},
+    options: PageOptions & { status?: ProposalStatus | undefined; key?: string | undefined } = {},
   ): Promise<ProposalPage> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: path(namespace, 'proposals'),
-      query: {
-        status: options.status,
-        key: options.key,
-        cursor: options.cursor ?? undefined,
-        limit: options.limit,
-      },
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as ProposalPage
+    const query = { status: options.status, key: options.key, ...pageQuery(options) }
+    return (await getResource(this.transport, this.client, options, ['proposals'], query)) as ProposalPage
   }
 
   /** A proposal with its diff. */
   async get(proposalId: string, options: CallOptions = {}): Promise<Proposal> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: path(namespace, 'proposals', proposalId),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as Proposal
+    return (await getResource(this.transport, this.client, options, ['proposals', proposalId])) as Proposal
   }
 
   /**
@@ -152,7 +124,7 @@ export class Proposals {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'POST',
-      path: path(namespace, 'proposals', proposalId, 'approve'),
+      path: namespacePath(namespace, 'proposals', proposalId, 'approve'),
       body: options.baseVersion == null ? {} : { base_version: options.baseVersion },
       idempotent: false,
       signal: options.signal,
@@ -166,7 +138,7 @@ export class Proposals {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'POST',
-      path: path(namespace, 'proposals', proposalId, 'reject'),
+      path: namespacePath(namespace, 'proposals', proposalId, 'reject'),
       body: { reason },
       idempotent: false,
       signal: options.signal,
@@ -179,31 +151,22 @@ export class Proposals {
 export class Audit {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   /** One page, newest first; pass `next_cursor` back as `cursor`. */
   async list(
-    options: CallOptions &
-      AuditFilter & { cursor?: string | null | undefined; limit?: number | undefined } = {},
+    options: PageOptions & AuditFilter = {},
   ): Promise<AuditPage> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: path(namespace, 'audit'),
-      query: {
-        since: bound(options.since),
-        until: bound(options.until),
-        actor: options.actor,
-        key: options.key,
-        action: options.action,
-        cursor: options.cursor ?? undefined,
-        limit: options.limit,
-      },
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as AuditPage
+    const query = {
+      since: bound(options.since),
+      until: bound(options.until),
+      actor: options.actor,
+      key: options.key,
+      action: options.action,
+      ...pageQuery(options),
+    }
+    return (await getResource(this.transport, this.client, options, ['audit'], query)) as AuditPage
   }
 
   /** Every record of the selection, newest first, page after page. */
@@ -220,13 +183,6 @@ export class Audit {
 
   /** Walk the hash chain: `ok` is false, with `broken`, if a record was tampered with. */
   async verify(options: CallOptions = {}): Promise<AuditVerdict> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: path(namespace, 'audit', 'verify'),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as AuditVerdict
+    return (await getResource(this.transport, this.client, options, ['audit', 'verify'])) as AuditVerdict
   }
 }

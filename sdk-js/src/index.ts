@@ -41,11 +41,11 @@ export type {
 export type {
   DeleteOptions,
   HistoryOptions,
-  PageOptions,
   PutOptions,
   QueryOptions,
   RegisterOptions,
 } from './client.js'
+export type { PageOptions } from './resources.js'
 export {
   ERROR_CODES,
   ApprovalPendingError,

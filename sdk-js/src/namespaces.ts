@@ -1,6 +1,6 @@
 /** Namespace configuration and JSON Schemas (`client.namespaces`, `client.schemas`). */
 
-import type { MEMP } from './client.js'
+import { getResource, namespacePath, type ClientScope } from './resources.js'
 import type { CallOptions, Transport } from './transport.js'
 
 export type Strategy = 'last-write-wins' | 'agent-priority' | 'merge'
@@ -109,40 +109,22 @@ const CONFIG_FIELDS = [
   'allow_self_approval',
 ] as const
 
-function path(namespace: string, ...rest: string[]): string {
-  return ['/v1/namespaces', namespace, ...rest].map((p, i) => (i ? encodeURIComponent(p) : p)).join('/')
-}
-
 /** Namespace configuration (needs `admin` on the namespace). */
 export class Namespaces {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   /** The configuration, with its `revision` (0 and the defaults if never set). */
   async config(options: CallOptions = {}): Promise<StoredConfig> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: path(namespace, 'config'),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as StoredConfig
+    return (await getResource(this.transport, this.client, options, ['config'])) as StoredConfig
   }
 
   /** The namespace's usage (live keys, stored bytes, open streams) beside its limits and the
    * broker's per-agent defaults. */
   async usage(options: CallOptions = {}): Promise<UsageReport> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: path(namespace, 'usage'),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return reply.body as UsageReport
+    return (await getResource(this.transport, this.client, options, ['usage'])) as UsageReport
   }
 
   /** Replace the configuration (fields left out take their defaults); with `ifRevision`,
@@ -158,7 +140,7 @@ export class Namespaces {
     if (options.ifRevision !== undefined) headers['If-Match'] = `"${options.ifRevision}"`
     const reply = await this.transport.send({
       method: 'PUT',
-      path: path(namespace, 'config'),
+      path: namespacePath(namespace, 'config'),
       body,
       headers,
       idempotent: options.ifRevision === undefined,
@@ -188,7 +170,7 @@ export class Namespaces {
 export class Schemas {
   constructor(
     private readonly transport: Transport,
-    private readonly client: MEMP,
+    private readonly client: ClientScope,
   ) {}
 
   /** Register (or replace) schema `id` for keys matching `pattern`. */
@@ -201,7 +183,7 @@ export class Schemas {
     const namespace = this.client.requireNamespace(options.namespace)
     const reply = await this.transport.send({
       method: 'PUT',
-      path: path(namespace, 'schemas', id),
+      path: namespacePath(namespace, 'schemas', id),
       body: { pattern, schema, enforce: options.enforce ?? false },
       idempotent: true,
       signal: options.signal,
@@ -210,34 +192,21 @@ export class Schemas {
   }
 
   async get(id: string, options: CallOptions = {}): Promise<SchemaRecord> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: path(namespace, 'schemas', id),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return toSchema(reply.body as WireSchema)
+    return toSchema((await getResource(this.transport, this.client, options, ['schemas', id])) as WireSchema)
   }
 
   async delete(id: string, options: CallOptions = {}): Promise<void> {
     const namespace = this.client.requireNamespace(options.namespace)
     await this.transport.send({
       method: 'DELETE',
-      path: path(namespace, 'schemas', id),
+      path: namespacePath(namespace, 'schemas', id),
       idempotent: false,
       signal: options.signal,
     })
   }
 
   async list(options: CallOptions = {}): Promise<SchemaRecord[]> {
-    const namespace = this.client.requireNamespace(options.namespace)
-    const reply = await this.transport.send({
-      method: 'GET',
-      path: path(namespace, 'schemas'),
-      idempotent: true,
-      signal: options.signal,
-    })
-    return (reply.body as { schemas: WireSchema[] }).schemas.map(toSchema)
+    const body = (await getResource(this.transport, this.client, options, ['schemas'])) as { schemas: WireSchema[] }
+    return body.schemas.map(toSchema)
   }
 }

@@ -120,6 +120,23 @@ describe('broker errors', () => {
       InvalidRequestError, 'invalid_request', 400)
   })
 
+  test('a namespace URL normalisation would turn into another path is refused before sending', async () => {
+    const broker = admin(services.url, namespace())
+    for (const bad of ['..', '.', 'a/b']) {
+      for (const call of [
+        () => broker.memory.get('k', { namespace: bad }),
+        () => broker.namespaces.config({ namespace: bad }),
+        () => broker.schemas.list({ namespace: bad }),
+        () => broker.agents.list({ namespace: bad }),
+        () => broker.proposals.list({ namespace: bad }),
+        () => broker.audit.list({ namespace: bad }),
+      ]) {
+        const error = await rejectsWith(call(), InvalidRequestError, 'invalid_namespace', 400)
+        assert.equal(error.details['namespace'], bad)
+      }
+    }
+  })
+
   test('a value over the limit: PayloadTooLargeError', async () => {
     const broker = admin(services.url, namespace())
     await rejectsWith(broker.memory.put('big', 'x'.repeat(1_100_000)), PayloadTooLargeError,

@@ -82,6 +82,11 @@ def _key(key: str) -> str:
                     for s in key.split("/"))
 
 
+def _params(**values: Any) -> dict[str, str | int]:
+    """Query parameters: those given, in order; None leaves one out."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
 def _json_body(payload: Any) -> tuple[bytes, dict[str, str]]:
     return _encoder.encode(payload), {"Content-Type": "application/json"}
 
@@ -165,13 +170,8 @@ def delete(namespace: str, key: str, *, if_version: int | None,
 
 def query_page(namespace: str, pattern: str, cursor: str | None, limit: int | None
                ) -> Call[Page]:
-    params: dict[str, str | int] = {"pattern": pattern}
-    if cursor is not None:
-        params["cursor"] = cursor
-    if limit is not None:
-        params["limit"] = limit
     return Call("GET", f"/v1/namespaces/{_segment(namespace)}/memory", _decoder(Page),
-                params=params)
+                params=_params(pattern=pattern, cursor=cursor, limit=limit))
 
 
 class _History(msgspec.Struct):
@@ -180,9 +180,8 @@ class _History(msgspec.Struct):
 
 def history(namespace: str, key: str, limit: int | None) -> Call[list[Entry]]:
     decode = _decoder(_History)
-    params: dict[str, str | int] = {"limit": limit} if limit is not None else {}
     return Call("GET", f"/v1/namespaces/{_segment(namespace)}/history/{_key(key)}",
-                lambda response: decode(response).versions, params=params)
+                lambda response: decode(response).versions, params=_params(limit=limit))
 
 
 def create_key(grants: Sequence[Grant], name: str, agent_id: str | None) -> Call[CreatedKey]:
@@ -281,12 +280,8 @@ def get_agent(namespace: str, agent_id: str) -> Call[Agent]:
 
 
 def list_agents(namespace: str, cursor: str | None, limit: int | None) -> Call[AgentPage]:
-    params: dict[str, str | int] = {}
-    if cursor is not None:
-        params["cursor"] = cursor
-    if limit is not None:
-        params["limit"] = limit
-    return Call("GET", _namespace_path(namespace, "agents"), _decoder(AgentPage), params=params)
+    return Call("GET", _namespace_path(namespace, "agents"), _decoder(AgentPage),
+                params=_params(cursor=cursor, limit=limit))
 
 
 def remove_agent(namespace: str, agent_id: str) -> Call[None]:
@@ -296,10 +291,6 @@ def remove_agent(namespace: str, agent_id: str) -> Call[None]:
 
 
 # ---- governance ----
-
-
-def _params(**values: Any) -> dict[str, str | int]:
-    return {name: value for name, value in values.items() if value is not None}
 
 
 def list_proposals(namespace: str, status: str | None, key: str | None, cursor: str | None,

@@ -198,7 +198,23 @@ def _raise_fatal(response: httpx.Response, state: StreamState) -> None:
     state.error = error
 
 
-class Subscription(Iterator[Event]):
+class _Progress:
+    """What a subscription tells of its stream, sync or async alike."""
+
+    state: StreamState
+
+    @property
+    def last_event_id(self) -> str | None:
+        """The cursor to resume from (pass it as `last_event_id=` to a later subscribe)."""
+        return self.state.cursor
+
+    @property
+    def reconnects(self) -> int:
+        """How often the stream was reopened after a break (each time without a gap)."""
+        return max(self.state.connections - 1, 0)
+
+
+class Subscription(_Progress, Iterator[Event]):
     """An endless iterator of events; `close()` (or leaving a `with` block) ends it.
 
     It connects on the first `next()`, or at `open()` / entering a `with` block, which return
@@ -211,16 +227,6 @@ class Subscription(Iterator[Event]):
         self._opened = False
         self._response: httpx.Response | None = None
         self._items = self._run()
-
-    @property
-    def last_event_id(self) -> str | None:
-        """The cursor to resume from (pass it as `last_event_id=` to a later subscribe)."""
-        return self.state.cursor
-
-    @property
-    def reconnects(self) -> int:
-        """How often the stream was reopened after a break (each time without a gap)."""
-        return max(self.state.connections - 1, 0)
 
     def open(self, timeout: float | None = None) -> Subscription:
         """Connect now, reconnecting with backoff while the broker is unreachable; with a
@@ -306,7 +312,7 @@ class Subscription(Iterator[Event]):
             state.report("closed", None)
 
 
-class AsyncSubscription(AsyncIterator[Event]):
+class AsyncSubscription(_Progress, AsyncIterator[Event]):
     """The async twin of `Subscription`: `async for event in ...`; `aclose()` ends it.
     `await open()` or `async with` returns once the stream is open."""
 
@@ -316,14 +322,6 @@ class AsyncSubscription(AsyncIterator[Event]):
         self._opened = False
         self._closed = False
         self._items = self._run()
-
-    @property
-    def last_event_id(self) -> str | None:
-        return self.state.cursor
-
-    @property
-    def reconnects(self) -> int:
-        return max(self.state.connections - 1, 0)
 
     def stop(self) -> None:
         """Let the stream end at its next wake-up (the client calls this as it closes)."""

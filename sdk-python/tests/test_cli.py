@@ -175,6 +175,37 @@ def test_register_reuses_an_agent_by_name_and_agents_are_listed(env: dict[str, s
     assert shown["name"] == "planner"
 
 
+def test_listings_follow_every_page(serve: Any, ns: str) -> None:
+    # A broker whose pages hold two items: five agents and five proposals take three pages.
+    broker = serve(MEMP_DEFAULT_QUERY_LIMIT="2")
+    env = {**os.environ, "MEMP_BASE_URL": broker.url, "MEMP_API_KEY": ADMIN_KEY,
+           "MEMP_NAMESPACE": ns}
+    names = [f"pager-{n}" for n in range(5)]
+    for name in names:
+        assert memp(env, "register", "--name", name).returncode == 0
+    assert [a["name"] for a in lines(memp(env, "agents", "list").stdout)] == names
+    table = memp(env, "agents", "list", "--table").stdout.splitlines()
+    assert table[0].split() == ["ID", "NAME", "FRAMEWORK", "LAST", "SEEN"]
+    assert [row.split()[1] for row in table[1:]] == names
+    for n in range(5):
+        assert memp(env, "put", f"gated/{n}", str(n), "--approval-required").returncode == 0
+    proposals = lines(memp(env, "proposals").stdout)
+    assert sorted(p["key"] for p in proposals) == [f"gated/{n}" for n in range(5)]
+    table = memp(env, "proposals", "--table").stdout.splitlines()
+    assert table[0].split() == ["ID", "STATUS", "OP", "BY", "KEY"] and len(table) == 6
+
+
+def test_schema_list_as_json_and_as_a_table(env: dict[str, str]) -> None:
+    for name in ("alpha", "beta"):
+        assert memp(env, "schema", "put", name, '{"type": "object"}', "--pattern",
+                    f"{name}/*").returncode == 0
+    assert [r["id"] for r in lines(memp(env, "schema", "list").stdout)] == ["alpha", "beta"]
+    table = memp(env, "schema", "list", "--table").stdout.splitlines()
+    assert table[0].split() == ["ID", "PATTERN", "ENFORCE", "DRAFT"]
+    assert [row.split()[:3] for row in table[1:]] == [["alpha", "alpha/*", "no"],
+                                                      ["beta", "beta/*", "no"]]
+
+
 def test_a_schema_violation_is_one_readable_line(env: dict[str, str]) -> None:
     schema = '{"type": "object", "required": ["plan"]}'
     assert memp(env, "schema", "put", "customer", schema, "--pattern", "customer/*"

@@ -3,20 +3,15 @@
 -- KEYS: read_audit_keys; ARGV: read_trim. Returns how many it dropped.
 local k = read_audit_keys(KEYS, 1)
 local a = read_trim(ARGV, 1)
-local old = redis.call('XRANGE', k.audit, '-', a.upto, 'COUNT', tonumber(a.count))
+local old = drop_oldest(k.audit, a.upto, tonumber(a.count))
 if #old == 0 then
   return 0
-end
-local ids = {}
-for i, record in ipairs(old) do
-  ids[i] = record[1]
 end
 local last = old[#old][2]
 local fields = {}
 for i = 1, #last, 2 do
   fields[last[i]] = last[i + 1]
 end
-redis.call('XDEL', k.audit, unpack(ids))
 redis.call('HSET', k.meta, 'audit_anchor', fields.h or '',
            'audit_anchor_seq', tostring(cjson.decode(fields.r or '{}').seq or ''))
-return #ids
+return #old

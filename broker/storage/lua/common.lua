@@ -1,6 +1,6 @@
 -- Shared helpers of the write scripts. Values only ever arrive as KEYS/ARGV, read through the
 -- generated readers (`read_<block>`, broker/storage/scripts.py); FIELDS and META, the entry's
--- stored field names, are generated too (broker/storage/records.py).
+-- stored field names, are generated too (broker/storage/records.py). Needs stream.lua.
 
 local function load_entry(entry_key)
   local values = redis.call('HMGET', entry_key, unpack(META))
@@ -35,17 +35,11 @@ end
 -- ('+' for any), and remember the newest dropped id: a cursor before it has lost changes (a
 -- `reset`). The one way records leave the log; returns how many it dropped.
 local function trim_log(log_key, meta_key, upto, count)
-  local old = redis.call('XRANGE', log_key, '-', upto, 'COUNT', count)
-  if #old == 0 then
-    return 0
+  local old = drop_oldest(log_key, upto, count)
+  if #old > 0 then
+    redis.call('HSET', meta_key, 'trimmed', old[#old][1])
   end
-  local ids = {}
-  for i, record in ipairs(old) do
-    ids[i] = record[1]
-  end
-  redis.call('XDEL', log_key, unpack(ids))
-  redis.call('HSET', meta_key, 'trimmed', ids[#ids])
-  return #ids
+  return #old
 end
 
 -- Keep the log at about `maxlen` records: trim in steps of about 1%, so most writes skip it.

@@ -284,6 +284,31 @@ function isObject(value) {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
+// src/resources.ts
+function namespacePath(namespace, ...rest) {
+  if (namespace === "." || namespace === ".." || namespace.includes("/")) {
+    throw new InvalidRequestError(`namespace ${JSON.stringify(namespace)} is not a namespace`, {
+      code: "invalid_namespace",
+      status: 400,
+      details: { namespace }
+    });
+  }
+  return ["/v1/namespaces", namespace, ...rest].map((p, i) => i ? encodeURIComponent(p) : p).join("/");
+}
+function pageQuery(options) {
+  return { cursor: options.cursor ?? void 0, limit: options.limit };
+}
+async function getResource(transport, scope, options, rest, query) {
+  const reply = await transport.send({
+    method: "GET",
+    path: namespacePath(scope.requireNamespace(options.namespace), ...rest),
+    ...query ? { query } : {},
+    idempotent: true,
+    signal: options.signal
+  });
+  return reply.body;
+}
+
 // src/trust.ts
 function fetchTrusting(ca, file) {
   let ready;
@@ -401,7 +426,7 @@ var Transport = class {
     this.config = config;
   }
   config;
-  url(path3, query) {
+  url(path, query) {
     let search = "";
     if (query instanceof URLSearchParams) {
       search = query.toString();
@@ -412,7 +437,7 @@ var Transport = class {
       }
       search = params.toString();
     }
-    return this.config.baseUrl + path3 + (search ? `?${search}` : "");
+    return this.config.baseUrl + path + (search ? `?${search}` : "");
   }
   headers(extra = {}) {
     const headers = { Accept: "application/json", ...extra };
@@ -575,25 +600,10 @@ var Agents = class {
   transport;
   client;
   async get(agentId, options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents/${encodeURIComponent(agentId)}`,
-      idempotent: true,
-      signal: options.signal
-    });
-    return toAgent(reply.body);
+    return toAgent(await getResource(this.transport, this.client, options, ["agents", agentId]));
   }
   async list(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents`,
-      query: { cursor: options.cursor ?? void 0, limit: options.limit },
-      idempotent: true,
-      signal: options.signal
-    });
-    const body = reply.body;
+    const body = await getResource(this.transport, this.client, options, ["agents"], pageQuery(options));
     return { agents: body.agents.map(toAgent), nextCursor: body.next_cursor ?? null };
   }
   /** Remove an agent: its record goes and every key bound to it is revoked. */
@@ -601,7 +611,7 @@ var Agents = class {
     const namespace = this.client.requireNamespace(options.namespace);
     await this.transport.send({
       method: "DELETE",
-      path: `/v1/namespaces/${encodeURIComponent(namespace)}/agents/${encodeURIComponent(agentId)}`,
+      path: namespacePath(namespace, "agents", agentId),
       idempotent: false,
       signal: options.signal
     });
@@ -655,9 +665,6 @@ var Messages = class {
 function bound(value) {
   return value instanceof Date ? value.getTime() : value;
 }
-function path(namespace, ...rest) {
-  return `/v1/namespaces/${[namespace, ...rest].map(encodeURIComponent).join("/")}`;
-}
 var Proposals = class {
   constructor(transport, client) {
     this.transport = transport;
@@ -667,31 +674,12 @@ var Proposals = class {
   client;
   /** One page, newest first; pass `next_cursor` back as `cursor`. */
   async list(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: path(namespace, "proposals"),
-      query: {
-        status: options.status,
-        key: options.key,
-        cursor: options.cursor ?? void 0,
-        limit: options.limit
-      },
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    const query = { status: options.status, key: options.key, ...pageQuery(options) };
+    return await getResource(this.transport, this.client, options, ["proposals"], query);
   }
   /** A proposal with its diff. */
   async get(proposalId, options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: path(namespace, "proposals", proposalId),
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    return await getResource(this.transport, this.client, options, ["proposals", proposalId]);
   }
   /**
    * Write the proposal. If the key moved since, ConflictError's details carry `current`,
@@ -702,7 +690,7 @@ var Proposals = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "POST",
-      path: path(namespace, "proposals", proposalId, "approve"),
+      path: namespacePath(namespace, "proposals", proposalId, "approve"),
       body: options.baseVersion == null ? {} : { base_version: options.baseVersion },
       idempotent: false,
       signal: options.signal
@@ -715,7 +703,7 @@ var Proposals = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "POST",
-      path: path(namespace, "proposals", proposalId, "reject"),
+      path: namespacePath(namespace, "proposals", proposalId, "reject"),
       body: { reason },
       idempotent: false,
       signal: options.signal
@@ -732,23 +720,15 @@ var Audit = class {
   client;
   /** One page, newest first; pass `next_cursor` back as `cursor`. */
   async list(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: path(namespace, "audit"),
-      query: {
-        since: bound(options.since),
-        until: bound(options.until),
-        actor: options.actor,
-        key: options.key,
-        action: options.action,
-        cursor: options.cursor ?? void 0,
-        limit: options.limit
-      },
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    const query = {
+      since: bound(options.since),
+      until: bound(options.until),
+      actor: options.actor,
+      key: options.key,
+      action: options.action,
+      ...pageQuery(options)
+    };
+    return await getResource(this.transport, this.client, options, ["audit"], query);
   }
   /** Every record of the selection, newest first, page after page. */
   async export(options = {}) {
@@ -763,14 +743,7 @@ var Audit = class {
   }
   /** Walk the hash chain: `ok` is false, with `broken`, if a record was tampered with. */
   async verify(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: path(namespace, "audit", "verify"),
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    return await getResource(this.transport, this.client, options, ["audit", "verify"]);
   }
 };
 
@@ -793,10 +766,10 @@ var Amp = class {
     const acting = agent ?? this.client.agent?.id;
     return acting ? { "X-AMP-Agent-ID": acting } : {};
   }
-  async call(method, path3, options, body, idempotent = false) {
+  async call(method, path, options, body, idempotent = false) {
     const reply = await this.transport.send({
       method,
-      path: path3,
+      path,
       body,
       headers: this.headers(options.agent),
       idempotent,
@@ -903,9 +876,6 @@ var CONFIG_FIELDS = [
   "limits",
   "allow_self_approval"
 ];
-function path2(namespace, ...rest) {
-  return ["/v1/namespaces", namespace, ...rest].map((p, i) => i ? encodeURIComponent(p) : p).join("/");
-}
 var Namespaces = class {
   constructor(transport, client) {
     this.transport = transport;
@@ -915,26 +885,12 @@ var Namespaces = class {
   client;
   /** The configuration, with its `revision` (0 and the defaults if never set). */
   async config(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: path2(namespace, "config"),
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    return await getResource(this.transport, this.client, options, ["config"]);
   }
   /** The namespace's usage (live keys, stored bytes, open streams) beside its limits and the
    * broker's per-agent defaults. */
   async usage(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: path2(namespace, "usage"),
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body;
+    return await getResource(this.transport, this.client, options, ["usage"]);
   }
   /** Replace the configuration (fields left out take their defaults); with `ifRevision`,
    * only while the stored one is that revision, else PreconditionFailedError. */
@@ -946,7 +902,7 @@ var Namespaces = class {
     if (options.ifRevision !== void 0) headers["If-Match"] = `"${options.ifRevision}"`;
     const reply = await this.transport.send({
       method: "PUT",
-      path: path2(namespace, "config"),
+      path: namespacePath(namespace, "config"),
       body,
       headers,
       idempotent: options.ifRevision === void 0,
@@ -983,7 +939,7 @@ var Schemas = class {
     const namespace = this.client.requireNamespace(options.namespace);
     const reply = await this.transport.send({
       method: "PUT",
-      path: path2(namespace, "schemas", id),
+      path: namespacePath(namespace, "schemas", id),
       body: { pattern, schema, enforce: options.enforce ?? false },
       idempotent: true,
       signal: options.signal
@@ -991,33 +947,20 @@ var Schemas = class {
     return toSchema(reply.body);
   }
   async get(id, options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: path2(namespace, "schemas", id),
-      idempotent: true,
-      signal: options.signal
-    });
-    return toSchema(reply.body);
+    return toSchema(await getResource(this.transport, this.client, options, ["schemas", id]));
   }
   async delete(id, options = {}) {
     const namespace = this.client.requireNamespace(options.namespace);
     await this.transport.send({
       method: "DELETE",
-      path: path2(namespace, "schemas", id),
+      path: namespacePath(namespace, "schemas", id),
       idempotent: false,
       signal: options.signal
     });
   }
   async list(options = {}) {
-    const namespace = this.client.requireNamespace(options.namespace);
-    const reply = await this.transport.send({
-      method: "GET",
-      path: path2(namespace, "schemas"),
-      idempotent: true,
-      signal: options.signal
-    });
-    return reply.body.schemas.map(toSchema);
+    const body = await getResource(this.transport, this.client, options, ["schemas"]);
+    return body.schemas.map(toSchema);
   }
 };
 
@@ -1610,16 +1553,6 @@ function entryPath(kind, namespace, key) {
   }
   return `${namespacePath(namespace)}/${kind}/${segments.map(encodeURIComponent).join("/")}`;
 }
-function namespacePath(namespace) {
-  if (namespace === "." || namespace === ".." || namespace.includes("/")) {
-    throw new InvalidRequestError(`namespace ${JSON.stringify(namespace)} is not a namespace`, {
-      code: "invalid_namespace",
-      status: 400,
-      details: { namespace }
-    });
-  }
-  return `/v1/namespaces/${encodeURIComponent(namespace)}`;
-}
 function millis(timestamp) {
   return timestamp instanceof Date ? timestamp.getTime() : timestamp;
 }
@@ -1688,7 +1621,7 @@ var Memory = class {
     const reply = await this.transport.send({
       method: "GET",
       path: `${namespacePath(namespace)}/memory`,
-      query: { pattern, cursor: options.cursor ?? void 0, limit: options.limit },
+      query: { pattern, ...pageQuery(options) },
       idempotent: true,
       signal: options.signal
     });
