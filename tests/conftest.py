@@ -39,6 +39,15 @@ BACKENDS = os.environ.get("MEMP_TEST_BACKENDS", "embedded,redis").split(",")
 TOPOLOGY_BACKENDS = ("cluster", "sentinel")
 
 
+def load_yaml(text: str) -> Any:
+    """YAML text as `yaml.safe_load` reads it, with libyaml's loader (the tests read
+    openapi.yaml often; tests/test_openapi.py also checks the served document against
+    `yaml.safe_load`'s reading)."""
+    from broker.reference import load_document
+
+    return load_document(text)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -21,17 +21,16 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from broker.console.routes import CSP, load_files
-from tests.conftest import ADMIN_KEY, Broker, free_port, wait_for_port
+from tests.conftest import ADMIN_KEY, Broker, free_port, load_yaml, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "broker" / "console" / "static"
 ARTIFACTS = Path(os.environ.get("MEMP_CONSOLE_ARTIFACTS") or ROOT / "artifacts" / "console")
 # A reference that would make the browser fetch from elsewhere (a CDN, a font service...).
 REMOTE = re.compile(r"""(?:src|href)=["']https?:|url\(\s*['"]?https?:|import\s*\(?\s*['"]https?:""")
-GOVERNANCE = "/v1/namespaces/{namespace}/proposals" in yaml.safe_load(
+GOVERNANCE = "/v1/namespaces/{namespace}/proposals" in load_yaml(
     (ROOT / "openapi.yaml").read_text())["paths"]
 
 

@@ -41,7 +41,7 @@ from broker.namespaces import NamespaceConfig, PriorityRule, Share, StoredConfig
 from broker.schemas import SchemaBody, SchemaErrorDetail, SchemaRecord
 from broker.settings import Settings
 from broker.validation import decode_cursor, encode_cursor
-from tests.conftest import ADMIN_KEY, BACKENDS, Broker, start_broker
+from tests.conftest import ADMIN_KEY, BACKENDS, Broker, load_yaml, start_broker
 
 DOCUMENT = Path(__file__).resolve().parent.parent / "openapi.yaml"
 BASE_URI = "urn:memp:openapi"
@@ -182,7 +182,7 @@ def _template_regex(template: str) -> str:
 
 @functools.cache
 def _document() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(DOCUMENT.read_text())
+    loaded: dict[str, Any] = load_yaml(DOCUMENT.read_text())
     return loaded
 
 
