@@ -186,6 +186,14 @@ def _document() -> dict[str, Any]:
     return loaded
 
 
+@functools.cache
+def _document_by_pure_pyyaml() -> dict[str, Any]:
+    """The document as PyYAML's own (pure-Python) loader reads it: what the broker serves is
+    checked against a reading other than the broker's."""
+    loaded: dict[str, Any] = yaml.safe_load(DOCUMENT.read_text())
+    return loaded
+
+
 @pytest.fixture(scope="module")
 def contract() -> Contract:
     return Contract(_document())
@@ -575,9 +583,9 @@ def test_broker_serves_the_document_as_shipped(broker: Broker, contract: Contrac
     with broker.client(token=None) as client:
         as_yaml = client.get("/openapi.yaml")
         as_json = client.get("/openapi.json")
-    assert contract.check(as_yaml, 200) == yaml.safe_load(DOCUMENT.read_text())
+    assert contract.check(as_yaml, 200) == _document_by_pure_pyyaml()
     assert as_yaml.text == DOCUMENT.read_text()
-    assert contract.check(as_json, 200) == yaml.safe_load(DOCUMENT.read_text())
+    assert contract.check(as_json, 200) == _document_by_pure_pyyaml()
 
 
 def test_system_endpoints(broker: Broker, contract: Contract) -> None:
