@@ -17,6 +17,7 @@ from broker.idempotency import fingerprint, reused
 from broker.models import Agent, Credentials
 from broker.settings import Settings
 from broker.storage.accounts import AccountStore
+from broker.storage.writes import settle
 from broker.validation import check_limit, check_message_id
 
 KNOWN_FRAMEWORKS = ("langchain", "crewai", "claude", "autogen", "custom")
@@ -101,10 +102,9 @@ class AgentService:
         if not (isinstance(agent_id, str) and _UUID_RE.fullmatch(agent_id)) or \
                 await self.store.get_agent(namespace, agent_id) is None:
             raise MempError("not_found", f"no agent {agent_id!r} in namespace {namespace!r}")
-        await self.store.delete_agent(namespace, agent_id)
-        await self.store.announce_revocation(f"agent:{agent_id}")
-        await self.audit.record(namespace, "agent-remove", actor_fields(principal),
-                                details={"agent": agent_id})
+        # Announced and audited even when replicas did not confirm it (then a 503 says so).
+        await settle(self.store.delete_agent(namespace, agent_id), lambda: self.audit.record(
+            namespace, "agent-remove", actor_fields(principal), details={"agent": agent_id}))
 
     async def list(self, principal: Principal, namespace: str, cursor: str | None,
                    limit: int | None) -> tuple[list[Agent], str | None]:

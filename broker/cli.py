@@ -26,6 +26,7 @@ from broker.settings import Settings, SettingsError
 from broker.storage import Storage
 from broker.storage.client import StoreError
 from broker.storage.urls import redacted
+from broker.storage.writes import settle
 
 # Whoever runs the CLI holds Redis itself: it acts with the admin key's rights, as `cli`.
 _OPERATOR = Principal(subject="cli", grants=(), superuser=True)
@@ -224,7 +225,9 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
                             "key printed by 'memp-broker serve' and POST /v1/keys")
     storage = Storage.open(settings.redis_url, timeout=settings.redis_timeout_seconds,
                            history_limit=settings.history_limit,
-                           changelog_maxlen=settings.changelog_maxlen, idempotency_window_ms=1)
+                           changelog_maxlen=settings.changelog_maxlen, idempotency_window_ms=1,
+                           write_replicas=settings.write_replicas,
+                           write_replicas_timeout_ms=settings.write_replicas_timeout_ms)
     store = storage.accounts
     audit = AuditService(storage.audit, system_clock, storage.entries.namespaces)
     try:
@@ -250,13 +253,11 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
                 print(json.dumps(msgspec.to_builtins(record)))
         elif args.keys_command == "revoke":
             revoked = [r for r in await store.list_api_keys() if r.id == args.key_id]
-            if not await store.delete_api_key(args.key_id):
+            if not revoked:
                 print(f"memp-broker: no API key {args.key_id}", file=sys.stderr)
                 return 1
-            await store.announce_revocation(f"key:{args.key_id}")
-            for record in revoked:
-                await audit.record_for_grants(record.grants, "key-revoke", _OPERATOR_ACTOR,
-                                              {"key": record.id})
+            await settle(store.delete_api_key(args.key_id), lambda: audit.record_for_grants(
+                revoked[0].grants, "key-revoke", _OPERATOR_ACTOR, {"key": args.key_id}))
             print(f"revoked {args.key_id}")
     finally:
         await storage.close()

@@ -221,8 +221,10 @@ class NamespaceRegistry:
                                   revision=revision + 1, updated_at=now, updated_by=by)
             return msgspec.json.encode(stored)
 
-        stored = await self.store.update_config(namespace, change)
-        self.invalidate(namespace)
+        try:
+            stored = await self.store.update_config(namespace, change)
+        finally:  # in effect here at once, even when replicas did not confirm it
+            self.invalidate(namespace)
         return _decode(stored, StoredConfig, f"configuration of {namespace}")
 
     async def schema_records(self, namespace: str) -> list[SchemaRecord]:
@@ -235,13 +237,17 @@ class NamespaceRegistry:
         return _decode(raw, SchemaRecord, f"schema {schema_id} of {namespace}") if raw else None
 
     async def save_schema(self, record: SchemaRecord) -> None:
-        await self.store.save_schema(record.namespace, record.id, msgspec.json.encode(record))
-        self.invalidate(record.namespace)
+        try:
+            await self.store.save_schema(record.namespace, record.id,
+                                         msgspec.json.encode(record))
+        finally:
+            self.invalidate(record.namespace)
 
     async def delete_schema(self, namespace: str, schema_id: str) -> bool:
-        removed = await self.store.delete_schema(namespace, schema_id)
-        self.invalidate(namespace)
-        return removed
+        try:
+            return await self.store.delete_schema(namespace, schema_id)
+        finally:
+            self.invalidate(namespace)
 
     async def require(self, principal: Principal, permission: str, namespace: str) -> None:
         """Like Principal.require, but read and subscribe may also come from a share."""

@@ -254,3 +254,33 @@ def test_last_write_wins_keeps_the_newest_timestamp_and_agent(
     assert survivor["value"] == {"ts": newest[0], "agent": newest[1]}
     log = puts_for(read_changelog(log_client, ns), key)
     assert [(int(r["ts"]), r["agent"]) for r in log] == orders
+
+
+def test_configuration_writes_from_two_processes_each_get_a_revision_of_their_own(
+    brokers: list[BrokerProcess], ns: str
+) -> None:
+    """Configuration writes race through both processes (broker/storage/config.py swaps the
+    document only if it is still the one read): no revision is given twice or lost."""
+    writers, writes = 6, 5
+
+    def writer(w: int) -> list[tuple[int, int]]:
+        pair = clients(brokers)
+        try:
+            done = []
+            for n in range(writes):
+                ttl = 1000 * (w + 1) + n
+                reply = pair[(w + n) % 2].put(f"/v1/namespaces/{ns}/config",
+                                              json={"default_ttl_seconds": ttl})
+                assert reply.status_code == 200, reply.text
+                done.append((reply.json()["revision"], ttl))
+            return done
+        finally:
+            for c in pair:
+                c.close()
+
+    stored = sorted(r for rs in run_all([partial(writer, w) for w in range(writers)])
+                    for r in rs)
+    assert [revision for revision, _ in stored] == list(range(1, writers * writes + 1))
+    with httpx.Client(base_url=brokers[1].url, headers=HEADERS, timeout=30) as client:
+        final = client.get(f"/v1/namespaces/{ns}/config").json()
+    assert (final["revision"], final["default_ttl_seconds"]) == stored[-1]

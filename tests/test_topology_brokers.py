@@ -7,6 +7,7 @@ CI runs this subset, marked `topology`."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import defaultdict
@@ -25,7 +26,7 @@ from tests.conftest import (
     start_broker,
 )
 from tests.test_subscribe import Stream
-from tests.topologies import RedisCluster, RedisSentinel, TlsRedis
+from tests.topologies import RedisCluster, RedisProcess, RedisSentinel, TlsRedis
 
 pytestmark = pytest.mark.topology
 Topology = RedisCluster | RedisSentinel
@@ -277,6 +278,76 @@ def test_serve_workers_auto_runs_a_worker_per_core(
     broker = serve_processes.start(1, {"MEMP_REDIS_URL": topology.url}, ("--workers", "auto"),
                                    timeout=120)[0]
     check_workers_auto(broker, ns)
+
+
+# ---- writes beside entries wait for a replica ----
+
+
+def _replicas(topology: Topology) -> list[RedisProcess]:
+    if isinstance(topology, RedisCluster):
+        return [topology.process(n.port) for n in topology.nodes() if not n.primary]
+    return [p for p in topology.data if p is not topology.primary]
+
+
+@contextlib.contextmanager
+def _paused(replicas: list[RedisProcess]) -> Iterator[None]:
+    """Replicas that apply nothing of their primary's stream, so they confirm nothing
+    (CLIENT PAUSE WRITE; ALL would refuse the UNPAUSE too), until the block ends."""
+    for replica in replicas:
+        with replica.client() as client:
+            client.execute_command("CLIENT", "PAUSE", 30_000, "WRITE")
+    try:
+        yield
+    finally:
+        for replica in replicas:
+            with replica.client() as client:
+                client.execute_command("CLIENT", "UNPAUSE")
+
+
+def test_configuration_schemas_and_keys_wait_for_a_replica(topology: Topology, ns: str
+                                                           ) -> None:
+    """With `MEMP_WRITE_REPLICAS=1` a configuration, schema or API key write is acknowledged
+    once a replica has it; while the replicas confirm nothing it is applied and answered 503
+    saying so, within the timeout, and a revocation takes effect at once all the same. (The
+    keys' grants reach no namespace holding data, so no audit record, which waits for
+    replicas itself, follows their writes.)"""
+    timeout_ms = 300
+    waiting = start_broker("redis", topology.url, write_replicas=1,
+                           write_replicas_timeout_ms=timeout_ms)
+    grants = {"grants": [{"namespace": f"{ns}-k*", "permissions": ["read"]}]}
+    replicas = _replicas(topology)
+    try:
+        with waiting.client() as admin:
+            assert admin.put(f"/v1/namespaces/{ns}/config", json={
+                "default_ttl_seconds": 60}).status_code == 200
+            assert admin.put(f"/v1/namespaces/{ns}/schemas/s", json={
+                "pattern": "*", "schema": {}}).status_code == 201
+            doomed = admin.post("/v1/keys", json=grants).json()
+            assert admin.get(f"/v1/namespaces/{ns}-k/memory/k",
+                             headers={"Authorization": f"Bearer {doomed['api_key']}"}
+                             ).status_code == 404
+            with _paused(replicas):
+                for call in (
+                        lambda: admin.put(f"/v1/namespaces/{ns}/config", json={}),
+                        lambda: admin.delete(f"/v1/namespaces/{ns}/schemas/s"),
+                        lambda: admin.post("/v1/keys", json=grants),
+                        lambda: admin.delete(f"/v1/keys/{doomed['key']['id']}")):
+                    started = time.monotonic()
+                    reply = call()
+                    assert reply.status_code == 503, reply.text
+                    assert reply.json()["error"]["details"]["applied"] is True
+                    assert time.monotonic() - started < timeout_ms / 1000 + 2.0
+                assert admin.get(f"/v1/namespaces/{ns}-k/memory/k", headers={
+                    "Authorization": f"Bearer {doomed['api_key']}"}).status_code == 401
+                assert admin.get(f"/v1/namespaces/{ns}/config").json()["revision"] == 2
+            deadline = time.monotonic() + WAIT
+            while (reply := admin.put(f"/v1/namespaces/{ns}/config", json={
+                    "default_ttl_seconds": 5})).status_code != 200:
+                assert time.monotonic() < deadline, reply.text
+                time.sleep(0.1)
+            assert admin.post("/v1/keys", json=grants).status_code == 201
+    finally:
+        waiting.stop()
 
 
 # ---- a primary killed under load ----

@@ -39,9 +39,11 @@ async def get_agent(request: Request) -> Response:
 async def remove_agent(request: Request) -> Response:
     principal = await authenticate(request)
     service = _service(request)
-    await service.remove(principal, request.path_params["namespace"],
-                         request.path_params["agent_id"])
-    request.app.state.auth.forget()
+    try:
+        await service.remove(principal, request.path_params["namespace"],
+                             request.path_params["agent_id"])
+    finally:  # in effect here at once, even when replicas did not confirm it (a 503)
+        request.app.state.auth.forget()
     return Response(status_code=204)
 
 

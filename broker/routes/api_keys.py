@@ -11,6 +11,7 @@ from broker.auth import Principal, check_binding, check_grants, create_api_key
 from broker.errors import MempError
 from broker.http import authenticate, decode_json, json_response, read_body
 from broker.models import ApiKeyRecord, CreateKeyBody
+from broker.storage.writes import settle
 
 
 def _visible(principal: Principal, record: ApiKeyRecord) -> bool:
@@ -54,11 +55,13 @@ async def revoke_key(request: Request) -> Response:
     record = records.get(key_id)
     if record is None or not _visible(principal, record):
         raise MempError("not_found", f"no API key {key_id!r}")
-    await store.delete_api_key(key_id)
-    request.app.state.auth.forget()
-    await store.announce_revocation(f"key:{key_id}")
-    await request.app.state.audit.record_for_grants(
-        record.grants, "key-revoke", actor_fields(principal), {"key": key_id})
+
+    async def revoked() -> None:  # confirmed by replicas or not: announced by the store
+        request.app.state.auth.forget()
+        await request.app.state.audit.record_for_grants(
+            record.grants, "key-revoke", actor_fields(principal), {"key": key_id})
+
+    await settle(store.delete_api_key(key_id), revoked)
     return Response(status_code=204)
 
 

@@ -20,6 +20,7 @@ from broker.storage.config import ConfigStore
 from broker.storage.entries import EntryStore
 from broker.storage.proposals import ProposalStore
 from broker.storage.timing import CommandObserver, time_commands, time_pipe
+from broker.storage.writes import RecordWriter
 
 
 class Storage:
@@ -33,8 +34,9 @@ class Storage:
                                   changelog_maxlen=changelog_maxlen,
                                   idempotency_window_ms=idempotency_window_ms)
         self.fair_share = self.entries.fair_share
-        self.accounts = AccountStore(backend, self.entries, idempotency_window_ms)
-        self.config = ConfigStore(backend.redis)
+        writer = RecordWriter(backend)
+        self.accounts = AccountStore(backend, self.entries, idempotency_window_ms, writer)
+        self.config = ConfigStore(writer)
         self.audit = AuditStore(backend)
         self.proposals = ProposalStore(backend, self.entries)
         self._waiting = backend.new_client()

@@ -4,16 +4,17 @@ kept for operations retried under one message id, and the announcement of revoca
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import cast
+from typing import Any, cast
 
 import msgspec
 
 from broker.models import Agent, ApiKeyRecord
-from broker.storage import bulletins, layout, scripts
-from broker.storage.client import Backend, text
+from broker.storage import layout, scripts
+from broker.storage.client import Backend, ScriptCall, text
 from broker.storage.entries import EntryStore
 from broker.storage.records import CorruptRecord, RawHash
 from broker.storage.scripts import Fields
+from broker.storage.writes import RecordWriter
 
 AGENT_KEYS = Fields("agent_keys", ("agent", "index"))
 AGENT = Fields("agent", ("id", "name", "framework", "namespace", "created_at"))
@@ -24,11 +25,14 @@ _key_record = msgspec.json.Decoder(ApiKeyRecord)
 
 
 class AccountStore:
-    """Agents, API keys and idempotency replies."""
+    """Agents, API keys and idempotency replies. Registrations, removals and API key
+    changes wait for replicas (`MEMP_WRITE_REPLICAS`); revocations are announced even when
+    replicas did not confirm them in time."""
 
-    def __init__(self, backend: Backend, entries: EntryStore, idempotency_window_ms: int
-                 ) -> None:
+    def __init__(self, backend: Backend, entries: EntryStore, idempotency_window_ms: int,
+                 writer: RecordWriter) -> None:
         self.backend = backend
+        self.writer = writer
         self.redis = client = backend.redis
         self.entries = entries
         self.idempotency_window_ms = max(idempotency_window_ms, 1)
@@ -64,10 +68,10 @@ class AccountStore:
     async def remember_reply(self, namespace: str, agent_id: str, message_id: str,
                              fingerprint: str, reply: bytes) -> tuple[str, bytes]:
         """Keep the first reply for the window; returns whichever reply was first."""
-        stored = await self.redis.set(layout.idempotency(namespace, agent_id, message_id),
-                                      fingerprint.encode() + b"\n" + reply,
-                                      px=self.idempotency_window_ms, nx=True)
-        if stored:
+        stored = await self.writer.write((
+            "SET", layout.idempotency(namespace, agent_id, message_id),
+            fingerprint.encode() + b"\n" + reply, "PX", self.idempotency_window_ms, "NX"))
+        if stored and stored[0] is not None:
             return fingerprint, reply
         first = await self.recall_reply(namespace, agent_id, message_id)
         return first or (fingerprint, reply)
@@ -78,13 +82,13 @@ class AccountStore:
         """Store a new agent; returns it as stored (see agent_save.lua: its `created_at` may be
         a few ms later, so that registration order is total)."""
         await self.entries.note_namespace(agent.namespace)
-        created = await self.backend.call(
-            self._save_agent,
-            AGENT_KEYS.pack(agent=layout.agent(agent.namespace, agent.id),
-                            index=layout.agents(agent.namespace)),
-            AGENT.pack(id=agent.id, name=agent.name, framework=agent.framework,
-                       namespace=agent.namespace, created_at=agent.created_at), durable=True)
-        await self.redis.hset(layout.agent_homes(), agent.id, agent.namespace)
+        created, _ = await self.writer.run([
+            (self._save_agent,
+             AGENT_KEYS.pack(agent=layout.agent(agent.namespace, agent.id),
+                             index=layout.agents(agent.namespace)),
+             AGENT.pack(id=agent.id, name=agent.name, framework=agent.framework,
+                        namespace=agent.namespace, created_at=agent.created_at)),
+            self.writer.call(("HSET", layout.agent_homes(), agent.id, agent.namespace))])
         return msgspec.structs.replace(agent, created_at=int(created), last_seen=int(created))
 
     async def get_agent(self, namespace: str, agent_id: str) -> Agent | None:
@@ -92,19 +96,21 @@ class AccountStore:
         return _agent(cast(RawHash, raw)) if raw else None
 
     async def delete_agent(self, namespace: str, agent_id: str) -> list[str]:
-        """Remove a registered agent and revoke every API key bound to it; returns the ids of
-        the keys revoked."""
+        """Remove a registered agent and revoke every API key bound to it, then announce the
+        revocation; returns the ids of the keys revoked."""
         created = await self.redis.hget(layout.agent(namespace, agent_id), "created_at")
-        bound = [r.id for r in await self.list_api_keys() if r.agent_id == agent_id]
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(layout.agent(namespace, agent_id))
-            if created is not None:
-                pipe.zrem(layout.agents(namespace), f"{int(created):013d}:{agent_id}")
-            await pipe.execute()
-        await self.redis.hdel(layout.agent_homes(), agent_id)
-        for key_id in bound:
-            await self.delete_api_key(key_id)
-        return bound
+        bound = [r for r in await self.list_api_keys() if r.agent_id == agent_id]
+        digests = await self.redis.hmget(layout.api_key_ids(), [r.id for r in bound]) \
+            if bound else []
+        record: list[tuple[Any, ...]] = [("DEL", layout.agent(namespace, agent_id))]
+        if created is not None:
+            record.append(("ZREM", layout.agents(namespace), f"{int(created):013d}:{agent_id}"))
+        await self.writer.run([
+            self.writer.call(*record),
+            self.writer.call(("HDEL", layout.agent_homes(), agent_id)),
+            *(self._key_deletion(r.id, text(d)) for r, d in zip(bound, digests, strict=True)
+              if d is not None)], announce=("revoked", f"agent:{agent_id}"))
+        return [r.id for r in bound]
 
     async def agent_home(self, agent_id: str) -> str | None:
         """The namespace an agent was registered in, or None for no registered agent. Agents
@@ -152,10 +158,8 @@ class AccountStore:
     # ---- API keys ----
 
     async def save_api_key(self, digest: str, record: ApiKeyRecord) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(layout.api_key(digest), msgspec.json.encode(record))
-            pipe.hset(layout.api_key_ids(), record.id, digest)
-            await pipe.execute()
+        await self.writer.write(("SET", layout.api_key(digest), msgspec.json.encode(record)),
+                                ("HSET", layout.api_key_ids(), record.id, digest))
 
     async def load_api_key(self, digest: str) -> ApiKeyRecord | None:
         raw = await self.redis.get(layout.api_key(digest))
@@ -176,18 +180,17 @@ class AccountStore:
         return {key_id for key_id, digest in zip(ids, digests, strict=True) if digest}
 
     async def delete_api_key(self, key_id: str) -> bool:
+        """Revoke a key and tell every broker process (False: no such key)."""
         digest = await self.redis.hget(layout.api_key_ids(), key_id)
         if digest is None:
             return False
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(layout.api_key(text(digest)))
-            pipe.hdel(layout.api_key_ids(), key_id)
-            await pipe.execute()
+        await self.writer.run([self._key_deletion(key_id, text(digest))],
+                              announce=("revoked", f"key:{key_id}"))
         return True
 
-    async def announce_revocation(self, what: str) -> None:
-        """Tell every broker process that credentials were revoked (`what` names them)."""
-        await bulletins.announce(self.redis, "revoked", what)
+    def _key_deletion(self, key_id: str, digest: str) -> ScriptCall:
+        return self.writer.call(("DEL", layout.api_key(digest)),
+                                ("HDEL", layout.api_key_ids(), key_id))
 
 
 def _key(raw: bytes, digest: str) -> ApiKeyRecord:

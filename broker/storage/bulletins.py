@@ -12,13 +12,17 @@ from broker.storage import layout
 from broker.storage.client import Redis, read_stream, text
 
 Kind = Literal["subscribed", "namespace", "revoked"]
+Announced = Literal["namespace", "revoked"]
 Bulletin = tuple[Kind, str, str]  # kind, subject, position in the stream
 KEEP = 10_000  # announcements kept (approximately)
 
 
-async def announce(client: Redis, kind: Literal["namespace", "revoked"], subject: str) -> None:
-    await client.xadd(layout.bulletins(), {"kind": kind, "subject": subject}, maxlen=KEEP,
-                      approximate=True)
+def announcement(kind: Announced, subject: str) -> tuple[Any, ...]:
+    """The command that announces `subject` (storage/writes.py sends it, and waits for
+    replicas: an announcement lost in a failover would leave other processes' streams and
+    caches unaware of a revocation)."""
+    return ("XADD", layout.bulletins(), "MAXLEN", "~", KEEP, "*", "kind", kind,
+            "subject", subject)
 
 
 async def _continues(client: Redis, position: str) -> bool:

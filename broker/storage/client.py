@@ -216,9 +216,11 @@ class Backend:
     async def _pipelined(self, calls: Sequence[ScriptCall], wait: bool) -> list[Any]:
         """Calls by digest in one pipeline (and a WAIT after them). Calls Redis refuses for an
         unknown script (a restart or SCRIPT FLUSH emptied its cache) did not run; they are sent
-        again, in order, once their scripts are loaded."""
+        again, in order, once their scripts are loaded. Replicas are counted only once every
+        call ran: each pipeline's WAIT (on its own connection) covers the calls it ran."""
         replies: list[Any] = [None] * len(calls)
         pending = list(range(len(calls)))
+        confirmations: list[Any] = []
         for attempt in range(2):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for i in pending:
@@ -227,8 +229,7 @@ class Backend:
                 if wait:
                     pipe.execute_command("WAIT", self.replicas, self.wait_ms)
                 results = await pipe.execute(raise_on_error=False)
-            if wait:
-                self._confirmed(results.pop())
+            confirmed = results.pop() if wait else None
             unknown = []
             for i, result in zip(pending, results, strict=True):
                 if isinstance(result, NoScriptError) and attempt == 0:
@@ -237,11 +238,15 @@ class Backend:
                     raise result
                 else:
                     replies[i] = result
+            if wait and len(unknown) < len(pending):  # this pipeline wrote something
+                confirmations.append(confirmed)
             if not unknown:
                 break
             for script in {calls[i][0].sha: calls[i][0] for i in unknown}.values():
                 await self.redis.script_load(script.script)
             pending = unknown
+        for confirmed in confirmations:
+            self._confirmed(confirmed)
         return replies
 
     async def _on_primary(self, call: ScriptCall, wait: bool) -> Any:
