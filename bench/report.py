@@ -174,7 +174,8 @@ def table(results: dict[str, Any], vs_floor: dict[str, Any]) -> str:
         lines.append(
             f"fair share, limits on vs off by server CPU: put +{limited['put_check_cost']:.1%} "
             f"(target {CHECK_COST_TARGET:.0%}: {verdict(limited['put_check_cost_met'])}), "
-            f"get +{limited.get('get_check_cost', 0):.1%} (a rate script per read)")
+            f"get +{limited.get('get_check_cost', 0):.1%} (a read rate, checked in the read's "
+            "script)")
     audit = vs_floor.get("audit")
     if audit:
         redis_cost = f", Redis +{audit['redis_cost']:.0%}" if "redis_cost" in audit else ""

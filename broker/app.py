@@ -160,9 +160,10 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     agent_service = AgentService(settings, storage.accounts, activity, clock, audit_service)
     sweeper = ExpirySweeper(storage.entries, clock, settings.sweep_interval_seconds,
                             settings.sweep_batch, settings.changelog_max_age_seconds * 1000)
-    amp_cells = CellService(storage.cells(settings.amp_namespace), clock)
+    amp_cells = CellService(storage.cells(settings.amp_namespace), clock, fair_share, registry)
     proposal_service = ProposalService(storage.proposals, memory_service, amp_cells, clock,
-                                       settings.proposal_ttl_seconds)
+                                       settings.proposal_ttl_seconds,
+                                       settings.max_pending_proposals)
     memory_service.gate = amp_cells.gate = proposal_service
     governance = GovernanceSweeper(storage.entries, proposal_service, storage.audit, clock,
                                    settings.audit_retention_seconds * 1000)
@@ -185,7 +186,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
 
         return McpServer(Toolbox(memory_service, amp_cells, agent_service),
                          Resources(memory_service),
-                         Watcher(settings, hub, registry, memory_service, stream_guard),
+                         Watcher(settings, hub, registry, memory_service, stream_guard,
+                                 stream_leases),
                          settings.max_request_bytes)
 
     mcp_mount = mcp.McpMount(auth, mcp_server)

@@ -76,21 +76,25 @@ def rate(per_second: float | None, burst: int | None) -> Rate | None:
 
 
 class AgentDefaults(msgspec.Struct, kw_only=True):
-    """The limits every agent and credential has from the broker's settings (null: none)."""
+    """The limits every agent and credential (and, for proposals, every namespace) has from
+    the broker's settings (null: none)."""
 
     writes_per_second: float | None
     write_burst: int | None
     reads_per_second: float | None
     read_burst: int | None
     max_streams_per_token: int | None
+    max_pending_proposals: int | None
 
 
 class Usage(msgspec.Struct, kw_only=True):
-    """Live keys, bytes of stored values and open streams, on every broker process."""
+    """Live keys, bytes of stored values, open streams and pending proposals, on every broker
+    process."""
 
     keys: int
     bytes: int
     streams: int
+    proposals: int
 
 
 class UsageReport(msgspec.Struct, kw_only=True):
@@ -130,58 +134,79 @@ class FairShare:
             write_burst=writes.burst if writes else None,
             reads_per_second=reads.per_second if reads else None,
             read_burst=reads.burst if reads else None,
-            max_streams_per_token=settings.max_streams_per_token or None)
+            max_streams_per_token=settings.max_streams_per_token or None,
+            max_pending_proposals=settings.max_pending_proposals or None)
 
     async def report(self, namespace: str, limits: Limits | None, now: int) -> UsageReport:
         """The namespace's usage (keys, bytes of values, open streams) beside its limits."""
         used = await self.store.usage(namespace, now)
         return UsageReport(namespace=namespace, limits=limits or Limits(),
                            usage=Usage(keys=used.keys, bytes=used.bytes,
-                                       streams=used.streams),
+                                       streams=used.streams, proposals=used.proposals),
                            agent_defaults=self.defaults)
 
     def gate(self, principal: Principal, namespace: str, kind: str, limits: Limits | None,
-             cost: int = 1) -> Gate:
+             cost: int = 1, agent: str | None = None, quotas: bool = True) -> Gate:
         """What one request of `kind` ("w" or "r") by `principal` in `namespace` is held to;
-        the same gate every time for the same terms (it packs its script arguments once)."""
-        terms = (namespace, kind, principal.writer_id, principal.superuser, limits, cost)
+        the same gate every time for the same terms (it packs its script arguments once).
+        `agent`: whose bucket it takes from, when not the principal's own writer (an AMP
+        agent); `quotas` False: rates only (a delete, which never needs room)."""
+        who = principal.writer_id if agent is None else agent
+        terms = (namespace, kind, who, principal.superuser, limits, cost, quotas)
         gate = self._gates.get(terms)
         if gate is None:
             if len(self._gates) >= _MAX_GATES:
                 self._gates.clear()
-            gate = self._gates[terms] = self._make_gate(principal, namespace, kind, limits, cost)
+            gate = self._gates[terms] = self._make_gate(principal.superuser, who, namespace,
+                                                        kind, limits, cost, quotas)
         return gate
 
-    def _make_gate(self, principal: Principal, namespace: str, kind: str,
-                   limits: Limits | None, cost: int) -> Gate:
-        agent_rate = None if principal.superuser else self.agent_rates[kind]
+    def _make_gate(self, superuser: bool, agent: str, namespace: str, kind: str,
+                   limits: Limits | None, cost: int, quotas: bool) -> Gate:
+        agent_rate = None if superuser else self.agent_rates[kind]
         namespace_rate = None
-        if limits is not None and not principal.superuser:
+        if limits is not None and not superuser:
             field, short = _KINDS[kind]
             namespace_rate = rate(getattr(limits, field), getattr(limits, f"{short}_burst"))
-        max_keys = limits.max_keys if limits is not None and kind == "w" else None
-        max_bytes = limits.max_bytes if limits is not None and kind == "w" else None
+        counted = limits is not None and kind == "w" and quotas
+        max_keys = limits.max_keys if counted and limits is not None else None
+        max_bytes = limits.max_bytes if counted and limits is not None else None
         if agent_rate is None and namespace_rate is None and max_keys is None \
                 and max_bytes is None:
             return open_gate(namespace)
-        return Gate(namespace=namespace, agent=principal.writer_id, kind=kind,
+        return Gate(namespace=namespace, agent=agent, kind=kind,
                     agent_rate=agent_rate, namespace_rate=namespace_rate, max_keys=max_keys,
                     max_bytes=max_bytes, cost=cost)
 
     async def check_read(self, principal: Principal, namespace: str, limits: Limits | None,
                          now: int) -> None:
         """Take a read's tokens (one script call, only when a read rate applies)."""
-        gate = self.gate(principal, namespace, "r", limits)
-        if not gate.binds:
+        gate = self.read_gate(principal, namespace, limits, now)
+        if gate is None:
             return
-        self.check_closed(gate, now)
         refused = await self.store.admit(gate)
         if refused is not None:
-            raise self._refusal(gate, *refused, now=now)
+            raise self.refuse_read(gate, refused, now)
 
-    def check_closed(self, gate: Gate, now: int) -> None:
-        """Refuse at once when one of the gate's buckets refused before and has not reopened."""
-        if not self._closed or not gate.cost:
+    def read_gate(self, principal: Principal, namespace: str, limits: Limits | None, now: int,
+                  agent: str | None = None) -> Gate | None:
+        """A read's gate when a read rate applies (None: the read takes no tokens); a bucket
+        known to be closed refuses at once. `agent`: as for `gate`."""
+        gate = self.gate(principal, namespace, "r", limits, agent=agent)
+        if not gate.binds:
+            return None
+        self.check_closed(gate, now)
+        return gate
+
+    def refuse_read(self, gate: Gate, refused: tuple[str, str], now: int) -> MempError:
+        """The error of a read's refusal (scope, retry_ms) by the store."""
+        return self._refusal(gate, *refused, now=now)
+
+    def check_closed(self, gate: Gate, now: int, message_id: str | None = None) -> None:
+        """Refuse at once when one of the gate's buckets refused before and has not reopened.
+        A request with a message id is left to its script, which replays a message already
+        applied before it looks at the buckets (a retry must get its first reply)."""
+        if not self._closed or not gate.cost or message_id:
             return
         for scope in ("agent", "namespace"):
             bucket = self._bucket(gate, scope)
@@ -193,13 +218,20 @@ class FairShare:
 
     def check_write(self, outcome: WriteOutcome, gate: Gate, now: int) -> None:
         """Raise the refusal a write script answered (nothing was written), if any."""
+        error = self.refusal(outcome, gate, now)
+        if error is not None:
+            raise error
+
+    def refusal(self, outcome: WriteOutcome, gate: Gate, now: int) -> MempError | None:
+        """The error of a write script's refusal (`rate_limited`, `quota_exceeded`), if any."""
         if outcome.status == "rate_limited":
-            raise self._refusal(gate, outcome.record["scope"],
-                                outcome.record["retry_ms"], now=now)
+            return self._refusal(gate, outcome.record["scope"], outcome.record["retry_ms"],
+                                 now=now)
         if outcome.status == "quota_exceeded":
             record = outcome.record
-            raise self.quota_exceeded(record["limit"], int(record["max"]), int(record["used"]),
-                                      int(record["requested"]))
+            return self.quota_exceeded(record["limit"], int(record["max"]),
+                                       int(record["used"]), int(record["requested"]))
+        return None
 
     @staticmethod
     def _bucket(gate: Gate, scope: str) -> tuple[str, str, str, Rate] | None:

@@ -24,6 +24,7 @@ from broker.locks import KeyLocks
 from broker.models import Entry, Page, Proposal
 from broker.namespaces import NamespaceRegistry, NamespaceState
 from broker.settings import Settings
+from broker.storage import fairshare
 from broker.storage.entries import EntryStore
 from broker.storage.records import WriteOutcome, WriteRequest
 from broker.uuids import uuid4
@@ -63,7 +64,8 @@ class Gate(Protocol):
     """Where gated writes go (broker/proposals.py)."""
 
     async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
-                      current: Entry | None, request: WriteRequest, incoming: Any) -> Proposal:
+                      current: Entry | None, request: WriteRequest, incoming: Any,
+                      limit: fairshare.Gate) -> Proposal:
         ...
 
 
@@ -97,14 +99,15 @@ class MemoryService:
         return namespace, key
 
     async def _readable(self, principal: Principal, namespace: str, key: str | None,
-                        permission: str = "read") -> None:
+                        permission: str = "read", rate: bool = True) -> None:
         """Check a read: the namespace, the caller's right, the key, and the read rates (a
-        stream's snapshot pages are not reads: its stream is counted instead)."""
+        stream's snapshot pages are not reads: its stream is counted instead; `rate` False:
+        the caller takes the tokens itself)."""
         validate_namespace(namespace)
         await self.namespaces.require(principal, permission, namespace)
         if key is not None:
             validate_key(key, self.settings.max_key_bytes)
-        if permission != "subscribe":
+        if permission != "subscribe" and rate:
             limits = (await self.namespaces.state(namespace)).config.limits
             await self.fair_share.check_read(principal, namespace, limits, self.clock())
 
@@ -159,13 +162,13 @@ class MemoryService:
         check_version(options.base_version)
         state = await self.namespaces.state(namespace)
         gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
-        self.fair_share.check_closed(gate, self.clock())
+        self.fair_share.check_closed(gate, self.clock(), options.message_id)
         strategy = state.strategy_for(key)
         if options.ttl_seconds is None and state.config.default_ttl_seconds is not None:
             options = replace(options, ttl_seconds=state.config.default_ttl_seconds)
         if options.approval_required or state.requires_approval(key):
             raise Proposed(await self._propose(principal, namespace, key, decoded, options,
-                                               state, sent, strategy))
+                                               state, sent, strategy, gate))
         if strategy == "merge":
             return await self._merge_put(principal, namespace, key, decoded, options, state,
                                          sent)
@@ -254,10 +257,11 @@ class MemoryService:
                      arrays=state.config.merge_arrays)
 
     async def _propose(self, principal: Principal, namespace: str, key: str, incoming: Any,
-                       options: PutOptions, state: NamespaceState, sent: str, strategy: str
-                       ) -> Proposal:
+                       options: PutOptions, state: NamespaceState, sent: str, strategy: str,
+                       limit: fairshare.Gate) -> Proposal:
         """Hand a gated put, merge or delete (`strategy` "delete") to the gate, as the
-        request its approval will write against the current version."""
+        request its approval will write against the current version; making the proposal
+        takes the write's tokens (`limit`)."""
         if self.gate is None:
             raise MempError("internal", "approval is required but proposals are not served")
         current = await self.store.get(namespace, key, self.clock())
@@ -271,7 +275,7 @@ class MemoryService:
         request = replace(request, fingerprint=sent)
         operation = strategy if strategy in ("delete", "merge") else "put"
         return await self.gate.propose(principal, namespace, key, operation, current, request,
-                                       incoming)
+                                       incoming, limit)
 
     async def proposal_request(self, writer: str, principal: Principal, namespace: str,
                                key: str, incoming: Any, current: Entry | None,
@@ -303,25 +307,33 @@ class MemoryService:
         check_version(if_version)
         state = await self.namespaces.state(namespace)
         sent = fingerprint("delete", key, timestamp, if_version) if message_id else ""
+        gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
+        self.fair_share.check_closed(gate, self.clock(), message_id)
         if approval_required or state.requires_approval(key):
             raise Proposed(await self._propose(
                 principal, namespace, key, None,
                 PutOptions(message_id=message_id, if_version=if_version), state, sent,
-                "delete"))
+                "delete", gate))
         request = self._write_request(principal, namespace, state, state.strategy_for(key),
                                       timestamp, message_id, if_version=if_version,
                                       fingerprint=sent)
-        gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
-        self.fair_share.check_closed(gate, request.now)
         outcome = await self.store.delete(namespace, key, request, gate)
         self.fair_share.check_write(outcome, gate, request.now)
         return _settle(outcome, namespace, key, None, message_id)
 
     async def get(self, principal: Principal, namespace: str, key: str) -> Entry:
-        await self._readable(principal, namespace, key)
+        """One entry; its read rate is checked in the same script call that reads it."""
+        await self._readable(principal, namespace, key, rate=False)
         now = self.clock()
+        limits = (await self.namespaces.state(namespace)).config.limits
+        gate = self.fair_share.read_gate(principal, namespace, limits, now)
+        if gate is None:
+            entry = await self.store.get(namespace, key, now)
+        else:
+            entry, refused = await self.store.get_held(namespace, key, now, gate)
+            if refused is not None:
+                raise self.fair_share.refuse_read(gate, refused, now)
         self.activity.seen(namespace, principal.agent_id, now)
-        entry = await self.store.get(namespace, key, now)
         if entry is None or (self.cells.guards(namespace) and not self.cells.shows(
                 self.cells.viewer(principal), entry, now)):
             raise MempError("not_found", f"no entry at key {key!r}", {"key": key})

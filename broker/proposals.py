@@ -22,6 +22,7 @@ from broker.idempotency import reused
 from broker.memory import MemoryService, PutOptions
 from broker.models import Entry, Proposal, ProposalPage
 from broker.patch import MISSING, diff
+from broker.storage.fairshare import Gate, open_gate
 from broker.storage.proposals import ProposalStore, StoredProposal
 from broker.storage.records import CorruptRecord, WriteOutcome, WriteRequest
 from broker.validation import check_limit
@@ -50,12 +51,13 @@ class ProposalService:
     """Makes, lists, shows and decides proposals."""
 
     def __init__(self, store: ProposalStore, memory: MemoryService, cells: CellService,
-                 clock: Clock, ttl_seconds: int) -> None:
+                 clock: Clock, ttl_seconds: int, max_pending: int = 0) -> None:
         self.store = store
         self.memory = memory
         self.cells = cells
         self.clock = clock
         self.ttl_ms = ttl_seconds * 1000
+        self.max_pending = max_pending or None  # per namespace (MEMP_MAX_PENDING_PROPOSALS)
 
     # ---- the gate of CellService (AMP cells) ----
 
@@ -63,8 +65,8 @@ class ProposalService:
         return (await self.memory.namespaces.state(namespace)).requires_approval(key)
 
     async def propose_cell(self, agent: str, namespace: str, key: str, cell: MemoryCell,
-                           current: Entry | None, action: str, patch: CellPatch | None
-                           ) -> Proposal:
+                           current: Entry | None, action: str, patch: CellPatch | None,
+                           limit: Gate) -> Proposal:
         """A cell create or patch as a proposal; its approval writes the cell and indexes it."""
         now = self.clock()
         request = WriteRequest(
@@ -73,17 +75,22 @@ class ProposalService:
             entry_id="" if current is not None else str(uuid.uuid4()), mode="merge",
             actor=agent, action=action)
         return await self._propose(namespace, key, "put", current, request,
-                                   msgspec.to_builtins(patch) if patch else None, cell=True)
+                                   msgspec.to_builtins(patch) if patch else None, limit,
+                                   cell=True)
 
     # ---- making one (the gate of MemoryService) ----
 
     async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
-                      current: Entry | None, request: WriteRequest, incoming: Any) -> Proposal:
+                      current: Entry | None, request: WriteRequest, incoming: Any,
+                      limit: Gate) -> Proposal:
         return await self._propose(namespace, key, operation, current, request,
-                                   incoming if operation == "merge" else None)
+                                   incoming if operation == "merge" else None, limit)
 
     async def _propose(self, namespace: str, key: str, operation: str, current: Entry | None,
-                       request: WriteRequest, incoming: Any, cell: bool = False) -> Proposal:
+                       request: WriteRequest, incoming: Any, limit: Gate, cell: bool = False
+                       ) -> Proposal:
+        """Store the proposal, taking the write's tokens (`limit`: the proposer's and the
+        namespace's buckets) unless the namespace has `max_pending` proposals pending."""
         now = request.now
         proposal_id = f"prop_{now:012x}{secrets.token_hex(8)}"
         value = _NULL if operation == "delete" else msgspec.Raw(request.value)
@@ -103,9 +110,12 @@ class ProposalService:
         saved["incoming"] = incoming
         saved["cell"] = cell
         verdict, reply = await self.store.propose(
-            namespace, key, request, id=proposal_id, base=str(proposal.base_version),
+            namespace, key, request, limit, id=proposal_id, base=str(proposal.base_version),
             doc=msgspec.json.encode(proposal), req=msgspec.json.encode(saved),
-            by=request.agent_id, created=now, expires=proposal.expires_at)
+            by=request.agent_id, created=now, expires=proposal.expires_at,
+            max_pending="" if self.max_pending is None else self.max_pending)
+        if verdict == "refused":
+            self.memory.fair_share.check_write(WriteOutcome.decode(["ok", reply]), limit, now)
         if verdict == "moved":
             raise MempError("write_conflict", "the key changed while the proposal was made; "
                             "nothing was proposed: retry", {"key": key, "retryable": True})
@@ -257,8 +267,11 @@ class ProposalService:
         decided = msgspec.structs.replace(proposal, status="approved",
                                           decided_by=principal.writer_id, decided_at=now,
                                           version=base + 1)
+        # The write takes no tokens (the proposal took them) but must fit the quotas.
+        limit = self.memory.fair_share.gate(principal, namespace, "w", state.config.limits,
+                                            cost=0, agent=proposal.proposed_by)
         verdict, reply = await self.store.decide(
-            namespace, proposal.key, request, cell, id=proposal.id, decision="approve",
+            namespace, proposal.key, request, limit, cell, id=proposal.id, decision="approve",
             operation=proposal.operation, base=str(base), decided_by=principal.writer_id,
             doc=msgspec.json.encode(decided), details="")
         if verdict == "ok":
@@ -268,6 +281,7 @@ class ProposalService:
         if verdict in ("missing", "decided"):
             raise _decided(await self._load(namespace, proposal.id))
         outcome = WriteOutcome.decode(["ok", reply])
+        self.memory.fair_share.check_write(outcome, limit, now)
         if verdict == "precondition_failed":
             raise await self._moved(namespace, proposal)
         raise MempError("write_conflict", "the stored entry wins (higher agent priority); the "
@@ -340,7 +354,8 @@ class ProposalService:
                                key_id=principal.key_id or "" if principal else "",
                                request_id=principal.request_id if principal else "")
         verdict, _ = await self.store.decide(
-            namespace, proposal.key, request, id=proposal.id, decision=decision,
+            namespace, proposal.key, request, open_gate(namespace), id=proposal.id,
+            decision=decision,
             operation=proposal.operation, base=str(proposal.base_version), decided_by=by,
             doc=msgspec.json.encode(closed),
             details=msgspec.json.encode({"reason": reason}).decode() if reason else "")

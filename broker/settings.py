@@ -90,6 +90,7 @@ class Settings:
     stream_lease_seconds: float = 30.0
     rate_limit_hold_ms: int = 1000  # a flood over its rate gets its 429s this late, at most
     proposal_ttl_seconds: int = 7 * 24 * 3600
+    max_pending_proposals: int = 1000  # per namespace (docs/limits.md); 0 = none
     audit_retention_seconds: int = 0  # 0: keep every audit record
     # The review console at /console (docs/console.md): static files, off with MEMP_CONSOLE=0.
     console: bool = True
@@ -192,7 +193,7 @@ _BOUNDS: dict[str, tuple[float, str, float | None]] = {
     "port": (1, "", 65535),
     **{name: (0, " (no limit)", 1_000_000) for name in (
         "agent_writes_per_second", "agent_write_burst", "agent_reads_per_second",
-        "agent_read_burst", "max_streams_per_token")},
+        "agent_read_burst", "max_streams_per_token", "max_pending_proposals")},
     "rate_limit_hold_ms": (0, " (off)", 10_000),
     "stream_lease_seconds": (3, "", 3600),
     "history_limit": (0, "", None),

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from broker.storage import layout
-from tests.conftest import ADMIN_KEY, Broker, BrokerProcess, data_client
+from tests.conftest import ADMIN_KEY, BACKENDS, Broker, BrokerProcess, data_client
 
 SLOW = 0.001  # tokens per second: a bucket of burst N admits exactly N requests in a test
 
@@ -79,10 +79,10 @@ def test_limits_are_recorded_in_the_config_and_the_usage(admin: httpx.Client, ns
     report = admin.get(f"/v1/namespaces/{ns}/usage").json()
     assert report["namespace"] == ns
     assert report["limits"] == stored["limits"]
-    assert report["usage"] == {"keys": 0, "bytes": 0, "streams": 0}
+    assert report["usage"] == {"keys": 0, "bytes": 0, "streams": 0, "proposals": 0}
     assert set(report["agent_defaults"]) == {"writes_per_second", "write_burst",
                                              "reads_per_second", "read_burst",
-                                             "max_streams_per_token"}
+                                             "max_streams_per_token", "max_pending_proposals"}
 
 
 @pytest.mark.parametrize("limits", [
@@ -306,7 +306,7 @@ def test_max_bytes(admin: httpx.Client, agent: httpx.Client, ns: str) -> None:
     assert agent.put(mem(ns, "a"), json={"value": 1}).status_code == 200  # shrinks
     assert usage(admin, ns)["bytes"] == 11
     assert agent.delete(mem(ns, "b")).status_code == 200
-    assert usage(admin, ns) == {"keys": 1, "bytes": 1, "streams": 0}
+    assert usage(admin, ns) == {"keys": 1, "bytes": 1, "streams": 0, "proposals": 0}
     assert agent.put(mem(ns, "c"), json={"value": "z" * 17}).status_code == 201
     assert usage(admin, ns)["bytes"] == 20
 
@@ -332,6 +332,34 @@ def test_a_refused_message_id_applies_once_room_is_made(
     assert replay.status_code == 201 and replay.json()["version"] == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_applied_message_resent_during_a_flood_gets_its_first_reply(
+        broker_factory: Callable[..., Broker], ns: str, backend: str) -> None:
+    """The bucket is closed and flooded (its refusals held), yet a resent message id that was
+    applied gets its remembered reply at once, not a 429; a new one is still refused."""
+    broker = broker_factory(backend, rate_limit_hold_ms=10)
+    with broker.client() as admin:
+        set_limits(admin, ns, writes_per_second=SLOW, write_burst=1)
+        with broker.client(agent_key(admin, ns)) as agent:
+            first = agent.put(mem(ns, "a"), json={"value": 1},
+                              headers={"Idempotency-Key": "applied"})
+            assert first.status_code == 201
+            for i in range(15):
+                assert agent.put(mem(ns, f"f{i}"), json={"value": i}).status_code == 429
+            again = agent.put(mem(ns, "a"), json={"value": 1},
+                              headers={"Idempotency-Key": "applied"})
+            assert again.status_code == 201, again.text
+            assert again.json() == first.json()
+            message = {"memp": "1.0", "type": "memory.delete", "id": "del-1", "namespace": ns,
+                       "key": "a"}
+            assert_rate_limited(agent.put(mem(ns, "b"), json={"value": 2},
+                                          headers={"Idempotency-Key": "new"}),
+                                "namespace", "writes_per_second")
+            batch = agent.post("/v1/messages", json=[message]).json()
+            assert batch[0]["type"] == "error" and batch[0]["error"]["code"] == "rate_limited"
+        assert usage(admin, ns)["keys"] == 1
+
+
 def test_expiry_frees_quota_at_once(broker_factory: Callable[..., Broker], ns: str) -> None:
     broker = broker_factory("redis", sweep_interval_seconds=3600.0)  # no sweeper to help
     with broker.client() as admin:
@@ -341,7 +369,7 @@ def test_expiry_frees_quota_at_once(broker_factory: Callable[..., Broker], ns: s
         time.sleep(1.1)  # let the entry come due; the quota check expires it itself
         assert admin.put(mem(ns, "other"), json={"value": 2}).status_code == 201
         assert admin.get(mem(ns, "short")).status_code == 404
-        assert usage(admin, ns) == {"keys": 1, "bytes": 1, "streams": 0}
+        assert usage(admin, ns) == {"keys": 1, "bytes": 1, "streams": 0, "proposals": 0}
 
 
 def test_data_from_before_the_count_is_counted_exactly(broker: Broker, admin: httpx.Client,
@@ -349,7 +377,8 @@ def test_data_from_before_the_count_is_counted_exactly(broker: Broker, admin: ht
     for i in range(5):
         assert admin.put(mem(ns, f"k{i}"), json={"value": "v" * i}).status_code == 201
     data_client(broker.app).delete(layout.usage(ns))  # as a release before the count left it
-    assert usage(admin, ns) == {"keys": 5, "bytes": sum(i + 2 for i in range(5)), "streams": 0}
+    assert usage(admin, ns) == {"keys": 5, "bytes": sum(i + 2 for i in range(5)), "streams": 0,
+                                "proposals": 0}
     data_client(broker.app).delete(layout.usage(ns))
     set_limits(admin, ns, max_bytes=21)
     assert admin.put(mem(ns, "k5"), json={"value": 1}).status_code == 201  # 20 + 1

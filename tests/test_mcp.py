@@ -24,7 +24,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 
 from broker.mcp.resources import entry_uri, parse_uri
 from broker.mcp.tools import TOOLS
-from tests.conftest import ADMIN_KEY, Broker
+from tests.conftest import ADMIN_KEY, Broker, BrokerProcess
 
 WAIT = 10.0
 MODES = [pytest.param("legacy", id="handshake-era"), pytest.param("auto", id="2026-07-28")]
@@ -34,7 +34,7 @@ LEGACY_SUBSCRIBE = pytest.mark.filterwarnings(
 
 
 @contextlib.asynccontextmanager
-async def connect(broker: Broker, token: str, mode: str = "auto",
+async def connect(broker: Broker | BrokerProcess, token: str, mode: str = "auto",
                   on_message: MessageHandlerFnT | None = None) -> AsyncIterator[Client]:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=WAIT)
     async with http, Client(streamable_http_client(f"{broker.url}/mcp", http_client=http),

@@ -98,31 +98,33 @@ def _field_of(message: str) -> str | None:
 
 
 async def create_memory(request: Request) -> Response:
-    _, agent = await _acting(request)
+    principal, agent = await _acting(request)
     body = await _body(request, NewCell)
-    return json_response(await _cells(request).create(agent, body), 201)
+    return json_response(await _cells(request).create(principal, agent, body), 201)
 
 
 async def read_memory(request: Request) -> Response:
-    _, agent = await _acting(request)
-    return json_response(await _cells(request).read(agent, request.path_params["id"]))
+    principal, agent = await _acting(request)
+    return json_response(await _cells(request).read(principal, agent, request.path_params["id"]))
 
 
 async def patch_memory(request: Request) -> Response:
-    _, agent = await _acting(request)
+    principal, agent = await _acting(request)
     patch = await _body(request, CellPatch)
-    return json_response(await _cells(request).patch(agent, request.path_params["id"], patch))
+    return json_response(await _cells(request).patch(principal, agent,
+                                                     request.path_params["id"], patch))
 
 
 async def delete_memory(request: Request) -> Response:
-    _, agent = await _acting(request)
-    return json_response(await _cells(request).delete(agent, request.path_params["id"]))
+    principal, agent = await _acting(request)
+    return json_response(await _cells(request).delete(principal, agent,
+                                                      request.path_params["id"]))
 
 
 async def search_memories(request: Request) -> Response:
-    _, agent = await _acting(request)
+    principal, agent = await _acting(request)
     body = await _body(request, SearchBody)
-    return json_response(await CellSearch(_cells(request)).search(agent, body))
+    return json_response(await CellSearch(_cells(request)).search(principal, agent, body))
 
 
 def _as_of(body: RunBody) -> int | None:
@@ -146,13 +148,16 @@ async def purge(request: Request) -> Response:
 
 
 async def import_cells(request: Request) -> Response:
-    _, agent = await _acting_admin(request)
+    principal, agent = await _acting_admin(request)
     body = await _body(request, ImportBody, request.app.state.settings.max_request_bytes)
-    refused = await _cells(request).import_cells(agent, body.cells)
+    refused = await _cells(request).import_cells(principal, agent, body.cells)
     errors = [{"index": position, "id": cell.id, **error.body()}
               for position, (cell, error) in enumerate(zip(body.cells, refused, strict=True))
               if error is not None]
-    return json_response({"imported": len(body.cells) - len(errors), "errors": errors})
+    waits = [int(error.headers["Retry-After"]) for error in refused
+             if error is not None and "Retry-After" in error.headers]
+    return json_response({"imported": len(body.cells) - len(errors), "errors": errors},
+                         headers={"Retry-After": str(max(waits))} if waits else None)
 
 
 async def _acting_admin(request: Request) -> tuple[Principal, str]:

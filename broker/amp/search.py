@@ -16,6 +16,7 @@ from broker.amp.index import terms_of, words_of
 from broker.amp.lifecycle import score_at
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, decode_cell
+from broker.auth import Principal
 from broker.errors import MempError
 from broker.grammar import compile_pattern
 from broker.storage.amp import CellRecord
@@ -76,7 +77,8 @@ class CellSearch:
     def __init__(self, cells: CellService) -> None:
         self.cells = cells
 
-    async def search(self, agent: str, body: SearchBody) -> dict[str, Any]:
+    async def search(self, by: Principal, agent: str, body: SearchBody) -> dict[str, Any]:
+        """One page of `agent`'s search (made by `by`), held to the read rates."""
         walk, offset = _offset(body.cursor)
         statuses = _statuses(body)
         start = parse_time(body.created_after, "created_after") if body.created_after else None
@@ -84,6 +86,7 @@ class CellSearch:
         terms = terms_of(body.query) if body.query else set()
         if body.query is not None and not terms:
             raise MempError("invalid_request", "query has no searchable words", {"field": "query"})
+        await self.cells.check_read(by, agent)
         query = _Query(body, agent, statuses, start, end, terms, await self._idf(terms),
                        self.cells.clock())
         if not walk:

@@ -23,12 +23,16 @@ from broker.amp.cells import (
 )
 from broker.amp.index import index_update, reference_ms
 from broker.amp.rules import can_read, can_write
+from broker.auth import Principal
 from broker.clock import Clock
 from broker.errors import MempError
+from broker.limits import FairShare
 from broker.memory import Proposed
 from broker.models import Entry, Proposal
+from broker.namespaces import NamespaceRegistry
 from broker.storage.amp import CellIndexStore, CellRecord, IndexUpdate
-from broker.storage.records import RawHash, WriteRequest, live_entry
+from broker.storage.fairshare import Gate, open_gate
+from broker.storage.records import RawHash, WriteOutcome, WriteRequest, live_entry
 
 # A retry happens only when another write to the cell landed in between, so this bounds how
 # many concurrent writers a patch outlasts before answering 409 write_conflict.
@@ -65,27 +69,72 @@ class CellGate(Protocol):
         ...
 
     async def propose_cell(self, agent: str, namespace: str, key: str, cell: MemoryCell,
-                           current: Entry | None, action: str, patch: CellPatch | None
-                           ) -> Proposal:
+                           current: Entry | None, action: str, patch: CellPatch | None,
+                           limit: Gate) -> Proposal:
         ...
 
 
 class CellService:
-    """Creates and changes cells under AMP's rules, on top of the MEMP store."""
+    """Creates and changes cells under AMP's rules, on top of the MEMP store. A caller's
+    writes are held to the AMP namespace's limits and the acting agent's own rates
+    (docs/limits.md); the lifecycle engine's transitions (`commit`) are not."""
 
-    def __init__(self, index: CellIndexStore, clock: Clock) -> None:
+    def __init__(self, index: CellIndexStore, clock: Clock,
+                 fair_share: FairShare | None = None,
+                 namespaces: NamespaceRegistry | None = None) -> None:
         self.index = index
         self.namespace = index.namespace
         self.clock = clock
         self.access = AccessCounter(index)
+        self.fair_share = fair_share
+        self.namespaces = namespaces
         self.gate: CellGate | None = None  # set by create_app: proposals
 
+    async def limit(self, by: Principal, agent: str, *, quotas: bool = True, cost: int = 1
+                    ) -> Gate:
+        """What `agent`'s write (made by `by`) is held to: the AMP namespace's rates and
+        quotas (`quotas` False: rates only) and the agent's own rates. A bucket known to be
+        closed refuses at once."""
+        if self.fair_share is None or self.namespaces is None:
+            return open_gate(self.namespace)
+        limits = (await self.namespaces.state(self.namespace)).config.limits
+        gate = self.fair_share.gate(by, self.namespace, "w", limits, cost, agent, quotas)
+        self.fair_share.check_closed(gate, self.clock())
+        return gate
+
+    async def check_read(self, by: Principal, agent: str) -> None:
+        """Take a read's tokens (a cell read or a search) from `agent`'s and the AMP
+        namespace's read buckets, when a read rate applies: one script call."""
+        if self.fair_share is None or self.namespaces is None:
+            return
+        limits = (await self.namespaces.state(self.namespace)).config.limits
+        now = self.clock()
+        gate = self.fair_share.read_gate(by, self.namespace, limits, now, agent)
+        if gate is not None:
+            refused = await self.fair_share.store.admit(gate)
+            if refused is not None:
+                raise self.fair_share.refuse_read(gate, refused, now)
+
+    async def _write(self, change: tuple[IndexUpdate, WriteRequest], gate: Gate) -> bool:
+        """Commit one cell's write held to `gate`: whether it landed (False: it lost its
+        compare-and-set); a refusal by the gate raises, nothing written."""
+        verdict = (await self.index.commit_held([change], gate))[0]
+        if isinstance(verdict, WriteOutcome):
+            raise self._refusal(verdict, gate)
+        return verdict
+
+    def _refusal(self, outcome: WriteOutcome, gate: Gate) -> MempError:
+        error = self.fair_share.refusal(outcome, gate, self.clock()) if self.fair_share \
+            else None
+        return error or MempError("internal", f"a cell write was refused: {outcome.status}")
+
     async def _gated(self, agent: str, key: str, cell: MemoryCell, current: Entry | None,
-                     action: str, patch: CellPatch | None = None) -> None:
-        """Raise Proposed (202) when the cell's key requires approval: nothing is written."""
+                     action: str, limit: Gate, patch: CellPatch | None = None) -> None:
+        """Raise Proposed (202) when the cell's key requires approval: nothing is written,
+        and the proposal takes the write's tokens."""
         if self.gate is not None and await self.gate.requires(self.namespace, key):
             raise Proposed(await self.gate.propose_cell(agent, self.namespace, key, cell,
-                                                        current, action, patch))
+                                                        current, action, patch, limit))
 
     async def approval(self, key: str, value: bytes, base_version: int,
                        patch: CellPatch | None, now: int, rebase: bool
@@ -144,7 +193,7 @@ class CellService:
             cell.lifecycle.last_accessed_at = iso(record.accessed)
         return record, cell, entry
 
-    async def create(self, agent: str, body: NewCell) -> MemoryCell:
+    async def create(self, by: Principal, agent: str, body: NewCell) -> MemoryCell:
         if body.identity.created_by not in (None, agent):
             raise MempError("forbidden", "identity.created_by must be the acting agent",
                             {"field": "identity.created_by"})
@@ -163,19 +212,23 @@ class CellService:
             lifecycle=Lifecycle(created_at=stamp, last_updated_at=stamp,
                                 expires_at=iso(expires) if expires else None, status="active"),
         )
-        await self._gated(agent, cell_key(cell), cell, None, "amp-create")
+        limit = await self.limit(by, agent)
+        await self._gated(agent, cell_key(cell), cell, None, "amp-create", limit)
         update = index_update(cell, cell_key(cell), now, count=0)
         written = self.request(cell, agent, None, now, "amp-create")
-        if not (await self.commit([(update, written)]))[0]:
+        if not await self._write((update, written), limit):
             raise MempError("write_conflict", "a cell with this id already exists; retry")
         return cell
 
-    async def read(self, agent: str, cell_id: str) -> MemoryCell:
+    async def read(self, by: Principal, agent: str, cell_id: str) -> MemoryCell:
         """A read counts: access_count, last_accessed_at, and the decay clock restarts. The
         cell is fetched and, when its record lets the agent read, counted in one call; the
-        rules below still decide, and count the read themselves if that call did not."""
+        rules below still decide, and count the read themselves if that call did not. A read
+        over its rate is refused before anything is read or counted."""
+        check_id(cell_id)
+        await self.check_read(by, agent)
         now = self.clock()
-        found = await self.index.read(check_id(cell_id), agent, now)
+        found = await self.index.read(cell_id, agent, now)
         _, cell, _ = self._found(cell_id, found[:2] if found else None)
         _check_visible(cell, now)
         if not can_read(cell, agent):
@@ -189,8 +242,11 @@ class CellService:
         cell.lifecycle.last_accessed_at = iso(now)
         return cell
 
-    async def patch(self, agent: str, cell_id: str, patch: CellPatch) -> MemoryCell:
-        for _ in range(_CAS_ATTEMPTS):
+    async def patch(self, by: Principal, agent: str, cell_id: str, patch: CellPatch
+                    ) -> MemoryCell:
+        """A patch takes its tokens once: a retry after a lost compare-and-set is the same
+        write."""
+        for attempt in range(_CAS_ATTEMPTS):
             record, cell, entry = await self.load(cell_id)
             now = self.clock()
             _check_visible(cell, now)  # an expired cell is hidden, from writes as from reads
@@ -207,17 +263,19 @@ class CellService:
                                 "lifecycle engine and cannot be patched",
                                 {"field": "lifecycle.status", "status": status})
             _apply(cell, patch, now)
-            await self._gated(agent, record.key, cell, entry, "amp-patch", patch)
+            limit = await self.limit(by, agent, cost=0 if attempt else 1)
+            await self._gated(agent, record.key, cell, entry, "amp-patch", limit, patch)
             update = index_update(cell, record.key, max(reference_ms(cell), record.ref),
                                  recheck=status == "stale")
             written = self.request(cell, agent, entry.version, now, "amp-patch")
-            if (await self.commit([(update, written)]))[0]:
+            if await self._write((update, written), limit):
                 return cell
         raise MempError("write_conflict", "the cell kept changing; retry the patch")
 
-    async def delete(self, agent: str, cell_id: str) -> MemoryCell:
-        """Soft delete: only an archived cell may become `deleted`, which is final."""
-        for _ in range(_CAS_ATTEMPTS):
+    async def delete(self, by: Principal, agent: str, cell_id: str) -> MemoryCell:
+        """Soft delete: only an archived cell may become `deleted`, which is final. Held to
+        the rates, never to the quotas (as a MEMP delete)."""
+        for attempt in range(_CAS_ATTEMPTS):
             record, cell, entry = await self.load(cell_id)
             if not can_write(cell, agent):
                 raise MempError("forbidden", "the cell's access policy does not let this agent "
@@ -231,15 +289,19 @@ class CellService:
             cell.lifecycle.deleted_at = iso(now)
             update = index_update(cell, record.key, max(reference_ms(cell), record.ref))
             written = self.request(cell, agent, entry.version, now, "amp-delete")
-            if (await self.commit([(update, written)]))[0]:
+            limit = await self.limit(by, agent, quotas=False, cost=0 if attempt else 1)
+            if await self._write((update, written), limit):
                 return cell
         raise MempError("write_conflict", "the cell kept changing; retry the delete")
 
-    async def import_cells(self, agent: str, cells: list[MemoryCell]) -> list[MempError | None]:
+    async def import_cells(self, by: Principal, agent: str, cells: list[MemoryCell]
+                           ) -> list[MempError | None]:
         """Store cells from another system as they were: ids, timestamps, creators, provenance.
         Returns, per cell, why it was refused, or None when it was stored. The batch is checked
         and stored together (one look for existing ids, one round trip of writes); each cell is
-        still its own compare-and-set, so a cell imported meanwhile is refused, not replaced."""
+        still its own compare-and-set, so a cell imported meanwhile is refused, not replaced,
+        and each takes its own write token and room, so a batch crossing a limit stores the
+        cells before it and refuses the rest."""
         outcome: list[MempError | None] = [None] * len(cells)
         wanted: dict[str, int] = {}
         for position, cell in enumerate(cells):
@@ -260,8 +322,12 @@ class CellService:
             (index_update(cells[at], cell_key(cells[at]), reference_ms(cells[at]),
                          count=cells[at].scoring.access_count),
              self.request(cells[at], agent, None, now, "amp-import")) for at in wanted.values()]
-        for at, stored in zip(wanted.values(), await self.commit(changes), strict=True):
-            if not stored:
+        limit = await self.limit(by, agent)
+        verdicts = await self.index.commit_held(changes, limit)
+        for at, stored in zip(wanted.values(), verdicts, strict=True):
+            if isinstance(stored, WriteOutcome):
+                outcome[at] = self._refusal(stored, limit)
+            elif not stored:
                 outcome[at] = _exists(cells[at].id)
         return outcome
 

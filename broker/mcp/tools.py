@@ -287,7 +287,7 @@ class Toolbox:
             "provenance": {"source_type": "mcp"},
             "expires_at": args.expires_at,
         })
-        result: dict[str, Any] = _plain(await self.cells.create(agent, body))
+        result: dict[str, Any] = _plain(await self.cells.create(principal, agent, body))
         return result
 
     async def _recall(self, principal: Principal, args: AmpRecall) -> dict[str, Any]:
@@ -295,12 +295,12 @@ class Toolbox:
         fields = msgspec.structs.asdict(args)
         del fields["agent"]
         body = _decode(SearchBody, {k: v for k, v in fields.items() if v is not None})
-        result: dict[str, Any] = _plain(await CellSearch(self.cells).search(agent, body))
+        result: dict[str, Any] = _plain(await CellSearch(self.cells).search(principal, agent, body))
         return result
 
     async def _forget(self, principal: Principal, args: AmpForget) -> dict[str, Any]:
         agent = self._acting(principal, args.agent)
-        result: dict[str, Any] = _plain(await self.cells.delete(agent, args.id))
+        result: dict[str, Any] = _plain(await self.cells.delete(principal, agent, args.id))
         return result
 
 

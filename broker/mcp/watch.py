@@ -31,20 +31,30 @@ from broker.memory import MemoryService
 from broker.namespaces import NamespaceRegistry
 from broker.revocation import StreamGuard
 from broker.settings import Settings
+from broker.stream_leases import StreamLeases
 
 Notify = Callable[[str], Awaitable[None]]
 
 
 class Watcher:
-    """Makes subscribers for `memp://` URIs, checked against the caller's grants."""
+    """Makes subscribers for `memp://` URIs, checked against the caller's grants. Each
+    followed URI is an open stream: it holds a lease on its namespace's (and its
+    credential's) open streams, as an SSE stream does, until it is left."""
 
     def __init__(self, settings: Settings, hub: Hub, namespaces: NamespaceRegistry,
-                 memory: MemoryService, guard: StreamGuard) -> None:
+                 memory: MemoryService, guard: StreamGuard, leases: StreamLeases) -> None:
         self.settings = settings
         self.hub = hub
         self.namespaces = namespaces
         self.memory = memory
         self.guard = guard
+        self.leases = leases
+        self.held: dict[Subscriber, str] = {}  # subscriber -> its stream lease
+
+    @property
+    def send_timeout(self) -> float:
+        """How long one notification may wait to be sent before its subscription ends."""
+        return self.settings.sse_send_timeout_seconds
 
     @property
     def most(self) -> int:
@@ -53,7 +63,9 @@ class Watcher:
 
     async def join(self, principal: Principal, uri: str) -> Subscriber:
         """A subscriber following `uri`, joined to the hub and watched by the stream guard;
-        needs `subscribe` on the namespace, as an SSE stream does."""
+        needs `subscribe` on the namespace, as an SSE stream does, and room under its
+        `max_streams` and the credential's MEMP_MAX_STREAMS_PER_TOKEN (else 429
+        `quota_exceeded`)."""
         target = parse_uri(uri)
         await self.namespaces.require(principal, "subscribe", target.namespace)
         pattern = compile_pattern(target.watched, self.settings.max_key_bytes)
@@ -63,19 +75,30 @@ class Watcher:
                                 self.settings.subscriber_queue_size,
                                 self.memory.cells.viewer(principal), principal.writer_id,
                                 reviews)
-        await self.hub.join(subscriber)
+        lease = await self.leases.take(principal, [target.namespace])
+        try:
+            await self.hub.join(subscriber)
+        except BaseException:
+            self.leases.drop(lease)
+            raise
+        self.held[subscriber] = lease
         self.guard.watch(subscriber, principal)
         return subscriber
 
     def leave(self, subscriber: Subscriber) -> None:
         self.guard.forget(subscriber)
         self.hub.leave(subscriber)
+        lease = self.held.pop(subscriber, None)
+        if lease is not None:
+            self.leases.drop(lease)
 
 
-async def pump(subscriber: Subscriber, uri: str, notify: Notify) -> str | None:
-    """Notify once per burst of changes until the subscriber is revoked or closed; returns
-    why it ended. An overflow or a reset is a change too: the client reads the resource
-    again either way."""
+async def pump(subscriber: Subscriber, uri: str, notify: Notify, send_timeout: float
+               ) -> str | None:
+    """Notify once per burst of changes until the subscriber is revoked or closed, or a
+    notification cannot be sent within `send_timeout` seconds (MEMP_SSE_SEND_TIMEOUT_SECONDS:
+    a client that stopped reading is cut off, as an SSE stream is); returns why it ended. An
+    overflow or a reset is a change too: the client reads the resource again either way."""
     queue = subscriber.queue
     while True:
         changed = await queue.get() is not None
@@ -92,7 +115,10 @@ async def pump(subscriber: Subscriber, uri: str, notify: Notify) -> str | None:
             subscriber.resets.clear()
             changed = True
         if changed:
-            await notify(uri)
+            try:
+                await asyncio.wait_for(notify(uri), send_timeout)
+            except TimeoutError:
+                return "the client stopped reading"
 
 
 class Watches:
@@ -111,7 +137,8 @@ class Watches:
             raise MempError("invalid_request", f"a session follows at most "
                             f"{self.watcher.most} resources; unsubscribe from one first")
         subscriber = await self.watcher.join(principal, uri)
-        task = asyncio.create_task(pump(subscriber, uri, self.notify),
+        task = asyncio.create_task(pump(subscriber, uri, self.notify,
+                                        self.watcher.send_timeout),
                                    name="memp-mcp-subscription")
         self.followed[uri] = (subscriber, task)
         task.add_done_callback(lambda _: self._ended(uri, subscriber))
@@ -168,7 +195,7 @@ async def listen(watcher: Watcher, principal: Principal, request_id: types.Reque
 
         async with anyio.create_task_group() as group:
             async def follow(uri: str, subscriber: Subscriber) -> None:
-                await pump(subscriber, uri, updated)
+                await pump(subscriber, uri, updated, watcher.send_timeout)
                 group.cancel_scope.cancel()  # one ended (revoked, shutdown): the stream ends
 
             for uri, subscriber in joined:

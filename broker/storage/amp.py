@@ -6,13 +6,14 @@ into an update (decay, due times, readers) are the bridge's; this module only st
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from broker.storage import layout, scripts
 from broker.storage.client import Backend, ScriptCall, text
 from broker.storage.entries import ENTRY_KEYS, NAMESPACE_KEYS, WRITE, WRITE_FILES, EntryStore
-from broker.storage.records import CorruptRecord, RawHash, WriteRequest, live_entry
+from broker.storage.fairshare import GATE, GATE_KEYS, Gate, open_gate
+from broker.storage.records import CorruptRecord, RawHash, WriteOutcome, WriteRequest, live_entry
 from broker.storage.scripts import Fields
 
 TRANSITIONS = ("stale", "archive", "expire", "purge")
@@ -107,6 +108,13 @@ def _loaded(cell_id: str, row: list[Any]) -> tuple[CellRecord, RawHash]:
             dict(zip(raw[::2], raw[1::2], strict=True)))
 
 
+def _verdict(raw: Any) -> bool | WriteOutcome:
+    """One write's verdict from amp_commit.lua: applied, lost, or a gate's refusal."""
+    if isinstance(raw, list):
+        return WriteOutcome.decode(["ok", raw[1]])
+    return bool(raw == b"ok")
+
+
 class CellIndexStore:
     """The AMP records and indexes of one namespace, and the cells' writes."""
 
@@ -123,8 +131,8 @@ class CellIndexStore:
                                        [CELL_TOUCH_KEYS, CELL_TOUCH])
         self._commit = scripts.register(
             client, [*WRITE_FILES, "amp_index.lua", "amp_commit.lua"],
-            [CELL_INDEX_KEYS, NAMESPACE_KEYS, ENTRY_KEYS, CELL_PREFIXES, CHANGE, WRITE,
-             CELL_UPDATE])
+            [CELL_INDEX_KEYS, NAMESPACE_KEYS, GATE_KEYS, ENTRY_KEYS, CELL_PREFIXES, GATE, CHANGE,
+             WRITE, CELL_UPDATE])
         self._post = scripts.register(client, ["amp_post.lua"], [CELL_POST_KEYS, CELL_POST])
         self._match = scripts.register(client, ["amp_match.lua"],
                                        [CELL_TERMS_KEYS, CELL_TERMS])
@@ -190,14 +198,47 @@ class CellIndexStore:
         the write succeeded, its index update, in one round trip (COMMIT_CHUNK changes per
         script call, so that no call holds Redis long). Returns, per change, whether it was
         applied: False where a write lost its compare-and-set (the cell changed meanwhile)."""
+        return [v is True for v in await self._commit_once(changes, open_gate(self.namespace))]
+
+    async def commit_held(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],
+                          gate: Gate) -> list[bool | WriteOutcome]:
+        """`commit` with every write held to `gate` (its rates and quotas, each write taking
+        its tokens in the same script): per change True (applied), False (lost its
+        compare-and-set) or the refusal (`rate_limited`, `quota_exceeded`), nothing written.
+        As for a put, a byte count not yet exact is counted first and a write over a quota is
+        tried once more after expiring the namespace's due entries, without new tokens."""
+        verdicts = await self._commit_once(changes, gate)
+        again = {at: v.status for at, v in enumerate(verdicts) if isinstance(v, WriteOutcome)
+                 and v.status in ("uncounted", "quota_exceeded")}
+        if not again:
+            return verdicts
+        if "uncounted" in again.values():
+            await self.entries.fair_share.recount(self.namespace)
+        elif not await self.entries.expire_due(
+                self.namespace, min(r.now for _, r in changes if r is not None), 1000):
+            return verdicts
+        retried = await self._commit_once([changes[at] for at in again], replace(gate, cost=0))
+        for at, verdict in zip(again, retried, strict=True):
+            verdicts[at] = verdict
+        return verdicts
+
+    async def _commit_once(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],
+                           gate: Gate) -> list[bool | WriteOutcome]:
         if not changes:
             return []
         await self.entries.note_namespace(self.namespace)
+        replies = await self.backend.run(self._commit_calls(changes, gate), durable=True)
+        return self._commit_verdicts(changes, replies)
+
+    def _commit_calls(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],
+                      gate: Gate | None = None) -> list[ScriptCall]:
+        """amp_commit.lua's calls for the changes, every write held to `gate` (none: open)."""
         ns = self.namespace
+        gate = gate or open_gate(ns)
         calls: list[ScriptCall] = []
         for at in range(0, len(changes), COMMIT_CHUNK):
-            keys: list[Any] = [*self._index_keys, *self._namespace_keys]
-            args: list[Any] = list(self._prefixes)
+            keys: list[Any] = [*self._index_keys, *self._namespace_keys, *gate.keys]
+            args: list[Any] = [*self._prefixes, *gate.args]
             for update, request in changes[at:at + COMMIT_CHUNK]:
                 args += CHANGE.pack(writes="0" if request is None else "1")
                 if request is not None:
@@ -206,9 +247,13 @@ class CellIndexStore:
                     args += self.entries.write_args(ns, update.key, request)
                 args += update.args()
             calls.append((self._commit, keys, args))
-        verdicts = iter([v for call in await self.backend.run(calls, durable=True)
-                         for v in call])
-        return [request is None or next(verdicts) == b"ok" for _, request in changes]
+        return calls
+
+    @staticmethod
+    def _commit_verdicts(changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],
+                         replies: list[Any]) -> list[bool | WriteOutcome]:
+        verdicts = iter([v for call in replies for v in call])
+        return [True if request is None else _verdict(next(verdicts)) for _, request in changes]
 
     async def due(self, transition: str, as_of: int, limit: int) -> list[str]:
         found = await self.redis.zrangebyscore(layout.amp_due(self.namespace, transition),

@@ -227,6 +227,15 @@ class EntryStore:
         fields = await self.backend.hgetall(layout.entry(namespace, key))
         return live_entry(namespace, key, fields, now)
 
+    async def get_held(self, namespace: str, key: str, now: int, gate: Gate
+                       ) -> tuple[Entry | None, tuple[str, str] | None]:
+        """`get` that first takes the read's tokens of `gate`, in the same script call: the
+        entry, or the refusal (scope, retry_ms) and nothing read."""
+        fields, refused = await self.fair_share.admit_read(gate, layout.entry(namespace, key))
+        if fields is None:
+            return None, refused
+        return live_entry(namespace, key, fields, now), None
+
     async def scan_keys(self, namespace: str, pattern: Pattern, after: str | None,
                         count: int) -> tuple[list[str], bool]:
         """Up to `count` live keys after `after` that share the pattern's literal prefix, in

@@ -15,6 +15,7 @@ from broker.storage.scripts import Fields
 
 # A gate's keys and arguments, read by put.lua and delete.lua after their write, and by rate.lua.
 GATE_KEYS = Fields("gate_keys", ("agent_rate", "namespace_rate"))
+RATE_READ_KEYS = Fields("rate_read_keys", (), rest="entry", counted=False)  # 0 or 1 key
 GATE = Fields("gate", ("agent_interval", "agent_burst", "namespace_interval", "namespace_burst",
                        "max_keys", "max_bytes", "cost"))
 USAGE_KEYS = Fields("usage_keys", ("index", "usage"))
@@ -98,6 +99,7 @@ class Usage:
     keys: int
     bytes: int
     streams: int
+    proposals: int
 
 
 class FairShareStore:
@@ -106,7 +108,8 @@ class FairShareStore:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.redis = client = backend.redis
-        self._rate = scripts.register(client, [*GATE_FILES, "rate.lua"], [GATE_KEYS, GATE])
+        self._rate = scripts.register(client, [*GATE_FILES, "rate.lua"],
+                                      [GATE_KEYS, RATE_READ_KEYS, GATE])
         self._count = scripts.register(client, ["usage_count.lua"], [USAGE_KEYS, RECOUNT])
         self._lease = scripts.register(client, ["lease.lua"], [LEASE_KEYS, LEASE])
 
@@ -117,6 +120,16 @@ class FairShareStore:
             return None
         return text(reply[1]), text(reply[2])
 
+    async def admit_read(self, gate: Gate, key: str
+                         ) -> tuple[dict[bytes, bytes] | None, tuple[str, str] | None]:
+        """Take a read's tokens and read the hash at `key` in the same call: its fields when
+        admitted, else the refusal (scope, retry_ms)."""
+        reply = await self.backend.call(self._rate, [*gate.keys, key], list(gate.args))
+        if text(reply[0]) != "ok":
+            return None, (text(reply[1]), text(reply[2]))
+        flat = reply[1]
+        return dict(zip(flat[::2], flat[1::2], strict=True)), None
+
     async def recount(self, namespace: str) -> int:
         """Count the namespace's stored bytes exactly (one script; it walks the index)."""
         keys = USAGE_KEYS.pack(index=layout.index(namespace), usage=layout.usage(namespace))
@@ -124,15 +137,18 @@ class FairShareStore:
             self._count, keys, RECOUNT.pack(entry_prefix=layout.entry_prefix(namespace))))
 
     async def usage(self, namespace: str, now: int) -> Usage:
-        """Keys in the index, stored bytes (counted first when not yet exact) and open streams."""
+        """Keys in the index, stored bytes (counted first when not yet exact), open streams and
+        pending proposals (those past their time not counted)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zcard(layout.index(namespace))
             pipe.hmget(layout.usage(namespace), "bytes", "counted")
             pipe.zcount(layout.streams(namespace), f"({now}", "+inf")
-            keys, (size, counted), streams = await pipe.execute()
+            pipe.zcount(layout.pending_proposals(namespace), f"({now}", "+inf")
+            keys, (size, counted), streams, proposals = await pipe.execute()
         if counted is None:
             size = await self.recount(namespace)
-        return Usage(keys=int(keys), bytes=max(int(size or 0), 0), streams=int(streams))
+        return Usage(keys=int(keys), bytes=max(int(size or 0), 0), streams=int(streams),
+                     proposals=int(proposals))
 
     # ---- stream leases ----
 

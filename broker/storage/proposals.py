@@ -12,11 +12,13 @@ from broker.storage import layout, scripts
 from broker.storage.amp import CELL_INDEX_KEYS, CELL_PREFIXES, CELL_UPDATE, CellBlocks
 from broker.storage.client import Backend, text
 from broker.storage.entries import WRITE, WRITE_FILES, WRITE_KEYS, EntryStore
+from broker.storage.fairshare import GATE, GATE_KEYS, Gate
 from broker.storage.records import WriteRequest
 from broker.storage.scripts import Fields
 
 PROPOSAL_KEYS = Fields("proposal_keys", ("record", "all", "due"))
-PROPOSE = Fields("propose", ("id", "base", "doc", "req", "by", "created", "expires"))
+PROPOSE = Fields("propose", ("id", "base", "doc", "req", "by", "created", "expires",
+                             "max_pending"))
 DECIDE = Fields("decide", ("id", "decision", "operation", "base", "decided_by", "doc",
                            "details"))
 _FILES = (*WRITE_FILES, "delete_entry.lua", "proposal_common.lua")
@@ -38,14 +40,16 @@ class ProposalStore:
         self.redis = client = backend.redis
         self.entries = entries
         self._propose = scripts.register(client, [*_FILES, "propose.lua"],
-                                         [WRITE_KEYS, PROPOSAL_KEYS, WRITE, PROPOSE])
+                                         [WRITE_KEYS, PROPOSAL_KEYS, GATE_KEYS, WRITE, PROPOSE,
+                                          GATE])
         self._decide = scripts.register(client, [*_FILES, "proposal_decide.lua"],
-                                        [WRITE_KEYS, PROPOSAL_KEYS, WRITE, DECIDE])
+                                        [WRITE_KEYS, PROPOSAL_KEYS, GATE_KEYS, WRITE, DECIDE,
+                                         GATE])
         self._decide_cell = scripts.register(
             client, [*WRITE_FILES, "delete_entry.lua", "amp_index.lua", "proposal_common.lua",
                      "proposal_decide_cell.lua"],
-            [WRITE_KEYS, PROPOSAL_KEYS, CELL_INDEX_KEYS, WRITE, DECIDE, CELL_PREFIXES,
-             CELL_UPDATE])
+            [WRITE_KEYS, PROPOSAL_KEYS, GATE_KEYS, CELL_INDEX_KEYS, WRITE, DECIDE, GATE,
+             CELL_PREFIXES, CELL_UPDATE])
 
     def _keys(self, namespace: str, key: str, proposal_id: str, req: WriteRequest
               ) -> list[Any]:
@@ -54,30 +58,41 @@ class ProposalStore:
                                     all=layout.proposals(namespace),
                                     due=layout.pending_proposals(namespace))]
 
-    async def propose(self, namespace: str, key: str, request: WriteRequest, **fields: Any
-                      ) -> tuple[str, str]:
-        """Store a pending proposal (PROPOSE fields) if the key is still at `base`:
-        ('proposed', id), ('moved', current version), or a replayed or refused message id
+    async def propose(self, namespace: str, key: str, request: WriteRequest, gate: Gate,
+                      **fields: Any) -> tuple[str, str]:
+        """Store a pending proposal (PROPOSE fields) if the key is still at `base`, taking
+        the tokens of `gate`: ('proposed', id), ('moved', current version), ('refused', the
+        encoded refusal: over a rate or `max_pending`), or a replayed or refused message id
         ('replay'/'reused', the first reply)."""
         await self.entries.note_namespace(namespace)
         raw = await self.backend.call(
-            self._propose, self._keys(namespace, key, fields["id"], request),
-            [*self.entries.write_args(namespace, key, request), *PROPOSE.pack(**fields)],
-            durable=True)
+            self._propose, [*self._keys(namespace, key, fields["id"], request), *gate.keys],
+            [*self.entries.write_args(namespace, key, request), *PROPOSE.pack(**fields),
+             *gate.args], durable=True)
         return text(raw[0]), text(raw[1])
 
-    async def decide(self, namespace: str, key: str, request: WriteRequest,
+    async def decide(self, namespace: str, key: str, request: WriteRequest, gate: Gate,
                      cell: CellBlocks | None = None, **fields: Any) -> tuple[str, str]:
-        """Approve (writing `request`), reject or expire a pending proposal (DECIDE fields).
-        An AMP cell's approval also updates the cell's indexes (`cell`, from
-        CellIndexStore.blocks) in the same call."""
-        keys = self._keys(namespace, key, fields["id"], request)
-        args = [*self.entries.write_args(namespace, key, request), *DECIDE.pack(**fields)]
+        """Approve (writing `request`, held to the quotas of `gate`), reject or expire a
+        pending proposal (DECIDE fields). An AMP cell's approval also updates the cell's
+        indexes (`cell`, from CellIndexStore.blocks) in the same call. As for a put, a
+        namespace whose byte count is not exact is counted first, and an approval over a
+        quota is tried once more after expiring the namespace's due entries."""
+        keys = [*self._keys(namespace, key, fields["id"], request), *gate.keys]
+        args = [*self.entries.write_args(namespace, key, request), *DECIDE.pack(**fields),
+                *gate.args]
         script = self._decide
         if cell is not None:
             index_keys, prefixes, update = cell
             keys, args, script = [*keys, *index_keys], [*args, *prefixes, *update], \
                 self._decide_cell
+        raw = await self.backend.call(script, keys, args, durable=True)
+        verdict = text(raw[0])
+        if verdict == "uncounted":
+            await self.entries.fair_share.recount(namespace)
+        elif not (verdict == "quota_exceeded"
+                  and await self.entries.expire_due(namespace, request.now, 1000)):
+            return verdict, text(raw[1])
         raw = await self.backend.call(script, keys, args, durable=True)
         return text(raw[0]), text(raw[1])
 

@@ -124,9 +124,10 @@ export class RateLimitedError extends MempError {
   }
 }
 
-/** 429 quota_exceeded: the write (or stream) would take the namespace past `limit`
- * (`max_keys`, `max_bytes`, `max_streams`, `max_streams_per_token`); `used` of `maximum` are in
- * use. Nothing was written; waiting does not help, deleting does. Never retried. */
+/** 429 quota_exceeded: the write (or stream, or proposal) would take the namespace past
+ * `limit` (`max_keys`, `max_bytes`, `max_streams`, `max_streams_per_token`,
+ * `max_pending_proposals`); `used` of `maximum` are in use. Nothing was written; waiting does
+ * not help, deleting (or deciding proposals) does. Never retried. */
 export class QuotaExceededError extends MempError {
   get limit(): string | null {
     const limit = this.details['limit']

@@ -22,8 +22,9 @@ export interface Limits {
 export interface UsageReport {
   namespace: string
   limits: Limits
-  /** Live keys, bytes of stored values and open streams, on every broker process. */
-  usage: { keys: number; bytes: number; streams: number }
+  /** Live keys, bytes of stored values, open streams and pending proposals, on every broker
+   * process (`proposals` is missing from a broker that does not report them). */
+  usage: { keys: number; bytes: number; streams: number; proposals?: number }
   /** The limits every agent (and credential) has from the broker's settings; null: none. */
   agent_defaults: {
     writes_per_second: number | null
@@ -31,6 +32,8 @@ export interface UsageReport {
     reads_per_second: number | null
     read_burst: number | null
     max_streams_per_token: number | null
+    /** Pending proposals a namespace may hold (MEMP_MAX_PENDING_PROPOSALS). */
+    max_pending_proposals?: number | null
   }
 }
 

@@ -5,7 +5,13 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 
-import { MEMP, NotFoundError, QuotaExceededError, RateLimitedError } from 'memp-sdk'
+import {
+  ApprovalPendingError,
+  MEMP,
+  NotFoundError,
+  QuotaExceededError,
+  RateLimitedError,
+} from 'memp-sdk'
 
 import { admin, namespace, useServices } from './helpers.js'
 
@@ -33,7 +39,7 @@ test('limits, usage and quota_exceeded', async () => {
     return true
   })
   const report = await client.namespaces.usage()
-  assert.deepEqual(report.usage, { keys: 1, bytes: 7, streams: 0 })
+  assert.deepEqual(report.usage, { keys: 1, bytes: 7, streams: 0, proposals: 0 })
   assert.equal(report.limits.max_keys, 1)
 })
 
@@ -55,4 +61,31 @@ test('rate_limited is resent when the wait is short, and carries retryAfter when
     return true
   })
   await assert.rejects(client.memory.getEntry('d'), NotFoundError)
+})
+
+test('a proposal takes a write token; an approval over a quota is quota_exceeded', async () => {
+  const ns = namespace('proposals')
+  const client = admin(services.url, ns)
+  await client.namespaces.setConfig({
+    rules: [{ pattern: 'facts/*', approval: 'required' }],
+    limits: { writes_per_second: 0.001, write_burst: 1, max_keys: 0 },
+  })
+  const writer = await agent(ns)
+  const pending = await writer.memory.put('facts/a', 1).catch((error) => error)
+  assert.ok(pending instanceof ApprovalPendingError)
+  await assert.rejects(writer.memory.put('facts/b', 2), (error) => {
+    assert.ok(error instanceof RateLimitedError)
+    assert.ok((error.retryAfter ?? 0) > 900)
+    return true
+  })
+  await assert.rejects(client.proposals.approve(pending.proposal.id), (error) => {
+    assert.ok(error instanceof QuotaExceededError)
+    assert.deepEqual([error.limit, error.used, error.maximum], ['max_keys', 0, 0])
+    return true
+  })
+  const listed = await client.proposals.list({ status: 'pending' })
+  assert.deepEqual(
+    listed.proposals.map((p) => p.id),
+    [pending.proposal.id],
+  )
 })

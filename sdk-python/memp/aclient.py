@@ -147,8 +147,8 @@ class AsyncNamespaces:
             _calls.get_config(self._config.require_namespace(namespace)))
 
     async def usage(self, *, namespace: str | None = None) -> UsageReport:
-        """The namespace's usage (live keys, stored bytes, open streams) beside its limits
-        and the broker's per-agent defaults; needs `admin` on the namespace."""
+        """The namespace's usage (live keys, stored bytes, open streams, pending proposals)
+        beside its limits and the broker's defaults; needs `admin` on the namespace."""
         return await self._transport.send(
             _calls.get_usage(self._config.require_namespace(namespace)))
 

@@ -179,8 +179,8 @@ class Namespaces:
         return self._transport.send(_calls.get_config(self._config.require_namespace(namespace)))
 
     def usage(self, *, namespace: str | None = None) -> UsageReport:
-        """The namespace's usage (live keys, stored bytes, open streams) beside its limits
-        and the broker's per-agent defaults; needs `admin` on the namespace."""
+        """The namespace's usage (live keys, stored bytes, open streams, pending proposals)
+        beside its limits and the broker's defaults; needs `admin` on the namespace."""
         return self._transport.send(_calls.get_usage(self._config.require_namespace(namespace)))
 
     def set_config(self, config: NamespaceConfig | None = None, *,

@@ -130,9 +130,10 @@ class RateLimited(MempError):
 
 
 class QuotaExceeded(MempError):
-    """429 quota_exceeded: the write (or stream) would take the namespace past `limit`
-    (`max_keys`, `max_bytes`, `max_streams`, `max_streams_per_token`); `used` of `maximum` are
-    in use. Nothing was written; waiting does not help, deleting does. Never retried."""
+    """429 quota_exceeded: the write (or stream, or proposal) would take the namespace past
+    `limit` (`max_keys`, `max_bytes`, `max_streams`, `max_streams_per_token`,
+    `max_pending_proposals`); `used` of `maximum` are in use. Nothing was written; waiting
+    does not help, deleting (or deciding proposals) does. Never retried."""
 
     @property
     def limit(self) -> str | None:

@@ -188,11 +188,13 @@ class Limits(Struct, kw_only=True, frozen=True, omit_defaults=True):
 
 
 class Usage(Struct, frozen=True):
-    """What a namespace uses: live keys, bytes of stored values, open streams."""
+    """What a namespace uses: live keys, bytes of stored values, open streams, pending
+    proposals (0 from a broker that does not report them)."""
 
     keys: int
     bytes: int
     streams: int
+    proposals: int = 0
 
 
 class AgentDefaults(Struct, frozen=True):
@@ -203,6 +205,7 @@ class AgentDefaults(Struct, frozen=True):
     reads_per_second: float | None
     read_burst: int | None
     max_streams_per_token: int | None
+    max_pending_proposals: int | None = None  # per namespace
 
 
 class UsageReport(Struct, frozen=True):

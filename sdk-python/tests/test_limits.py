@@ -12,12 +12,15 @@ import pytest
 
 from memp import (
     MEMP,
+    ApprovalPending,
     AsyncMEMP,
     Limits,
+    NamespaceConfig,
     NotFound,
     PutMessage,
     QuotaExceeded,
     RateLimited,
+    StrategyRule,
     UsageReport,
 )
 from tests.conftest import ADMIN_KEY, Broker
@@ -94,3 +97,22 @@ def test_async_usage_and_rate_limited(aclient_factory: Callable[..., AsyncMEMP],
             assert report.limits.reads_per_second == 0.001 and report.usage.keys == 1
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_proposals_under_limits(client: MEMP, server: Broker, ns: str) -> None:
+    """A proposal takes a write token (RateLimited past the burst); an approval over a quota
+    raises QuotaExceeded and leaves the proposal pending."""
+    client.namespaces.set_config(NamespaceConfig(
+        rules=[StrategyRule("facts/*", approval="required")],
+        limits=Limits(writes_per_second=0.001, write_burst=1, max_keys=0)))
+    with agent(server, client, ns) as writer:
+        with pytest.raises(ApprovalPending) as pending:
+            writer.memory.put("facts/a", 1)
+        with pytest.raises(RateLimited) as refused:
+            writer.memory.put("facts/b", 2)
+        assert refused.value.retry_after is not None and refused.value.retry_after > 900
+    proposal = pending.value.proposal
+    with pytest.raises(QuotaExceeded) as over:
+        client.proposals.approve(proposal.id)
+    assert (over.value.limit, over.value.used, over.value.maximum) == ("max_keys", 0, 0)
+    assert [p.id for p in client.proposals.list(status="pending").proposals] == [proposal.id]
