@@ -241,4 +241,6 @@ def test_an_mcp_session_ends_when_its_credential_does(
         listing = http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
                             headers=theirs)
         assert listing.status_code == 401
-        assert session not in broker.app.state.mcp.manager._server_instances
+        server = broker.app.state.mcp.started
+        assert server is not None
+        assert session not in server.manager._server_instances
