@@ -15,6 +15,8 @@ import argparse
 import os
 import random
 import secrets
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -67,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lifecycle-timeout", type=float, default=900.0,
                         help="seconds to wait for the lifecycle pass to answer (900)")
     parser.add_argument("--no-lifecycle", action="store_true", help="skip the lifecycle pass")
+    parser.add_argument("--only-lifecycle", action="store_true",
+                        help="run only the lifecycle pass (its own import, then the pass)")
+    parser.add_argument("--profile-lifecycle", metavar="PATH",
+                        help="record the broker under py-spy during the lifecycle pass, as a "
+                        "speedscope profile written to PATH (needs py-spy)")
     parser.add_argument("--load-generator", choices=["auto", "wrk", "python"], default="auto")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     return parser
@@ -203,15 +210,48 @@ def _lifecycle(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
     _import(broker, work.import_batches(broker.admin_key), args.import_connections)
     _wait_posted(redis_url)
     print("  lifecycle pass", flush=True)
+    stats = redis.Redis.from_url(redis_url)
+    stats.config_resetstat()
+    profiler = _profile(procs, broker, args.profile_lifecycle)
     as_of = amp_cells.iso(int(time.time() * 1000) + 3 * _YEAR_MS)
     before = cpu_snapshot(broker.watch)
     started = time.perf_counter()
     reply = replay.call(broker, build("POST", "/amp/lifecycle/run", broker.admin_key,
                                       {"as_of": as_of}), (200,), timeout=args.lifecycle_timeout)
     seconds = time.perf_counter() - started
-    moved = sum(reply["transitions"].values())
+    used = _cpu(broker, before, sum(reply["transitions"].values()))
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
+        try:
+            profiler.wait(60)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError("py-spy did not write its profile within 60 s") from None
+    commands = _commandstats(stats)
+    stats.close()
     return {"as_of": as_of, "seconds": round(seconds, 2), "transitions": reply["transitions"],
-            "met": seconds < LIFECYCLE_SECONDS, **_cpu(broker, before, moved)}
+            "met": seconds < LIFECYCLE_SECONDS, **used, "redis_commands": commands}
+
+
+def _profile(procs: Processes, broker: Broker, path: str | None
+             ) -> subprocess.Popen[bytes] | None:
+    """py-spy recording the broker into `path` (speedscope format), when asked."""
+    if path is None:
+        return None
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        raise RuntimeError("--profile-lifecycle needs py-spy (pip install py-spy)")
+    proc = procs.start("py-spy", [spy, "record", "--pid", str(broker.proc.pid), "--rate", "250",
+                                  "--format", "speedscope", "--output", path])
+    time.sleep(1.0)  # attached before the pass starts
+    return proc
+
+
+def _commandstats(client: redis.Redis) -> dict[str, dict[str, float]]:
+    """Redis's per-command calls and µs since the reset, the busiest first (top 12)."""
+    found = client.info("commandstats")
+    rows = {name.removeprefix("cmdstat_"): {"calls": row["calls"], "usec": row["usec"]}
+            for name, row in found.items()}
+    return dict(sorted(rows.items(), key=lambda kv: -kv[1]["usec"])[:12])
 
 
 def _measure(driver: Driver, broker: Broker, work: Workload, rounds: int, connections: int
@@ -273,9 +313,7 @@ def table(results: dict[str, Any], checks: dict[str, Any], loaded: dict[str, Any
               f"({loaded['cells_per_s']:,.0f} cells/s; {_per_cell(loaded)}); search terms "
               f"all posted {loaded.get('terms_posted_after_s', 0):.1f} s later"]
     if lifecycle is not None:
-        lines.append(f"lifecycle pass as of {lifecycle['as_of']}: {lifecycle['transitions']} in "
-                     f"{lifecycle['seconds']:.1f} s ({_per_cell(lifecycle)}); "
-                     f"< {LIFECYCLE_SECONDS:.0f} s {report.verdict(lifecycle['met'])}")
+        lines.append(lifecycle_line(lifecycle))
     for amp in ("create", "read"):
         c = checks[amp]
         lines.append(f"target, AMP {amp} within {WITHIN}x of MEMP {c['vs']}: server CPU/req "
@@ -289,6 +327,12 @@ def table(results: dict[str, Any], checks: dict[str, Any], loaded: dict[str, Any
         if r["errors"]:
             lines.append(f"ERRORS {name}: non-2xx {r['non2xx']}, socket {r['socket_errors']}")
     return "\n".join(lines)
+
+
+def lifecycle_line(lifecycle: dict[str, Any]) -> str:
+    return (f"lifecycle pass as of {lifecycle['as_of']}: {lifecycle['transitions']} in "
+            f"{lifecycle['seconds']:.1f} s ({_per_cell(lifecycle)}); "
+            f"< {LIFECYCLE_SECONDS:.0f} s {report.verdict(lifecycle['met'])}")
 
 
 def _per_cell(figures: dict[str, Any]) -> str:
@@ -305,12 +349,16 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.cells, args.owners, args.batch, args.import_connections, args.keys,
            args.seconds, args.rounds, args.connections) < 1 or args.owners > args.cells:
         raise SystemExit("bench: every count must be >= 1, and --owners <= --cells")
+    if args.only_lifecycle and args.no_lifecycle:
+        raise SystemExit("bench: --only-lifecycle and --no-lifecycle exclude each other")
     loadgen, procs, driver = replay.start_run(args.load_generator, args.seconds)
     load_before = os.getloadavg()[0]
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     print(f"bench.amp: {args.cells:,} cells over {args.owners:,} owners, {args.connections} "
           f"connections, {args.rounds} rounds of {args.seconds} s per phase, load generator "
           f"{loadgen}, {os.cpu_count()} CPUs, load average {load_before:.2f}", flush=True)
+    if args.only_lifecycle:
+        return _only_lifecycle(procs, driver, args, load_before)
     lifecycle = None
     try:
         broker, redis_proc, redis_url = _start(procs)
@@ -338,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(results, checks, loaded, lifecycle, args.connections))
     if args.json:
-        document = {
+        report.write_json(args.json, {
             "config": {k: v for k, v in vars(args).items() if k != "json"}
             | {"load_generator": loadgen},
             "machine": report.machine(load_before, versions=replay.versions()),
@@ -347,10 +395,32 @@ def main(argv: list[str] | None = None) -> int:
             "results": results,
             "lifecycle": lifecycle,
             "targets": checks,
-        }
-        report.write_json(args.json, document)
+        })
     return 1 if any(r["errors"] for r in results.values()) else 0
 
+
+def _only_lifecycle(procs: Processes, driver: Driver, args: argparse.Namespace,
+                    load_before: float) -> int:
+    """`--only-lifecycle`: the lifecycle pass alone, with Redis's busiest commands."""
+    try:
+        lifecycle = _lifecycle(procs, args)
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        return failure_status(exc)
+    finally:
+        replay.end_run(procs, driver)
+    print()
+    print(lifecycle_line(lifecycle))
+    print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+    for name, row in lifecycle["redis_commands"].items():
+        print(f"  redis {name:<12} {row['calls']:>9,} calls {row['usec'] / 1e6:>7.2f} s")
+    if args.profile_lifecycle:
+        print(f"profile: {args.profile_lifecycle} (open it in https://www.speedscope.app)")
+    if args.json:
+        report.write_json(args.json, {
+            "config": {k: v for k, v in vars(args).items() if k != "json"},
+            "machine": report.machine(load_before, versions=replay.versions()),
+            "lifecycle": lifecycle})
+    return 0 if lifecycle["met"] else 1
 
 if __name__ == "__main__":
     sys.exit(main())

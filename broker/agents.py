@@ -9,7 +9,7 @@ import msgspec
 
 from broker.activity import AgentActivity
 from broker.audit import AuditService, actor_fields
-from broker.auth import Principal, hash_api_key, new_api_key, new_key_id
+from broker.auth import Principal, new_api_key, new_key_id, save_api_key
 from broker.clock import Clock
 from broker.errors import MempError
 from broker.grammar import validate_namespace
@@ -22,8 +22,6 @@ from broker.validation import check_limit, check_message_id
 
 KNOWN_FRAMEWORKS = ("langchain", "crewai", "claude", "autogen", "custom")
 _FRAMEWORK_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
-# A registration's plan under its message id, kept until every step of it is stored.
-_PENDING = "pending:"
 _UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
@@ -58,41 +56,43 @@ class AgentService:
                 f"framework must be one of {', '.join(KNOWN_FRAMEWORKS)} or a lowercase name",
             )
         sent = fingerprint("register", name, framework)
+        planned = self._plan(principal, namespace, name, framework)
+        if not message_id:
+            return await self._apply(principal, planned)
+        # The reply is kept (pending) before anything is written, so a retry after a failure
+        # at any later step finds it and completes that same registration, never a second.
+        kept, reply, done = await self.store.reserve_reply(
+            namespace, principal.writer_id, message_id, sent, msgspec.json.encode(planned))
+        planned = _replayed((kept, reply), sent, message_id)
+        if done or await self.store.removed_agents({planned.agent.id}):
+            return planned
+        result = await self._apply(principal, planned)
+        await self.store.finish_reply(namespace, principal.writer_id, message_id, sent,
+                                      msgspec.json.encode(result))
+        return result
+
+    def _plan(self, principal: Principal, namespace: str, name: str, framework: str
+              ) -> Registration:
+        """A new agent and its credentials, not yet stored."""
         now = self.clock()
         agent_id = str(uuid.uuid4())
-        planned = Registration(
+        return Registration(
             agent=Agent(id=agent_id, name=name, framework=framework, namespace=namespace,
                         created_at=now, last_seen=now),
             credentials=Credentials(api_key=new_api_key(self.settings.key_env),
                                     key_id=new_key_id(), agent_id=agent_id))
-        if not message_id:
-            return await self._carry_out(principal, planned)
-        # The plan is kept under the message id before anything is written, so a retry after
-        # a failure part-way (an agent stored, its key not) finishes this registration rather
-        # than starting another (docs/design.md, "A message id is bound to its request").
-        first = await self.store.remember_reply(namespace, principal.writer_id, message_id,
-                                                _PENDING + sent, msgspec.json.encode(planned))
-        stored_fingerprint, reply = first
-        if not stored_fingerprint.startswith(_PENDING):
-            return _replayed(first, sent, message_id)
-        registration = _replayed((stored_fingerprint[len(_PENDING):], reply), sent, message_id)
-        done = await self._carry_out(principal, registration)
-        await self.store.replace_reply(namespace, principal.writer_id, message_id, sent,
-                                       msgspec.json.encode(done))
-        return done
 
-    async def _carry_out(self, principal: Principal, plan: Registration) -> Registration:
-        """Store the planned agent and its key, each step safe to repeat with the same plan."""
-        agent, credentials = plan.agent, plan.credentials
-        saved = await self.store.save_agent(agent)
-        grants = principal.delegated_grants(agent.namespace, self.settings.amp_namespace)
-        record = ApiKeyRecord(id=credentials.key_id, name=f"agent {agent.name}"[:200],
-                              grants=grants, agent_id=agent.id, created_at=agent.created_at,
-                              created_by=principal.subject)
-        await self.store.save_api_key(hash_api_key(credentials.api_key), record)
+    async def _apply(self, principal: Principal, planned: Registration) -> Registration:
+        """Store a planned registration; each step may run again (a retried registration)."""
+        agent = await self.store.save_agent(planned.agent)
+        credentials = planned.credentials
+        await save_api_key(self.store, credentials.api_key, ApiKeyRecord(
+            id=credentials.key_id, name=f"agent {agent.name}"[:200],
+            grants=principal.delegated_grants(agent.namespace, self.settings.amp_namespace),
+            agent_id=agent.id, created_at=agent.created_at, created_by=principal.subject))
         await self.audit.record(agent.namespace, "agent-register", actor_fields(principal),
                                 details={"agent": agent.id, "key": credentials.key_id})
-        return Registration(agent=saved, credentials=credentials)
+        return Registration(agent=agent, credentials=credentials)
 
     async def get(self, principal: Principal, namespace: str, agent_id: str) -> Agent:
         validate_namespace(namespace)
@@ -118,8 +118,10 @@ class AgentService:
                 await self.store.get_agent(namespace, agent_id) is None:
             raise MempError("not_found", f"no agent {agent_id!r} in namespace {namespace!r}")
         # Announced and audited even when replicas did not confirm it (then a 503 says so).
-        await settle(self.store.delete_agent(namespace, agent_id), lambda: self.audit.record(
-            namespace, "agent-remove", actor_fields(principal), details={"agent": agent_id}))
+        await settle(self.store.delete_agent(namespace, agent_id, self.clock()),
+                     lambda: self.audit.record(namespace, "agent-remove",
+                                               actor_fields(principal),
+                                               details={"agent": agent_id}))
 
     async def list(self, principal: Principal, namespace: str, cursor: str | None,
                    limit: int | None) -> tuple[list[Agent], str | None]:

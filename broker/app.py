@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,16 +27,13 @@ from broker.auth import Authenticator
 from broker.changes import ChangeLog
 from broker.clock import Clock, system_clock
 from broker.console import routes as console
-from broker.errors import MempError
+from broker.errors import MempError, corrupt_record
 from broker.http import InternalErrorMiddleware, error_response, json_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
 from broker.limits import FairShare, RateLimited
 from broker.logs import RequestIdMiddleware, Throttle
-from broker.mcp import server as mcp
-from broker.mcp.resources import Resources
-from broker.mcp.tools import Toolbox
-from broker.mcp.watch import Watcher
+from broker.mcp import mount as mcp
 from broker.memory import MemoryService, Proposed
 from broker.messages import MessageHandler
 from broker.metrics import Metrics, MetricsMiddleware
@@ -62,6 +60,9 @@ from broker.storage.records import CorruptRecord
 from broker.stream_leases import StreamLeases
 from broker.supervisor import Backoff, Supervisor
 from broker.sweeper import ExpirySweeper, GovernanceSweeper
+
+if TYPE_CHECKING:
+    from broker.mcp.server import McpServer
 
 log = logging.getLogger("memp")
 OUTAGE_LOG_SECONDS = 30.0  # while the store is out of reach, one warning per this many seconds
@@ -116,8 +117,7 @@ async def _store_down(request: Request, exc: Exception) -> Response:
 
 async def _corrupt(request: Request, exc: Exception) -> Response:
     log.error("corrupt record on %s %s: %s", request.method, request.url.path, exc)
-    return error_response(MempError("internal", f"a stored record is corrupt: {exc}",
-                                    {"corrupt_record": str(exc)}))
+    return error_response(corrupt_record(exc))
 
 
 async def _watch_store(storage: Storage, outage: Throttle) -> None:
@@ -175,10 +175,21 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     auth = Authenticator(settings, storage.accounts)
     stream_guard = StreamGuard(auth, registry, supervisor)
     listener = InvalidationListener(registry, auth, stream_guard, settings.reader_block_ms)
-    mcp_server = mcp.McpServer(
-        Toolbox(memory_service, amp_cells, agent_service), Resources(memory_service),
-        Watcher(settings, hub, registry, memory_service, stream_guard, stream_leases),
-        settings.max_request_bytes)
+
+    def mcp_server() -> McpServer:
+        # Imported here: only once /mcp is first used (broker/mcp/mount.py).
+        from broker.mcp.resources import Resources
+        from broker.mcp.server import McpServer
+        from broker.mcp.tools import Toolbox
+        from broker.mcp.watch import Watcher
+
+        return McpServer(Toolbox(memory_service, amp_cells, agent_service),
+                         Resources(memory_service),
+                         Watcher(settings, hub, registry, memory_service, stream_guard,
+                                 stream_leases),
+                         settings.max_request_bytes)
+
+    mcp_mount = mcp.McpMount(auth, mcp_server)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -204,9 +215,9 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         supervisor.start("stream lease renewer", stream_leases.run)
         supervisor.start("store watch", lambda: _watch_store(storage, outage))
         try:
-            async with mcp_server.running():
-                yield
+            yield
         finally:
+            await mcp_mount.close()
             await hub.close()
             with contextlib.suppress(*StoreError, OSError):
                 await stream_leases.release_all()
@@ -221,7 +232,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         routes=[*memory.routes, *system.routes, *agents.routes, *messages.routes, *api_keys.routes,
                 *subscribe.routes, *namespaces.routes, *audit.routes, *proposals.routes,
                 *amp_routes.routes,
-                mcp.route(auth, mcp_server),
+                mcp.route(mcp_mount),
                 *(console.routes() if settings.console else [])],
         exception_handlers={
             MempError: _mempe_error,
@@ -260,7 +271,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     app.state.agents = agent_service
     app.state.messages = MessageHandler(memory_service, agent_service, clock,
                                         proposal_service)
-    app.state.mcp = mcp_server
+    app.state.mcp = mcp_mount
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(InternalErrorMiddleware)
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]

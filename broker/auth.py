@@ -193,6 +193,10 @@ class Authenticator:
         """Those of these API key ids that are not revoked."""
         return await self.store.live_api_keys(key_ids) if key_ids else set()
 
+    async def removed_agents(self, agent_ids: set[str]) -> set[str]:
+        """Those of these agent ids that were removed (their JWTs no longer authenticate)."""
+        return await self.store.removed_agents(agent_ids)
+
     async def _resolve(self, token: str) -> Principal | None:
         if token.startswith(API_KEY_PREFIX):
             record = await self.store.load_api_key(hash_api_key(token))
@@ -201,8 +205,10 @@ class Authenticator:
             return Principal(subject=record.id, grants=tuple(record.grants),
                              agent_id=record.agent_id, key_id=record.id)
         if token.count(".") == 2 and self.jwt is not None:
-            claims = self.jwt.verify(token)
-            return _principal_from_claims(claims)
+            principal = _principal_from_claims(self.jwt.verify(token))
+            if principal.agent_id and await self.store.removed_agents({principal.agent_id}):
+                raise _unauthorized(f"the agent {principal.agent_id!r} was removed")
+            return principal
         raise _unauthorized("token is neither a MEMP API key nor an accepted JWT")
 
 
@@ -213,6 +219,10 @@ def _principal_from_claims(claims: dict[str, Any]) -> Principal:
         raise _unauthorized(f"invalid grants claim: {exc}") from None
     subject = claims.get("sub")
     agent_id = subject if isinstance(subject, str) and subject else None
+    if agent_id is not None and not (len(agent_id) <= _MAX_SUBJECT and agent_id.isprintable()):
+        # It becomes the author of writes and part of Redis keys: no control characters, no
+        # lone surrogates (not UTF-8), nothing unbounded.
+        raise _unauthorized(f"the token's subject must be 1-{_MAX_SUBJECT} printable characters")
     if agent_id is not None and is_reserved(agent_id):
         raise _unauthorized(f"the token's subject {agent_id!r} is a reserved identity")
     expires = claims.get("exp")
@@ -225,12 +235,17 @@ async def create_api_key(store: AccountStore, env: str, *, grants: list[Grant], 
                          agent_id: str | None, created_by: str, now: int
                          ) -> tuple[str, ApiKeyRecord]:
     """Create and store a key; the plain key is returned once and never stored. The name is
-    cut to 200 characters (a registration names its key after the agent)."""
+    cut to 200 characters."""
     api_key = new_api_key(env)
     record = ApiKeyRecord(id=new_key_id(), name=name[:200], grants=grants, agent_id=agent_id,
                           created_at=now, created_by=created_by)
-    await store.save_api_key(hash_api_key(api_key), record)
+    await save_api_key(store, api_key, record)
     return api_key, record
+
+
+async def save_api_key(store: AccountStore, api_key: str, record: ApiKeyRecord) -> None:
+    """Store a key's record under its hash (again, for a registration run again)."""
+    await store.save_api_key(hash_api_key(api_key), record)
 
 
 def check_grants(grants: list[Grant]) -> list[Grant]:
@@ -246,6 +261,7 @@ def check_grants(grants: list[Grant]) -> list[Grant]:
     return grants
 
 
+_MAX_SUBJECT = 256
 _AGENT_ID_RE = re.compile(r"[A-Za-z0-9._:@+-]{1,128}")
 
 
@@ -257,6 +273,9 @@ async def check_binding(principal: Principal, store: AccountStore, agent_id: str
         raise MempError("invalid_request", "agent_id must be 1-128 characters of A-Z a-z 0-9 "
                         ". _ : @ + -", {"field": "agent_id"})
     check_claimable(agent_id)
+    if await store.removed_agents({agent_id}):
+        raise MempError("forbidden", f"agent {agent_id!r} was removed and cannot be bound again",
+                        {"agent_id": agent_id})
     if principal.superuser:
         return agent_id
     home = await store.agent_home(agent_id)

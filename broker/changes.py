@@ -10,7 +10,13 @@ import msgspec
 
 from broker.amp.visibility import CellVisibility, Readers
 from broker.models import Entry
-from broker.storage.changelog import ChangeLogStore, ChangeRecord, format_cursor, position_key
+from broker.storage.changelog import (
+    CORRUPT,
+    ChangeLogStore,
+    ChangeRecord,
+    format_cursor,
+    position_key,
+)
 
 
 class ChangePayload(Entry, kw_only=True):
@@ -63,6 +69,8 @@ class ChangeLog:
 
     def change(self, namespace: str, record: ChangeRecord) -> Change:
         entry, kind, readers = record.entry, record.type, None
+        if kind == CORRUPT:
+            return Change(namespace, record.position, kind, record.key, 0, b"{}")
         if entry is None:  # a proposal's change: its JSON with the type
             data = b'{"type":"' + kind.encode() + b'",' + record.doc.removeprefix(b"{")
             return Change(namespace, record.position, kind, record.key, 0, data,

@@ -29,6 +29,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "rate_limited": 429,
     "quota_exceeded": 429,
     "internal": 500,
+    "corrupt_record": 500,
     "unavailable": 503,
 }
 
@@ -60,6 +61,14 @@ class MempError(Exception):
 
     def encode(self) -> bytes:
         return msgspec.json.encode(self.body())
+
+
+def corrupt_record(exc: Exception) -> MempError:
+    """The 500 for a stored record that cannot be decoded (storage's CorruptRecord): it names
+    the record, so an operator can repair or delete it; other records are unaffected."""
+    record = getattr(exc, "record", "") or str(exc)
+    return MempError("corrupt_record", f"a stored record cannot be read: {exc}",
+                     {"record": record})
 
 
 def unavailable(reason: str = "the store is unreachable",

@@ -15,6 +15,7 @@ from broker.amp.visibility import Viewer
 from broker.changes import Change, ChangeLog
 from broker.errors import unavailable
 from broker.grammar import Pattern
+from broker.storage.changelog import CORRUPT
 from broker.supervisor import Backoff, Supervisor
 
 log = logging.getLogger("memp.hub")
@@ -157,6 +158,8 @@ class NamespaceReader:
                 self._reset_subscribers()
                 continue
             for change in changes:
+                if change.type == CORRUPT:  # its position is passed, nobody gets it
+                    continue
                 for subscriber in self.subscribers:
                     subscriber.offer(change)
             if changes:

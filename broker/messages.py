@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from typing import Any
 
@@ -12,7 +13,7 @@ from broker import PROTOCOL_VERSION
 from broker.agents import AgentService
 from broker.auth import Principal
 from broker.clock import Clock
-from broker.errors import MempError
+from broker.errors import MempError, corrupt_record
 from broker.grammar import NAMESPACE_RE
 from broker.memory import MemoryService, Proposed, PutOptions, entry_warnings
 from broker.models import (
@@ -33,7 +34,10 @@ from broker.models import (
 )
 from broker.proposals import ProposalService
 from broker.storage.client import STORE_DOWN, store_down
+from broker.storage.records import CorruptRecord
 from broker.validation import check_message_id
+
+log = logging.getLogger("memp.messages")
 
 
 class MessageHandler:
@@ -67,6 +71,10 @@ class MessageHandler:
         except STORE_DOWN as exc:
             down = store_down(exc)
             return down.status, self.error_reply(down, message)
+        except CorruptRecord as exc:
+            log.error("corrupt record in message %s: %s", message and message.id, exc)
+            corrupt = corrupt_record(exc)
+            return corrupt.status, self.error_reply(corrupt, message)
 
     async def handle(self, principal: Principal, message: AnyMessage) -> dict[str, Any]:
         if message.memp != PROTOCOL_VERSION:

@@ -24,7 +24,7 @@ from broker.models import Entry, Proposal, ProposalPage
 from broker.patch import MISSING, diff
 from broker.storage.fairshare import Gate, open_gate
 from broker.storage.proposals import ProposalStore, StoredProposal
-from broker.storage.records import CorruptRecord, WriteOutcome, WriteRequest
+from broker.storage.records import CorruptRecord, WriteOutcome, WriteRequest, skipped
 from broker.validation import check_limit
 
 _ID_RE = re.compile(r"prop_[0-9a-f]{12}[0-9a-f]{16}")
@@ -144,7 +144,8 @@ class ProposalService:
         try:
             proposal = msgspec.json.decode(stored.doc, type=Proposal)
         except msgspec.DecodeError as exc:
-            raise CorruptRecord(f"stored proposal of {namespace}: {exc}") from None
+            raise CorruptRecord(f"stored proposal of {namespace}: {exc}",
+                                f"proposal of {namespace}") from None
         if proposal.status == "pending" and proposal.expires_at <= self.clock():
             proposal = msgspec.structs.replace(proposal, status="expired")  # not yet swept
         return proposal
@@ -194,7 +195,11 @@ class ProposalService:
                 before = (created, proposal_id)
                 if stored is None:
                     continue
-                proposal = self._shown(stored, namespace)
+                try:
+                    proposal = self._shown(stored, namespace)
+                except CorruptRecord as exc:  # left out, so that it hides no other
+                    skipped(exc)
+                    continue
                 if ((status is None or proposal.status == status)
                         and (key is None or proposal.key == key)
                         and self._may_see(principal, namespace, proposal)):
@@ -370,7 +375,11 @@ class ProposalService:
             stored = await self.store.load(namespace, proposal_id)
             if stored is None or stored.status != "pending":
                 continue
-            proposal = msgspec.json.decode(stored.doc, type=Proposal)
+            try:
+                proposal = msgspec.json.decode(stored.doc, type=Proposal)
+            except msgspec.DecodeError as exc:  # never closed, and in the way of no other
+                skipped(CorruptRecord(f"stored proposal of {namespace}: {exc}"))
+                continue
             try:
                 await self._close(namespace, proposal, "expire", "system", None, None)
                 closed += 1

@@ -1,24 +1,38 @@
-"""Open streams end when their right to exist does.
+"""Open streams (and MCP sessions) end when their right to exist does.
 
 Every process keeps the streams it serves with the principal that opened them. When a key is
-revoked or an agent removed (anywhere: the news arrives by pub/sub), a namespace's shares
-change, or the invalidation listener reconnects (news may have been missed), the streams are
-checked again; a JWT's expiry is checked every second. A stream that lost its right gets a
-final `revoked` event saying why, with its cursor, and is closed."""
+revoked or an agent removed (its keys and the JWTs naming it), anywhere (the news arrives by
+pub/sub), a namespace's shares change, or the invalidation listener reconnects (news may have
+been missed), the streams are checked again; a JWT's expiry is checked every second. A stream
+that lost its right gets a final `revoked` event saying why, with its cursor, and is closed."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
+from typing import Protocol
 
 from broker.auth import Authenticator, Principal
 from broker.errors import MempError
-from broker.hub import Subscriber
 from broker.namespaces import NamespaceRegistry
 from broker.supervisor import Supervisor
 
 log = logging.getLogger("memp.revocation")
+
+
+class Guarded(Protocol):
+    """What the guard ends: a stream's subscriber, or an MCP session."""
+
+    @property
+    def patterns(self) -> Mapping[str, object]:
+        """The namespaces it follows (their grants and shares are checked again)."""
+
+    @property
+    def revoked(self) -> str | None: ...
+
+    def revoke(self, reason: str) -> None: ...
 
 
 class StreamGuard:
@@ -29,12 +43,12 @@ class StreamGuard:
         self.auth = auth
         self.namespaces = namespaces
         self.supervisor = supervisor
-        self.streams: dict[Subscriber, Principal] = {}
+        self.streams: dict[Guarded, Principal] = {}
 
-    def watch(self, subscriber: Subscriber, principal: Principal) -> None:
+    def watch(self, subscriber: Guarded, principal: Principal) -> None:
         self.streams[subscriber] = principal
 
-    def forget(self, subscriber: Subscriber) -> None:
+    def forget(self, subscriber: Guarded) -> None:
         self.streams.pop(subscriber, None)
 
     def recheck_soon(self, namespace: str | None = None) -> None:
@@ -48,16 +62,20 @@ class StreamGuard:
         if not watched:
             return
         live = await self.auth.live_keys({p.key_id for _, p in watched if p.key_id})
+        removed = await self.auth.removed_agents(
+            {p.agent_id for _, p in watched if p.agent_id and not p.key_id})
         for subscriber, principal in watched:
             reason = None
             if principal.key_id and principal.key_id not in live:
                 reason = "the API key was revoked"
+            elif not principal.key_id and principal.agent_id in removed:
+                reason = "the agent was removed"
             else:
                 reason = await self._lost_namespace(subscriber, principal)
             if reason is not None:
                 self._end(subscriber, reason)
 
-    async def _lost_namespace(self, subscriber: Subscriber, principal: Principal
+    async def _lost_namespace(self, subscriber: Guarded, principal: Principal
                               ) -> str | None:
         for namespace in subscriber.patterns:
             try:
@@ -72,7 +90,7 @@ class StreamGuard:
             if principal.expires_at is not None and principal.expires_at <= now:
                 self._end(subscriber, "the token expired")
 
-    def _end(self, subscriber: Subscriber, reason: str) -> None:
+    def _end(self, subscriber: Guarded, reason: str) -> None:
         self.forget(subscriber)
         if subscriber.revoked is None:
             log.info("ending a stream: %s", reason)

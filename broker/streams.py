@@ -17,7 +17,7 @@ from broker.grammar import Pattern
 from broker.hub import Hub, Subscriber
 from broker.memory import MemoryService
 from broker.metrics import Metrics
-from broker.storage.changelog import format_cursor, position_key
+from broker.storage.changelog import CORRUPT, format_cursor, position_key
 
 _REPLAY_BATCH = 500
 _LIVE_BATCH = 64  # queued changes sent in one write, at most
@@ -148,7 +148,7 @@ class EventStream:
             snapshot_version = self.snapshot_versions.get((change.namespace, change.key), 0)
             if change.version <= snapshot_version:
                 return False
-        return matched or self.subscriber.wants(change)
+        return change.type != CORRUPT and (matched or self.subscriber.wants(change))
 
     def _frame(self, change: Change) -> bytes:
         """The change's event, after `_fresh` moved the position: with one namespace the cursor

@@ -39,6 +39,15 @@ BACKENDS = os.environ.get("MEMP_TEST_BACKENDS", "embedded,redis").split(",")
 TOPOLOGY_BACKENDS = ("cluster", "sentinel")
 
 
+def load_yaml(text: str) -> Any:
+    """YAML text as `yaml.safe_load` reads it, with libyaml's loader (the tests read
+    openapi.yaml often; tests/test_openapi.py also checks the served document against
+    `yaml.safe_load`'s reading)."""
+    from broker.reference import load_document
+
+    return load_document(text)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -400,36 +409,44 @@ TOPOLOGY_FIXTURES = frozenset({"redis_cluster", "redis_sentinel", "tls_redis", "
                                "tls_sentinel"})
 
 
+# The longest single tests (a minute or two each), run first so that no worker is left with
+# one of them at the end while the others idle.
+LONGEST_FIRST = ("tests/test_fuzz.py",)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests using a topology are marked `topology`, so `-m topology` (or `-m 'not topology'`)
-    selects them."""
+    selects them; the LONGEST_FIRST files' tests move to the front."""
     for item in items:
         if TOPOLOGY_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.topology)
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in LONGEST_FIRST)
 
 
-# The test files of the topologies: under pytest-xdist (./scripts/test) all of their tests run
-# on one worker, which starts each topology once rather than once per worker. A test elsewhere
-# that uses a topology still works, on a topology its worker starts for it.
-TOPOLOGY_FILES = ("tests/test_topologies.py", "tests/test_topology_brokers.py")
+# Files whose tests share one pytest-xdist worker (./scripts/test): the topology files' tests,
+# so that each topology starts once rather than once per worker (a test elsewhere that uses a
+# topology still works, on a topology its worker starts for it), and the console's, which
+# share one Chromium and one broker.
+GROUPED_FILES = {"tests/test_topologies.py": "topology", "tests/test_topology_brokers.py":
+                 "topology", "tests/test_console.py": "console"}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadgroup` with one more group, the topology files' tests. (xdist's own
-    `xdist_group` marks do not group under pytest 9: it renames items by a field pytest 9 no
-    longer reads.)"""
+    """`--dist loadgroup` with the GROUPED_FILES groups. (xdist's own `xdist_group` marks do
+    not group under pytest 9: it renames items by a field pytest 9 no longer reads.) Groups go
+    out first, the largest first (xdist's `--loadscope-reorder`), then single tests in
+    collection order."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling  # type: ignore[import-untyped]
 
-    class TopologyGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
+    class FileGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.split("::", 1)[0] in TOPOLOGY_FILES:
-                return "topology"
-            return str(super()._split_scope(nodeid))
+            group = GROUPED_FILES.get(nodeid.split("::", 1)[0])
+            return group if group is not None else str(super()._split_scope(nodeid))
 
-    return TopologyGroupScheduling(config, log)
+    return FileGroupScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import BACKENDS, Broker
+from tests.conftest import ADMIN_KEY, BACKENDS, Broker
 from tests.test_amp_support import TestClock, clocked_broker
 
 AGENT_FIELDS = {"id", "name", "framework", "namespace", "created_at", "last_seen"}
@@ -277,3 +278,59 @@ def test_register_refuses_malformed_json_and_missing_token(broker: Broker,
         response = anonymous.post("/v1/agents", json={"name": "a", "namespace": "ok"})
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("wire", ["rest", "message"])
+def test_a_registration_retried_after_a_503_creates_one_agent(
+        broker_factory: Callable[..., Broker], ns: str, wire: str) -> None:
+    """A 503 that came after the write was applied (here: no replica confirmed it) and a retry
+    under the same Idempotency-Key (or message id) make one agent, with working credentials."""
+    unconfirmed = broker_factory("redis", write_replicas=1, write_replicas_timeout_ms=100)
+    healthy = broker_factory("redis")
+    message_id = f"register-{uuid.uuid4().hex}"
+
+    def attempt(broker: Broker) -> tuple[int, dict[str, Any]]:
+        with broker.client() as client:
+            if wire == "rest":
+                reply = register(client, ns, headers={"Idempotency-Key": message_id})
+                return reply.status_code, reply.json()
+            reply = client.post("/v1/messages", json={
+                "memp": "1.0", "type": "agent.register", "id": message_id, "namespace": ns,
+                "name": "my-agent", "framework": "langchain"})
+            body = reply.json()
+            if "agent" in body:  # the reply's envelope differs per reply; its content not
+                body = {"agent": body["agent"], "credentials": body["credentials"]}
+            return reply.status_code, body
+
+    status, failed = attempt(unconfirmed)  # some of its writes landed before the 503
+    assert status == 503, failed
+    status, first = attempt(healthy)
+    assert status in (200, 201), first
+    assert attempt(healthy) == (status, first)
+    with healthy.client() as admin:
+        listed = admin.get(f"/v1/namespaces/{ns}/agents").json()["agents"]
+    assert [a["id"] for a in listed] == [first["agent"]["id"]]
+    assert listed[0]["created_at"] == first["agent"]["created_at"]
+    with healthy.client(first["credentials"]["api_key"]) as agent:
+        written = agent.put(f"/v1/namespaces/{ns}/memory/k", json={"value": 1})
+        assert written.status_code == 201, written.text
+        assert written.json()["agent_id"] == first["agent"]["id"]
+
+
+def test_one_registration_sent_to_two_processes_at_once_creates_one_agent(
+        broker_processes: Callable[..., list[Any]], ns: str) -> None:
+    processes = broker_processes(2)
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}",
+               "Idempotency-Key": f"register-{uuid.uuid4().hex}"}
+    body = {"name": "twin", "namespace": ns}
+
+    def send(url: str) -> httpx.Response:
+        return httpx.post(f"{url}/v1/agents", json=body, headers=headers, timeout=15)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        replies = list(pool.map(send, [p.url for p in processes] * 4))
+    assert {r.status_code for r in replies} == {201}
+    assert len({r.text for r in replies}) == 1
+    listed = httpx.get(f"{processes[0].url}/v1/namespaces/{ns}/agents",
+                       headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()["agents"]
+    assert [a["id"] for a in listed] == [replies[0].json()["agent"]["id"]]

@@ -24,7 +24,8 @@ from broker.amp.index import index_update
 from broker.amp.service import CellService, cell_key
 from broker.settings import Settings, SettingsError
 from broker.storage import Storage, layout
-from broker.storage.amp import COMMIT_CHUNK, TRANSITIONS
+from broker.storage.amp import COMMIT_CHUNK
+from broker.storage.amp_status import TRANSITIONS
 from tests.conftest import BACKENDS, Broker, BrokerProcess
 from tests.test_amp_support import (
     DAY_MS,
@@ -782,3 +783,47 @@ def test_patches_on_two_processes_leave_the_index_matching_the_cell(
         assert client.sismember(layout.amp_term(ns, "text"), cell["id"])
     finally:
         client.close()
+
+
+def test_patches_racing_engines_on_two_processes_are_never_lost(
+        broker_processes: Callable[..., list[BrokerProcess]], ns: str) -> None:
+    # Each cell is patched over and over through one process while engines on both processes
+    # turn cells stale: every patch that answered 200 is in the history, the last one is the
+    # stored text, and each cell went stale exactly once.
+    first, second = amp_processes(broker_processes, ns)
+    with Amp(first.url, ns) as one, Amp(second.url, ns) as two:
+        cells = [decaying(one, f"cell {i} v0") for i in range(8)]
+        as_of = max(created(c) for c in cells) + days(70)
+        applied: dict[str, list[str]] = {c["id"]: [] for c in cells}
+        moved = [0]
+        lock = threading.Lock()
+
+        def patches(cell: dict[str, Any]) -> None:
+            with Amp(first.url, ns) as own:
+                for n in range(1, 9):
+                    text = f"{cell['id']} v{n}"
+                    response = own.patch(cell["id"], {"content": {"text": text}})
+                    assert response.status_code in (200, 409), response.text
+                    if response.status_code == 200:
+                        applied[cell["id"]].append(text)
+
+        def engine(client: Amp) -> None:
+            with Amp(client.url, ns) as own:
+                for _ in range(6):
+                    counts = own.run(as_of)
+                    with lock:
+                        moved[0] += counts["stale"]
+
+        threads = [threading.Thread(target=patches, args=(c,)) for c in cells]
+        threads += [threading.Thread(target=engine, args=(c,)) for c in (one, two)]
+        run_threads(threads)
+        moved[0] += one.run(as_of)["stale"]  # a cell whose change lost to its last patch
+        for cell in cells:
+            history = one.history(cell)
+            texts = [v["value"]["content"]["text"] for v in history]
+            assert [t for t in applied[cell["id"]] if t not in texts] == []
+            assert one.stored(cell)["content"]["text"] == (applied[cell["id"]] or
+                                                           [f"cell {cells.index(cell)} v0"])[-1]
+            assert one.statuses(cell) == ["active", "stale"], one.statuses(cell)
+            assert [v["version"] for v in history] == list(range(1, len(history) + 1))
+        assert moved[0] == len(cells)

@@ -450,6 +450,11 @@ def _refused_tokens() -> list[Any]:
         pytest.param("HS256", hs(sub="amp-lifecycle"), id="sub-amp-engine"),
         pytest.param("HS256", hs(sub="key_0123456789abcdef"), id="sub-an-api-key-id"),
         pytest.param("HS256", hs(sub="jwt:anonymous"), id="sub-jwt-prefixed"),
+        # a subject is an identity written into records, keys and events: printable text only
+        pytest.param("HS256", hs(sub="\ud800"), id="sub-lone-surrogate"),
+        pytest.param("HS256", hs(sub="a\x00b"), id="sub-nul"),
+        pytest.param("HS256", hs(sub="a\r\nb"), id="sub-crlf"),
+        pytest.param("HS256", hs(sub="x" * 257), id="sub-too-long"),
     ]
 
 

@@ -61,6 +61,7 @@ class Context:
     key_id: str
     tokens: dict[str, str | None]
     baseline: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)  # the seed, as `seeded` last read it
 
     def fill(self, text: str) -> str:
         return (text.replace("{ns}", self.ns).replace("{agent}", self.agent)
@@ -788,19 +789,24 @@ def seeded(outsider_tokens: dict[str, str]) -> Iterator[Callable[[Broker], Conte
     """One seeded namespace per broker for the whole catalogue. Every case checks that its
     request changed nothing, so they can share it; a namespace per case would also leave the
     session broker's sweeper with hundreds of namespaces to visit. Should a case damage it
-    anyway, the next case starts on a fresh one, so one bug fails one case."""
+    anyway, the next case starts on a fresh one, so one bug fails one case. The context's
+    `state` is what the seed holds as the case starts (API keys aside)."""
     contexts: dict[str, Context] = {}
 
     def get(target: Broker) -> Context:
         ctx = contexts.get(target.url)
-        if ctx is not None and not _intact(ctx):
+        state = _intact(ctx) if ctx is not None else None
+        if ctx is not None and state is None:
             ctx.admin.close()
             ctx = None
         if ctx is None:
             ctx = seed(target, target.client(), f"bad-{uuid.uuid4().hex[:12]}",
                        outsider_tokens)
-            ctx.baseline = _without_keys(snapshot(ctx, False))
+            state = snapshot(ctx, False)
+            ctx.baseline = _without_keys(state)
             contexts[target.url] = ctx
+        assert state is not None
+        ctx.state = state
         return ctx
 
     yield get
@@ -840,11 +846,13 @@ def seed(target: Broker, admin: httpx.Client, ns: str, cache: dict[str, str]) ->
                    tokens)
 
 
-def _intact(ctx: Context) -> bool:
+def _intact(ctx: Context) -> dict[str, Any] | None:
+    """The seed's state (API keys aside) if it is as seeded, else None."""
     try:
-        return _without_keys(snapshot(ctx, False)) == ctx.baseline
+        state = snapshot(ctx, False)
     except (AssertionError, ValueError):  # unreadable: not intact either
-        return False
+        return None
+    return state if _without_keys(state) == ctx.baseline else None
 
 
 def _without_keys(state: dict[str, Any]) -> dict[str, Any]:
@@ -862,12 +870,15 @@ def snapshot(ctx: Context, with_keys: bool = True) -> dict[str, Any]:
     agents = admin.get(f"/v1/namespaces/{ns}/agents").json()["agents"]
     config = admin.get(f"/v1/namespaces/{ns}/config").json()
     schemas = admin.get(f"/v1/namespaces/{ns}/schemas").json()
-    keys = sorted(k["id"] for k in admin.get("/v1/keys").json()["keys"]) if with_keys else []
     return {
         "entry": entry.json(), "etag": entry.headers["etag"], "entries": query["entries"],
         "history": history, "agents": [(a["id"], a["name"], a["framework"]) for a in agents],
-        "keys": keys, "config": config, "schemas": schemas,
+        "keys": api_keys(ctx) if with_keys else [], "config": config, "schemas": schemas,
     }
+
+
+def api_keys(ctx: Context) -> list[str]:
+    return sorted(k["id"] for k in ctx.admin.get("/v1/keys").json()["keys"])
 
 
 # ---- sending ----
@@ -960,7 +971,7 @@ def test_bad_request_is_refused_and_stored_data_is_intact(
 ) -> None:
     ctx = seeded(request.getfixturevalue("limited") if bad.limited else broker)
     with_keys = bad.path.startswith("/v1/keys")
-    before = snapshot(ctx, with_keys)
+    before = {**ctx.state, "keys": api_keys(ctx) if with_keys else []}
     status, payload, headers = send(bad, ctx)
     assert status != 500, payload
     assert status == bad.status, payload

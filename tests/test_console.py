@@ -21,17 +21,16 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from broker.console.routes import CSP, load_files
-from tests.conftest import ADMIN_KEY, Broker, free_port, wait_for_port
+from tests.conftest import ADMIN_KEY, Broker, free_port, load_yaml, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "broker" / "console" / "static"
 ARTIFACTS = Path(os.environ.get("MEMP_CONSOLE_ARTIFACTS") or ROOT / "artifacts" / "console")
 # A reference that would make the browser fetch from elsewhere (a CDN, a font service...).
 REMOTE = re.compile(r"""(?:src|href)=["']https?:|url\(\s*['"]?https?:|import\s*\(?\s*['"]https?:""")
-GOVERNANCE = "/v1/namespaces/{namespace}/proposals" in yaml.safe_load(
+GOVERNANCE = "/v1/namespaces/{namespace}/proposals" in load_yaml(
     (ROOT / "openapi.yaml").read_text())["paths"]
 
 
@@ -142,8 +141,9 @@ def test_the_pure_modules_with_node() -> None:
 
 
 def browser_test(test: Callable[..., None]) -> Callable[..., None]:
-    """A test in Chromium (marker `browser`); under pytest-xdist they share one worker, so one
-    Chromium and one broker serve them all."""
+    """A test in Chromium (marker `browser`); under pytest-xdist they share one worker (the
+    file's tests are one group: tests/conftest.py), so one Chromium and one broker serve them
+    all."""
     marked: Callable[..., None] = pytest.mark.xdist_group("console")(pytest.mark.browser(test))
     return marked
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -339,3 +341,34 @@ def test_resource_uris(uri: str, namespace: str, key: str | None, pattern: str) 
 
 def test_every_tool_is_described_once() -> None:
     assert len({tool.name for tool in TOOLS}) == len(TOOLS) == 8
+
+
+def test_a_broker_imports_mcp_only_once_mcp_is_used() -> None:
+    """Building the app leaves the `mcp` package unimported (seconds of CPU in every broker
+    process); broker/mcp/mount.py imports it on the first request to /mcp."""
+    script = ("import sys\n"
+              "from broker.app import create_app\n"
+              "from broker.settings import Settings\n"
+              f"create_app(Settings.from_env(environ={{}}, admin_key={ADMIN_KEY!r}))\n"
+              "print(sorted(m for m in sys.modules if m == 'broker.mcp.server'"
+              " or m.split('.')[0] in ('mcp', 'mcp_types')))\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert run.stdout.strip() == "[]", run.stdout
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_first_requests_to_a_new_broker_start_mcp_once(broker_factory: Callable[..., Broker],
+                                                           mode: str) -> None:
+    """Clients arriving together at a broker whose /mcp was never used all get through."""
+    fresh = broker_factory("embedded")
+
+    async def main() -> None:
+        async def tools() -> list[str]:
+            async with connect(fresh, ADMIN_KEY, mode) as client:
+                return [tool.name for tool in (await client.list_tools()).tools]
+
+        listed = await asyncio.gather(*(tools() for _ in range(4)))
+        assert listed == [[tool.name for tool in TOOLS]] * 4
+
+    run(main())

@@ -10,11 +10,13 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from broker.amp.visibility import Viewer
 from broker.changes import Change
 from broker.grammar import compile_pattern
 from broker.hub import Subscriber
+from broker.storage import layout
 from tests.conftest import Broker
 from tests.test_auth import assert_error, create_key
 from tests.test_subscribe import Stream, subscribe  # noqa: F401 - a fixture
@@ -378,3 +380,27 @@ def test_a_pending_write_is_not_in_a_snapshot(admin: httpx.Client, broker: Broke
     stream.wait_event(lambda e: e.event == "snapshot-end", "the snapshot's end")
     shown = [(e.data["key"], e.data["value"]) for e in stream.events if e.event == "snapshot"]
     assert shown == [("facts/kept", 1)]
+
+
+def test_a_corrupt_proposal_hides_no_other_and_stops_no_expiry(
+        broker_factory: Callable[..., Broker], redis_url: str, ns: str) -> None:
+    handle = broker_factory("redis", proposal_ttl_seconds=1)
+    with handle.client() as admin:
+        broken = propose(admin, ns, "a", 1, approval_required=True)
+        kept = propose(admin, ns, "b", 2, approval_required=True)
+        data = redis.Redis.from_url(redis_url)
+        try:
+            data.hset(layout.proposal(ns, broken["id"]), "doc", b"{not json")
+        finally:
+            data.close()
+        listed = admin.get(props(ns))
+        assert listed.status_code == 200, listed.text
+        assert [p["id"] for p in listed.json()["proposals"]] == [kept["id"]]
+        failed = admin.get(props(ns, f"/{broken['id']}"))
+        assert failed.status_code == 500 and failed.json()["error"]["code"] == "corrupt_record"
+        deadline = time.monotonic() + 15
+        while "expire" not in [r["action"] for r in admin.get(
+                f"/v1/namespaces/{ns}/audit").json()["records"]]:
+            assert time.monotonic() < deadline, "the sweeper stopped at the corrupt proposal"
+            time.sleep(0.1)
+        assert admin.get(props(ns, f"/{kept['id']}")).json()["status"] == "expired"

@@ -6,11 +6,10 @@ import re
 from pathlib import Path
 
 import httpx
-import yaml
 
-from tests.conftest import Broker
+from tests.conftest import Broker, load_yaml
 
-DOCUMENT = yaml.safe_load((Path(__file__).resolve().parent.parent / "openapi.yaml").read_text())
+DOCUMENT = load_yaml((Path(__file__).resolve().parent.parent / "openapi.yaml").read_text())
 
 
 def test_the_reference_page_shows_every_operation_and_loads_nothing_else(

@@ -4,6 +4,7 @@ broker process, with a final `revoked` event that says why and carries a resumab
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -141,3 +142,105 @@ def test_a_stream_opened_with_a_jwt_ends_when_it_expires(
     time.sleep(max(delay, 0))
     data = ended_by_revocation(stream, time.monotonic())
     assert data["reason"] == "the token expired"
+
+
+def test_removing_an_agent_ends_the_streams_of_jwts_naming_it_on_every_process(
+        broker_processes: Callable[..., list[BrokerProcess]], streams: Callable[..., Stream],
+        ns: str) -> None:
+    first, second = broker_processes(2, MEMP_JWT_SECRET=JWT_SECRET)
+    with httpx.Client(headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as admin:
+        registered = admin.post(f"{first.url}/v1/agents",
+                                json={"name": "doomed", "namespace": ns}).json()
+    agent_id = registered["agent"]["id"]
+    grants = [{"namespace": ns, "permissions": ["read", "write", "subscribe"]}]
+    token = jwt.encode({"sub": agent_id, "exp": int(time.time()) + 600, "grants": grants},
+                       JWT_SECRET, algorithm="HS256")
+    bystander = jwt.encode({"sub": "bystander", "exp": int(time.time()) + 600,
+                            "grants": grants}, JWT_SECRET, algorithm="HS256")
+    on_first = streams(first.url, token, f"{ns}:*")
+    on_second = streams(second.url, token, f"{ns}:*")
+    other = streams(second.url, bystander, f"{ns}:*")
+    assert put(second.url, ns, "k", 1, token).status_code == 201
+    on_first.wait_key("k", 1)
+    started = time.monotonic()
+    with httpx.Client(headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as admin:
+        assert admin.delete(f"{first.url}/v1/namespaces/{ns}/agents/{agent_id}"
+                            ).status_code == 204
+    for stream in (on_first, on_second):
+        assert ended_by_revocation(stream, started)["reason"] == "the agent was removed"
+    for process in (first, second):
+        refused = put(process.url, ns, "k", 3, token)
+        assert refused.status_code == 401, refused.text
+        assert "removed" in refused.json()["error"]["message"]
+        with httpx.Client(headers={"Authorization": f"Bearer {token}"}) as client:
+            reopened = client.get(f"{process.url}/v1/subscribe", params={"sub": f"{ns}:*"})
+            assert reopened.status_code == 401
+    assert put(second.url, ns, "k", 2, bystander).status_code == 200  # other subjects go on
+    other.wait_key("k", 2)
+    assert not other.ended.is_set()
+
+
+def test_a_removed_agent_cannot_be_bound_again(broker: Broker, admin: httpx.Client,
+                                               ns: str) -> None:
+    registered = admin.post("/v1/agents", json={"name": "gone", "namespace": ns}).json()
+    agent_id = registered["agent"]["id"]
+    assert admin.delete(f"/v1/namespaces/{ns}/agents/{agent_id}").status_code == 204
+    before = admin.get("/v1/keys").json()
+    refused = admin.post("/v1/keys", json={"name": "revive", "agent_id": agent_id, "grants": [
+        {"namespace": ns, "permissions": ["read"]}]})
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["details"] == {"agent_id": agent_id}
+    assert admin.get("/v1/keys").json() == before
+
+
+@pytest.mark.parametrize("credential", ["api-key", "jwt"])
+def test_an_mcp_session_ends_when_its_credential_does(
+        broker_factory: Callable[..., Broker], ns: str, credential: str) -> None:
+    broker = broker_factory("redis", jwt_secret=JWT_SECRET)
+    with broker.client() as admin:
+        registered = admin.post("/v1/agents", json={"name": "mcp", "namespace": ns}).json()
+    agent_id = registered["agent"]["id"]
+    token = registered["credentials"]["api_key"] if credential == "api-key" else jwt.encode(
+        {"sub": agent_id, "exp": int(time.time()) + 600,
+         "grants": [{"namespace": ns, "permissions": ["read", "subscribe"]}]},
+        JWT_SECRET, algorithm="HS256")
+    headers = {"Accept": "application/json, text/event-stream",
+               "Authorization": f"Bearer {token}"}
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}
+    opened, ended = threading.Event(), threading.Event()
+    statuses: list[int] = []
+    with httpx.Client(base_url=broker.url, timeout=10) as http:
+        session = http.post("/mcp", json=initialize, headers=headers).headers["mcp-session-id"]
+        theirs = {**headers, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+        assert http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                         headers=theirs).status_code == 202
+
+        def follow() -> None:  # the session's standalone stream, until the broker ends it
+            try:
+                with httpx.stream("GET", f"{broker.url}/mcp", timeout=30,
+                                  headers={**theirs, "Accept": "text/event-stream"}) as reply:
+                    statuses.append(reply.status_code)
+                    opened.set()
+                    for _ in reply.iter_bytes():
+                        pass
+            except httpx.HTTPError:
+                pass
+            ended.set()
+
+        threading.Thread(target=follow, daemon=True).start()
+        assert opened.wait(10) and statuses == [200]
+        time.sleep(0.3)
+        assert not ended.is_set()
+        started = time.monotonic()
+        with broker.client() as admin:
+            assert admin.delete(f"/v1/namespaces/{ns}/agents/{agent_id}").status_code == 204
+        assert ended.wait(WITHIN + 0.5), "the session's stream outlived its credential"
+        assert time.monotonic() - started <= WITHIN + 0.5
+        listing = http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                            headers=theirs)
+        assert listing.status_code == 401
+        server = broker.app.state.mcp.started
+        assert server is not None
+        assert session not in server.manager._server_instances

@@ -1,7 +1,8 @@
 """The AMP lifecycle engine and purge (spec section 3 and 5).
 
 Transitions run off due-time indexes, never a scan of every cell, and each one is a
-compare-and-set write of the cell, so engines on several broker processes never apply one twice."""
+compare-and-set status change of the cell (a new version, written by amp_status.lua), so engines
+on several broker processes never apply one twice."""
 
 from __future__ import annotations
 
@@ -10,20 +11,25 @@ import logging
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from broker.amp.cells import MemoryCell, iso, parse_time
-from broker.amp.index import index_update, reference_ms, terms_of
+from broker.amp.index import due_times, index_update, reference_ms, terms_of
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
-from broker.amp.service import CellService, decode_cell
+from broker.amp.service import CellService, loaded_cell
 from broker.audit import AuditService
 from broker.clock import Clock
 from broker.errors import MempError
 from broker.identities import AMP_ENGINE
 from broker.storage.amp import CellRecord, IndexUpdate
+from broker.storage.amp_status import StatusChange
 from broker.storage.entries import content_hash
-from broker.storage.records import WriteRequest, live_entry
+from broker.storage.records import CorruptRecord, RawHash, live_value, skipped
 
 log = logging.getLogger("memp.amp")
 Decide = Callable[[MemoryCell, CellRecord, int], str | None]
+_cell_decoder = msgspec.json.Decoder(MemoryCell)
+_cell_encoder = msgspec.json.Encoder()
 
 
 def score_at(cell: MemoryCell, record: CellRecord, as_of: int) -> float:
@@ -56,6 +62,24 @@ def _archive(cell: MemoryCell, record: CellRecord, as_of: int) -> str | None:
                        "stale_since")
     quiet_since = max(since, reference_ms(cell), record.ref)
     return "archived" if quiet_since + ARCHIVE_AFTER_MS <= as_of else None
+
+
+def _stored_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
+                 ) -> tuple[MemoryCell, int] | None:
+    """A loaded cell and its version, decoded straight from the stored value (no Entry);
+    None when it has no live entry or cannot be read (logged: one such cell never stops a
+    pass)."""
+    try:
+        stored = live_value(record.key, raw, now)
+        if stored is None:
+            return None
+        value, version = stored
+        return _cell_decoder.decode(value), version
+    except msgspec.MsgspecError as exc:  # written past the bridge (a hand edit, a restore)
+        skipped(CorruptRecord(f"entry {namespace}/{record.key}: not an AMP cell: {exc}"))
+    except CorruptRecord as exc:
+        skipped(exc)
+    return None
 
 
 class LifecycleEngine:
@@ -116,32 +140,37 @@ class LifecycleEngine:
 
     async def _apply(self, ids: list[str], decide: Decide, as_of: int) -> int:
         """Decide and apply the transitions of one batch in two round trips: the records and
-        entries together, then every write with its index update."""
+        entries together, then every status change, and the index updates of cells that stay
+        as they are."""
         cells = self.cells
         loaded = await cells.index.load(ids)
         now = cells.clock()
-        changes: list[tuple[IndexUpdate, WriteRequest | None]] = []
+        changes: list[StatusChange] = []
+        looks: list[IndexUpdate] = []
         for record, raw in loaded.values():
-            entry = live_entry(cells.namespace, record.key, raw, now)
-            if entry is None:
+            found = _stored_cell(cells.namespace, record, raw, now)
+            if found is None:
                 continue
-            cell = decode_cell(entry)
+            cell, version = found
+            ref = max(reference_ms(cell), record.ref)
             target = decide(cell, record, as_of)
-            request = None
-            if target is not None:
-                cell.lifecycle.status = target  # type: ignore[assignment]
-                cell.lifecycle.stale_since = iso(as_of) if target == "stale" else None
-                request = cells.request(cell, AMP_ENGINE, entry.version, now, f"amp-{target}")
-            # Without a write, the update describes the version loaded: it must not land
-            # over a write made since.
-            update = index_update(cell, record.key, max(reference_ms(cell), record.ref),
-                                 version=None if request else entry.version, created=False,
-                                 terms=False)
-            changes.append((update, request))
-        applied = await cells.commit(changes)
-        # A write that lost (another engine, a patch changed the cell) is left for the next run.
-        return sum(request is not None and ok
-                   for (_, request), ok in zip(changes, applied, strict=True))
+            if target is None:
+                # The update describes the version loaded: it must not land over a write
+                # made since.
+                looks.append(index_update(cell, record.key, ref, version=version,
+                                          created=False, terms=False))
+                continue
+            life = cell.lifecycle
+            life.status = target  # type: ignore[assignment]
+            life.stale_since = iso(as_of) if target == "stale" else None
+            changes.append(StatusChange(
+                id=cell.id, key=record.key, stored=raw, status=target,
+                value=_cell_encoder.encode(cell), ref=ref, dues=due_times(cell, ref),
+                recheck=None if target == "stale" else False))
+        applied = await cells.index.change_status(changes, now, AMP_ENGINE, looks)
+        # A change that lost (another engine, a patch changed the cell) is left for the next
+        # run.
+        return sum(applied)
 
     async def run_forever(self, interval: float,
                           observe: Callable[[float, dict[str, int]], None] | None = None
@@ -194,8 +223,8 @@ class Purger:
                 refused[cell_id] = "no such cell"
                 continue
             record, raw = loaded[cell_id]
-            entry = live_entry(cells.namespace, record.key, raw, cells.clock())
-            cell = decode_cell(entry) if entry is not None else None
+            found = loaded_cell(cells.namespace, record, raw, cells.clock())
+            entry, cell = found if found is not None else (None, None)
             if cell is None or cell.lifecycle.status != "deleted":
                 refused[cell_id] = f"the cell is {record.status}, not deleted"
                 continue

@@ -15,12 +15,11 @@ from broker.amp.cells import MemoryCell, MemoryType, OwnerId, OwnerType, Status,
 from broker.amp.index import terms_of, words_of
 from broker.amp.lifecycle import score_at
 from broker.amp.rules import can_read
-from broker.amp.service import CellService, decode_cell
+from broker.amp.service import CellService, loaded_cell
 from broker.auth import Principal
 from broker.errors import MempError
 from broker.grammar import compile_pattern
 from broker.storage.amp import CellRecord
-from broker.storage.records import live_entry
 
 MAX_CANDIDATES = 5_000
 _WALK_BATCH = 500
@@ -125,10 +124,10 @@ class CellSearch:
         for record, raw in (await cells.index.load(candidates)).values():
             if record.status not in query.statuses:
                 continue
-            entry = live_entry(cells.namespace, record.key, raw, query.now)
-            if entry is None:
+            found = loaded_cell(cells.namespace, record, raw, query.now)
+            if found is None:
                 continue
-            cell = decode_cell(entry)
+            cell = found[1]
             if not self._keep(cell, record, query):
                 continue
             cell.scoring.access_count = record.count

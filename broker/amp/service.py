@@ -32,7 +32,14 @@ from broker.models import Entry, Proposal
 from broker.namespaces import NamespaceRegistry
 from broker.storage.amp import CellIndexStore, CellRecord, IndexUpdate
 from broker.storage.fairshare import Gate, open_gate
-from broker.storage.records import RawHash, WriteOutcome, WriteRequest, live_entry
+from broker.storage.records import (
+    CorruptRecord,
+    RawHash,
+    WriteOutcome,
+    WriteRequest,
+    live_entry,
+    skipped,
+)
 
 # A retry happens only when another write to the cell landed in between, so this bounds how
 # many concurrent writers a patch outlasts before answering 409 write_conflict.
@@ -58,7 +65,23 @@ def _not_found(cell_id: str) -> MempError:
 def decode_cell(entry: Entry) -> MemoryCell:
     if entry.value is None:
         raise MempError("not_found", f"no memory cell at {entry.key!r}")
-    return msgspec.json.decode(entry.value, type=MemoryCell)
+    try:
+        return msgspec.json.decode(entry.value, type=MemoryCell)
+    except msgspec.MsgspecError as exc:  # written past the bridge (a hand edit, a restore)
+        where = f"entry {entry.namespace}/{entry.key}"
+        raise CorruptRecord(f"{where}: not an AMP cell: {exc}", where) from None
+
+
+def loaded_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
+                ) -> tuple[Entry, MemoryCell] | None:
+    """A loaded cell's entry and content; None when it has no live entry or cannot be read
+    (logged: one such cell never stops a search, a lifecycle pass or a purge)."""
+    try:
+        entry = live_entry(namespace, record.key, raw, now)
+        return None if entry is None else (entry, decode_cell(entry))
+    except CorruptRecord as exc:
+        skipped(exc)
+        return None
 
 
 class CellGate(Protocol):
@@ -177,7 +200,8 @@ class CellService:
 
     async def load(self, cell_id: str) -> tuple[CellRecord, MemoryCell, Entry]:
         """A cell that is not deleted, with its index record and MEMP entry."""
-        return self._found(cell_id, (await self.index.load([check_id(cell_id)])).get(cell_id))
+        return self._found(cell_id, (await self.index.load([check_id(cell_id)], strict=True)
+                                     ).get(cell_id))
 
     def _found(self, cell_id: str, found: tuple[CellRecord, RawHash] | None
                ) -> tuple[CellRecord, MemoryCell, Entry]:

@@ -2,10 +2,10 @@
 `memp://` resources and their subscriptions, for the caller the request's Bearer token names.
 
 Every request to `/mcp` is authenticated as every other request is (a 401 in the broker's own
-error shape otherwise), and each handler acts with that principal through the services, so
-MCP opens no new way in. A handshake-era session belongs to the credential that opened it
-(the session manager answers 404 to any other) and lives in the process that opened it; a
-2026-07-28 request stands alone and may reach any process."""
+error shape otherwise: broker/mcp/mount.py), and each handler acts with that principal
+through the services, so MCP opens no new way in. A handshake-era session belongs to the
+credential that opened it (the session manager answers 404 to any other) and lives in the
+process that opened it; a 2026-07-28 request stands alone and may reach any process."""
 
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
+from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from broker import __version__
-from broker.auth import Authenticator, Principal
-from broker.errors import MempError
-from broker.http import error_response
+from broker.auth import Principal
+from broker.errors import MempError, corrupt_record
 from broker.mcp.resources import TEMPLATES, Resources
+from broker.mcp.sessions import OwnedSessions
 from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher, Watches, listen
 from broker.memory import Proposed
@@ -55,7 +55,7 @@ def _error(exc: Exception) -> MempError:
     if isinstance(exc, MempError):
         return exc
     if isinstance(exc, CorruptRecord):
-        return MempError("internal", f"a stored record is corrupt: {exc}")
+        return corrupt_record(exc)
     return store_down(exc)
 
 
@@ -114,11 +114,23 @@ class McpServer:
         # rebinds a name to this host cannot have (browsers are let in by MEMP_CORS_ORIGINS).
         self.manager = StreamableHTTPSessionManager(
             app=self.server, max_request_body_size=max_request_bytes)
+        self.sessions = OwnedSessions(self.manager, watcher.guard)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         async with self.manager.run():
             yield
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send,
+                     principal: Principal) -> None:
+        """Serve one request of an authenticated caller (broker/mcp/mount.py authenticates)."""
+        scope[PRINCIPAL] = principal
+        # The session manager binds a session to the credential that opened it.
+        scope["user"] = AuthenticatedUser(AccessToken(
+            token="", client_id=principal.subject, scopes=[], subject=principal.agent_id))
+        if Headers(scope=scope).get("mcp-session-id") is None:  # may open a session
+            send = self.sessions.noting(send, principal)
+        await self.manager.handle_request(scope, receive, send)
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -212,32 +224,3 @@ class McpServer:
             return await listen(self.watcher, principal, request_id, params, send)
         except _FAILURES as exc:
             raise _protocol_error(_error(exc)) from None
-
-
-class McpEndpoint:
-    """`/mcp`: authenticates the request, then hands it to the session manager with the
-    caller in its scope (and as the session's owner)."""
-
-    def __init__(self, auth: Authenticator, server: McpServer) -> None:
-        self.auth = auth
-        self.server = server
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
-        try:
-            principal = await self.auth.authenticate(request.headers.get("authorization"))
-        except MempError as exc:
-            await error_response(exc)(scope, receive, send)
-            return
-        except STORE_DOWN as exc:
-            await error_response(store_down(exc))(scope, receive, send)
-            return
-        scope[PRINCIPAL] = principal
-        # The session manager binds a session to the credential that opened it.
-        scope["user"] = AuthenticatedUser(AccessToken(
-            token="", client_id=principal.subject, scopes=[], subject=principal.agent_id))
-        await self.server.manager.handle_request(scope, receive, send)
-
-
-def route(auth: Authenticator, server: McpServer) -> Route:
-    return Route("/mcp", McpEndpoint(auth, server), methods=["GET", "POST", "DELETE"])

@@ -7,7 +7,6 @@ import json
 from functools import lru_cache
 from importlib import resources
 
-import yaml
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -58,7 +57,8 @@ async def docs(request: Request) -> Response:
 
 
 async def openapi_json(request: Request) -> Response:
-    return Response(json.dumps(yaml.safe_load(openapi_text())), media_type="application/json")
+    return Response(json.dumps(reference.load_document(openapi_text())),
+                    media_type="application/json")
 
 
 routes = [

@@ -3,8 +3,8 @@ kept for operations retried under one message id, and the announcement of revoca
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -12,7 +12,7 @@ from broker.models import Agent, ApiKeyRecord
 from broker.storage import layout, scripts
 from broker.storage.client import Backend, ScriptCall, text
 from broker.storage.entries import EntryStore
-from broker.storage.records import CorruptRecord, RawHash
+from broker.storage.records import CorruptRecord, RawHash, skipped
 from broker.storage.scripts import Fields
 from broker.storage.writes import RecordWriter
 
@@ -22,6 +22,7 @@ SEEN = Fields("seen", ("when",))
 UPGRADE_KEYS = Fields("upgrade_keys", ("old_ids", "new_ids"))
 UPGRADE = Fields("upgrade", ("old_prefix", "new_prefix"))
 _key_record = msgspec.json.Decoder(ApiKeyRecord)
+T = TypeVar("T")
 
 
 class AccountStore:
@@ -54,41 +55,38 @@ class AccountStore:
 
     # ---- replies kept under a message id (operations that are not one script) ----
 
-    async def recall_reply(self, namespace: str, agent_id: str, message_id: str
-                           ) -> tuple[str, bytes] | None:
-        """The first reply under a message id and its request's fingerprint (stored as the
-        write scripts store theirs: fingerprint, newline, reply)."""
-        stored = cast(bytes | None, await self.redis.get(
-            layout.idempotency(namespace, agent_id, message_id)))
-        if stored is None:
-            return None
-        fingerprint, cut, reply = stored.partition(b"\n")
-        return (fingerprint.decode(), reply) if cut else ("", stored)
+    async def reserve_reply(self, namespace: str, agent_id: str, message_id: str,
+                            fingerprint: str, reply: bytes) -> tuple[str, bytes, bool]:
+        """Keep `reply` under a message id before the operation it answers runs, marked
+        pending, unless a reply is kept already; returns the kept one: its request's
+        fingerprint, the reply, and whether its operation completed (see finish_reply)."""
+        key = layout.idempotency(namespace, agent_id, message_id)
+        pending = b"?" + fingerprint.encode() + b"\n" + reply
+        for _ in range(2):  # the kept reply may expire between the SET and the GET
+            stored = await self.writer.write(("SET", key, pending, "PX",
+                                              self.idempotency_window_ms, "NX"))
+            if stored and stored[0] is not None:
+                return fingerprint, reply, False
+            kept = cast(bytes | None, await self.redis.get(key))
+            if kept is not None:
+                done = not kept.startswith(b"?")
+                fingerprint_kept, _, first = kept.removeprefix(b"?").partition(b"\n")
+                return fingerprint_kept.decode(), first, done
+        raise RuntimeError("the reply kept under a message id kept expiring")
 
-    async def remember_reply(self, namespace: str, agent_id: str, message_id: str,
-                             fingerprint: str, reply: bytes) -> tuple[str, bytes]:
-        """Keep the first reply for the window; returns whichever reply was first."""
-        stored = await self.writer.write((
-            "SET", layout.idempotency(namespace, agent_id, message_id),
-            fingerprint.encode() + b"\n" + reply, "PX", self.idempotency_window_ms, "NX"))
-        if stored and stored[0] is not None:
-            return fingerprint, reply
-        first = await self.recall_reply(namespace, agent_id, message_id)
-        return first or (fingerprint, reply)
-
-    async def replace_reply(self, namespace: str, agent_id: str, message_id: str,
-                            fingerprint: str, reply: bytes) -> None:
-        """Replace the reply kept under a message id, keeping its expiry."""
-        await self.writer.write((
-            "SET", layout.idempotency(namespace, agent_id, message_id),
-            fingerprint.encode() + b"\n" + reply, "XX", "KEEPTTL"))
+    async def finish_reply(self, namespace: str, agent_id: str, message_id: str,
+                           fingerprint: str, reply: bytes) -> None:
+        """Mark the reply under a message id complete (its operation ran to the end)."""
+        await self.writer.write(("SET", layout.idempotency(namespace, agent_id, message_id),
+                                 fingerprint.encode() + b"\n" + reply,
+                                 "PX", self.idempotency_window_ms))
 
     # ---- agents ----
 
     async def save_agent(self, agent: Agent) -> Agent:
-        """Store a new agent; returns it as stored (see agent_save.lua: its `created_at` may be
-        a few ms later, so that registration order is total). Storing it again changes
-        nothing."""
+        """Store a new agent, or find it stored (a registration run again); returns it as
+        stored (see agent_save.lua: its `created_at` may be a few ms later, so that
+        registration order is total)."""
         await self.entries.note_namespace(agent.namespace)
         created, _ = await self.writer.run([
             (self._save_agent,
@@ -103,9 +101,10 @@ class AccountStore:
         raw = await self.redis.hgetall(layout.agent(namespace, agent_id))
         return _agent(cast(RawHash, raw)) if raw else None
 
-    async def delete_agent(self, namespace: str, agent_id: str) -> list[str]:
+    async def delete_agent(self, namespace: str, agent_id: str, now: int) -> list[str]:
         """Remove a registered agent and revoke every API key bound to it, then announce the
-        revocation; returns the ids of the keys revoked."""
+        revocation; returns the ids of the keys revoked. The removal is recorded too (first, on
+        one server): JWTs naming the agent are refused from then on."""
         created = await self.redis.hget(layout.agent(namespace, agent_id), "created_at")
         bound = [r for r in await self.list_api_keys() if r.agent_id == agent_id]
         digests = await self.redis.hmget(layout.api_key_ids(), [r.id for r in bound]) \
@@ -114,11 +113,20 @@ class AccountStore:
         if created is not None:
             record.append(("ZREM", layout.agents(namespace), f"{int(created):013d}:{agent_id}"))
         await self.writer.run([
+            self.writer.call(("HSET", layout.removed_agents(), agent_id, now)),
             self.writer.call(*record),
             self.writer.call(("HDEL", layout.agent_homes(), agent_id)),
             *(self._key_deletion(r.id, text(d)) for r, d in zip(bound, digests, strict=True)
               if d is not None)], announce=("revoked", f"agent:{agent_id}"))
         return [r.id for r in bound]
+
+    async def removed_agents(self, agent_ids: set[str]) -> set[str]:
+        """Those of these agent ids that were registered and then removed."""
+        ids = sorted(agent_ids)
+        if not ids:
+            return set()
+        removed = await self.redis.hmget(layout.removed_agents(), ids)
+        return {agent_id for agent_id, when in zip(ids, removed, strict=True) if when}
 
     async def agent_home(self, agent_id: str) -> str | None:
         """The namespace an agent was registered in, or None for no registered agent. Agents
@@ -147,7 +155,7 @@ class AccountStore:
             for member in members:
                 pipe.hgetall(layout.agent(namespace, member.split(":", 1)[1]))
             rows = await pipe.execute()
-        agents = [_agent(row) for row in rows if row]
+        agents = _readable(_agent, [row for row in rows if row])
         return agents, members[-1] if len(members) == limit else None
 
     async def touch_agents(self, seen: Mapping[tuple[str, str], int]) -> None:
@@ -178,7 +186,8 @@ class AccountStore:
         if not digests:
             return []
         rows = await self.redis.mget([layout.api_key(text(d)) for d in digests])
-        records = [_key(cast(bytes, r), text(d)) for d, r in zip(digests, rows, strict=True) if r]
+        records = _readable(lambda pair: _key(*pair), [
+            (cast(bytes, r), text(d)) for d, r in zip(digests, rows, strict=True) if r])
         return sorted(records, key=lambda r: (r.created_at, r.id))
 
     async def live_api_keys(self, key_ids: set[str]) -> set[str]:
@@ -201,6 +210,17 @@ class AccountStore:
                                 ("HDEL", layout.api_key_ids(), key_id))
 
 
+def _readable(decode: Callable[[Any], T], rows: list[Any]) -> list[T]:
+    """The records of a listing that can be read; the others are left out and logged."""
+    records = []
+    for row in rows:
+        try:
+            records.append(decode(row))
+        except CorruptRecord as exc:
+            skipped(exc)
+    return records
+
+
 def _key(raw: bytes, digest: str) -> ApiKeyRecord:
     try:
         return _key_record.decode(raw)
@@ -209,12 +229,14 @@ def _key(raw: bytes, digest: str) -> ApiKeyRecord:
 
 
 def _agent(raw: RawHash) -> Agent:
-    fields = {text(k): text(v) for k, v in raw.items()}
+    fields: dict[str, str] = {}
     try:
+        fields = {text(k): text(v) for k, v in raw.items()}
         return Agent(
             id=fields["id"], name=fields["name"], framework=fields["framework"],
             namespace=fields["namespace"], created_at=int(fields["created_at"]),
             last_seen=int(fields["last_seen"]),
         )
-    except (KeyError, ValueError) as exc:
-        raise CorruptRecord(f"stored agent {fields.get('id', '?')}: bad field {exc}") from None
+    except (KeyError, ValueError) as exc:  # ValueError: a number or UTF-8 that is not
+        raise CorruptRecord(f"stored agent {fields.get('id', '?')}: bad field {exc}",
+                            f"agent {fields.get('id', '?')}") from None

@@ -10,13 +10,34 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from broker.storage import layout, scripts
+from broker.storage.amp_status import (
+    CELL_STATUS,
+    STATUS_CALL,
+    STATUS_KEYS,
+    TRANSITIONS,
+    StatusChange,
+    status_calls,
+)
 from broker.storage.client import Backend, ScriptCall, text
-from broker.storage.entries import ENTRY_KEYS, NAMESPACE_KEYS, WRITE, WRITE_FILES, EntryStore
+from broker.storage.entries import (
+    COMMON_FILES,
+    ENTRY_KEYS,
+    NAMESPACE_KEYS,
+    WRITE,
+    WRITE_FILES,
+    EntryStore,
+)
 from broker.storage.fairshare import GATE, GATE_KEYS, Gate, open_gate
-from broker.storage.records import CorruptRecord, RawHash, WriteOutcome, WriteRequest, live_entry
+from broker.storage.records import (
+    CorruptRecord,
+    RawHash,
+    WriteOutcome,
+    WriteRequest,
+    live_entry,
+    skipped,
+)
 from broker.storage.scripts import Fields
 
-TRANSITIONS = ("stale", "archive", "expire", "purge")
 RECORD_FIELDS = ("key", "status", "ref", "count", "accessed")
 COMMIT_CHUNK = 50  # changes per amp_commit.lua call: a few milliseconds of Redis at most
 
@@ -133,6 +154,9 @@ class CellIndexStore:
             client, [*WRITE_FILES, "amp_index.lua", "amp_commit.lua"],
             [CELL_INDEX_KEYS, NAMESPACE_KEYS, GATE_KEYS, ENTRY_KEYS, CELL_PREFIXES, GATE, CHANGE,
              WRITE, CELL_UPDATE])
+        self._status = scripts.register(
+            client, [*COMMON_FILES, "amp_index.lua", "amp_status.lua"],
+            [CELL_INDEX_KEYS, STATUS_KEYS, ENTRY_KEYS, CELL_PREFIXES, STATUS_CALL, CELL_STATUS])
         self._post = scripts.register(client, ["amp_post.lua"], [CELL_POST_KEYS, CELL_POST])
         self._match = scripts.register(client, ["amp_match.lua"],
                                        [CELL_TERMS_KEYS, CELL_TERMS])
@@ -158,9 +182,11 @@ class CellIndexStore:
         """The cell's MEMP entry from its raw fields, or None when deleted or expired."""
         return live_entry(self.namespace, key, raw, now)
 
-    async def load(self, cell_ids: Iterable[str]) -> dict[str, tuple[CellRecord, RawHash]]:
+    async def load(self, cell_ids: Iterable[str], *, strict: bool = False
+                   ) -> dict[str, tuple[CellRecord, RawHash]]:
         """The cells' index records with their MEMP entries' raw fields, read together in one
-        call; cells without a record are left out."""
+        call; cells without a record are left out, and so are (logged) those whose record
+        cannot be read, unless `strict` (a read of that very cell: CorruptRecord)."""
         ids = list(cell_ids)
         if not ids:
             return {}
@@ -168,7 +194,17 @@ class CellIndexStore:
             self._load, [layout.amp_cell(self.namespace, i) for i in ids],
             CELL_LOAD.pack(entry_prefix=layout.entry_prefix(self.namespace),
                            fields=list(RECORD_FIELDS)))
-        return {i: _loaded(i, row) for i, row in zip(ids, rows, strict=True) if row}
+        loaded = {}
+        for cell_id, row in zip(ids, rows, strict=True):
+            if not row:
+                continue
+            try:
+                loaded[cell_id] = _loaded(cell_id, row)
+            except CorruptRecord as exc:
+                if strict:
+                    raise
+                skipped(exc)
+        return loaded
 
     async def read(self, cell_id: str, agent: str, now: int
                    ) -> tuple[CellRecord, RawHash, int] | None:
@@ -229,6 +265,27 @@ class CellIndexStore:
         await self.entries.note_namespace(self.namespace)
         replies = await self.backend.run(self._commit_calls(changes, gate), durable=True)
         return self._commit_verdicts(changes, replies)
+
+    async def change_status(self, changes: Sequence[StatusChange], now: int, agent: str,
+                            looks: Sequence[IndexUpdate] = ()) -> list[bool]:
+        """Apply the lifecycle engine's status changes (amp_status.lua, STATUS_CHUNK per call)
+        and, in the same round trip, the index updates of cells it looked at and left
+        (`looks`: amp_commit.lua without writes). Returns, per change, whether it was
+        applied: False where the cell changed since the engine read it."""
+        if not changes and not looks:
+            return []
+        await self.entries.note_namespace(self.namespace)
+        ns = self.namespace
+        keys = [*self._index_keys, *STATUS_KEYS.pack(
+            log=layout.changelog(ns), meta=layout.meta(ns), usage=layout.usage(ns),
+            audit=layout.audit(ns))]
+        args = [*self._prefixes, *STATUS_CALL.pack(
+            now=now, agent=agent, history_limit=self.entries.history_limit,
+            log_maxlen=self.entries.changelog_maxlen)]
+        calls = status_calls(self._status, keys, args, ns, changes)
+        plain = [(update, None) for update in looks]
+        replies = await self.backend.run([*calls, *self._commit_calls(plain)], durable=True)
+        return [v == b"ok" for call in replies[:len(calls)] for v in call]
 
     def _commit_calls(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],
                       gate: Gate | None = None) -> list[ScriptCall]:

@@ -7,11 +7,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, cast
 
+import msgspec
+
 from broker.errors import MempError
 from broker.models import Entry
 from broker.storage import layout
 from broker.storage.client import Redis, read_stream
-from broker.storage.records import entry_from_fields
+from broker.storage.records import CorruptRecord, entry_from_fields, skipped
 
 _CURSOR_PART_RE = re.compile(r"([a-z0-9][a-z0-9._-]{0,62}):([0-9]{1,20})-([0-9]{1,20})")
 _STREAM_ID_MAX = 2**64 - 1  # each half of a Redis stream id is an unsigned 64-bit number
@@ -47,6 +49,9 @@ def position_key(position: str) -> tuple[int, int]:
 # Change types about proposals (docs/governance.md): their record holds the proposal's JSON
 # (`doc`) and its proposer (`by`), not an entry version.
 PROPOSAL_EVENTS = frozenset({"proposal", "approved", "rejected", "expired"})
+# The type of a record that cannot be read: it keeps its place in the log (positions move past
+# it) but is delivered to no one, so it cannot stop the namespace's other changes.
+CORRUPT = "corrupt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +69,24 @@ class ChangeRecord:
 
 def _record(namespace: str, record: StreamRecord) -> ChangeRecord:
     raw_id, raw_fields = record
+    try:
+        return _change(namespace, raw_id.decode(), raw_fields)
+    except (CorruptRecord, UnicodeDecodeError, msgspec.DecodeError) as exc:
+        skipped(CorruptRecord(f"change-log record {namespace}/{raw_id.decode()}: {exc}"))
+        return ChangeRecord(raw_id.decode(), CORRUPT, "", None)
+
+
+def _change(namespace: str, position: str, raw_fields: dict[bytes, bytes]) -> ChangeRecord:
     fields = {k.decode(): v for k, v in raw_fields.items()}
     kind = fields.pop("type", b"put").decode()
     key = fields.pop("key", b"").decode()
     if kind in PROPOSAL_EVENTS:
-        return ChangeRecord(raw_id.decode(), kind, key, None, fields.get("doc") or b"{}",
-                            (fields.get("by") or b"").decode())
+        doc = fields.get("doc") or b"{}"
+        msgspec.json.decode(doc, type=dict[str, Any])  # spliced into the event as an object
+        return ChangeRecord(position, kind, key, None, doc, (fields.get("by") or b"").decode())
     if kind != "put":
         fields["del"] = b"1"
-    return ChangeRecord(raw_id.decode(), kind, key, entry_from_fields(namespace, key, fields))
+    return ChangeRecord(position, kind, key, entry_from_fields(namespace, key, fields))
 
 
 class ChangeLogStore:

@@ -30,6 +30,7 @@ from redis.exceptions import (
     ReadOnlyError,
     RedisClusterException,
     RedisError,
+    ResponseError,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -38,6 +39,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.errors import MempError, unavailable
 from broker.storage.pipe import AutoPipeline
+from broker.storage.records import corrupt
 from broker.storage.urls import RedisTarget, parse
 
 # The client type the stores use. A Cluster client is not a subclass but answers the same
@@ -227,7 +229,14 @@ class Backend:
         """Script calls, in one round trip where the deployment allows it (a Cluster refuses
         scripts in pipelines: there they go concurrently, each to its slot's primary).
         `durable` writes then wait until `replicas` replicas have them (WAIT, on the same
-        connection), or raise NotReplicated."""
+        connection), or raise NotReplicated. A script that found a record it cannot read
+        (a `CORRUPT` error, common.lua) raises CorruptRecord."""
+        try:
+            return await self._run(calls, durable)
+        except ResponseError as exc:
+            raise corrupt(exc) from None
+
+    async def _run(self, calls: Sequence[ScriptCall], durable: bool) -> list[Any]:
         wait = durable and self.replicas > 0
         if self.cluster:
             results = await asyncio.gather(*(self._on_primary(c, wait) for c in calls),
@@ -242,9 +251,12 @@ class Backend:
 
     async def hgetall(self, key: str) -> dict[bytes, bytes]:
         """A hash's fields (the hot path's read: auto-pipelined on one server)."""
-        if self.pipe is None:
-            return cast(dict[bytes, bytes], await self.redis.hgetall(key))
-        flat = await self.pipe.execute("HGETALL", key)
+        try:
+            if self.pipe is None:
+                return cast(dict[bytes, bytes], await self.redis.hgetall(key))
+            flat = await self.pipe.execute("HGETALL", key)
+        except ResponseError as exc:
+            raise corrupt(exc, key) from None
         return dict(zip(flat[::2], flat[1::2], strict=True))
 
     async def _pipelined(self, calls: Sequence[ScriptCall], wait: bool) -> list[Any]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import msgspec
+from redis.exceptions import ResponseError
 
 from broker.grammar import Pattern
 from broker.models import Entry
@@ -23,10 +24,13 @@ from broker.storage.fairshare import (
     open_gate,
 )
 from broker.storage.records import (
+    CorruptRecord,
     WriteOutcome,
     WriteRequest,
+    corrupt,
     entry_from_fields,
     live_entry,
+    skipped,
 )
 from broker.storage.scripts import Fields
 
@@ -50,6 +54,14 @@ COMMON_FILES = ("sha1.lua", "audit.lua", "stream.lua", "common.lua")
 WRITE_FILES = (*COMMON_FILES, *GATE_FILES, "put_entry.lua")
 
 _history_decoder = msgspec.json.Decoder(dict[str, str])
+
+
+def _history_row(row: bytes, namespace: str, key: str) -> dict[str, str]:
+    try:
+        return _history_decoder.decode(row)
+    except msgspec.DecodeError:
+        where = f"history {namespace}/{key}"
+        raise CorruptRecord(f"{where}: a version is not a JSON object", where) from None
 
 
 def content_hash(value: bytes) -> str:
@@ -255,15 +267,38 @@ class EntryStore:
         return names, len(names) == count
 
     async def get_many(self, namespace: str, keys: list[str], now: int) -> list[Entry]:
+        """The live entries of these keys; one that cannot be read is left out (and logged),
+        so that it does not hide the others."""
         if not keys:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.hgetall(layout.entry(namespace, key))
-            rows = await pipe.execute()
-        entries = (live_entry(namespace, k, row, now) for k, row in zip(keys, rows, strict=True))
-        return [e for e in entries if e is not None]
+            rows = await pipe.execute(raise_on_error=False)
+        entries = []
+        for key, row in zip(keys, rows, strict=True):
+            try:
+                if isinstance(row, Exception):
+                    raise corrupt(row, layout.entry(namespace, key))
+                entry = live_entry(namespace, key, row, now)
+            except CorruptRecord as exc:
+                skipped(exc)
+                continue
+            if entry is not None:
+                entries.append(entry)
+        return entries
 
     async def history(self, namespace: str, key: str, limit: int) -> list[Entry]:
-        rows = await self.redis.lrange(layout.history(namespace, key), 0, limit - 1)
-        return [entry_from_fields(namespace, key, _history_decoder.decode(row)) for row in rows]
+        """The key's recent versions, newest first; one that cannot be read is left out."""
+        try:
+            rows = await self.redis.lrange(layout.history(namespace, key), 0, limit - 1)
+        except ResponseError as exc:
+            raise corrupt(exc, layout.history(namespace, key)) from None
+        versions = []
+        for row in rows:
+            try:
+                versions.append(entry_from_fields(
+                    namespace, key, _history_row(cast(bytes, row), namespace, key)))
+            except CorruptRecord as exc:
+                skipped(exc)
+        return versions

@@ -60,6 +60,11 @@ def agent_homes() -> str:
     return f"{PREFIX}:agent-homes"
 
 
+def removed_agents() -> str:
+    """Hash from a removed agent's id to its removal time (ms): JWTs naming it are refused."""
+    return f"{PREFIX}:removed-agents"
+
+
 def namespaces() -> str:
     """Set of namespaces that hold data; the sweeper walks it. Not namespace-tagged on purpose."""
     return f"{PREFIX}:namespaces"

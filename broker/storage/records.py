@@ -4,6 +4,7 @@ request and verdict."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +24,46 @@ ENTRY_FIELDS = ("id", "agent", "val", "ver", "ca", "ua", "ts", "ttl", "exp", "de
 ENTRY_META = tuple(name for name in ENTRY_FIELDS if name != "val")
 
 RawHash = Mapping[bytes, bytes]
+log = logging.getLogger("memp.store")
 
 
 class CorruptRecord(ValueError):
     """A stored record that cannot be decoded; the message names the record and the field."""
+
+    def __init__(self, message: str, record: str = "") -> None:
+        super().__init__(message)
+        self.record = record  # what it is: `entry ns/key`, `agent ns/id`, ...
+
+
+def corrupt(exc: Exception, key: str = "") -> Exception:
+    """What a Redis error reply means: a record that cannot be read (a script's `CORRUPT`
+    error, or a key of the wrong type) is CorruptRecord; anything else stays as it was."""
+    message = str(exc)
+    if "CORRUPT " in message:  # Redis puts it first; the embedded store after a preamble
+        record = message.split("CORRUPT ", 1)[1].split(" script:", 1)[0]
+        return CorruptRecord(f"stored record {record}", record.split(" ", 1)[0].rstrip(":"))
+    if message.startswith("WRONGTYPE") and key:
+        return CorruptRecord(f"stored record {key} has the wrong type", key)
+    return exc
+
+
+def skipped(exc: CorruptRecord) -> None:
+    """Log a record left out of a listing because it cannot be read."""
+    log.warning("left out a corrupt record: %s", exc)
+
+
+_raw_json = msgspec.json.Decoder(msgspec.Raw)
+
+
+def _json(raw: bytes, name: str, where: str) -> bytes:
+    """Stored JSON (a value, schema errors, conflicts), checked whole: well-formed UTF-8 JSON
+    (a value that is not would make the reply that carries it unreadable)."""
+    try:
+        raw.decode()
+        _raw_json.decode(raw)
+    except (UnicodeDecodeError, msgspec.DecodeError):
+        raise CorruptRecord(f"{where}: field {name!r} is not JSON", where) from None
+    return raw
 
 
 def _text(value: Any) -> str:
@@ -40,19 +77,35 @@ def _int(fields: Mapping[str, Any], name: str, default: int | None, where: str) 
     try:
         return int(raw)
     except ValueError:
-        raise CorruptRecord(f"{where}: field {name!r} holds {raw[:40]!r}, not a number") \
-            from None
+        raise CorruptRecord(f"{where}: field {name!r} holds {raw[:40]!r}, not a number",
+                            where) from None
 
 
 def entry_from_fields(namespace: str, key: str, fields: Mapping[str, Any]) -> Entry:
     """An Entry from an entry hash, a history record or a script's reply (text values)."""
-    where = f"stored entry {namespace}/{key}"
-    value = fields.get("val") or b""
-    if isinstance(value, str):
-        value = value.encode()
+    try:
+        return _entry(namespace, key, fields)
+    except UnicodeDecodeError:
+        raise CorruptRecord(f"entry {namespace}/{key}: a field is not UTF-8",
+                            f"entry {namespace}/{key}") from None
+
+
+def _bytes(value: Any) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value or b"")
+
+
+def _entry(namespace: str, key: str, fields: Mapping[str, Any]) -> Entry:
+    where = f"entry {namespace}/{key}"
+    value = _bytes(fields.get("val"))
     deleted = _text(fields.get("del", "")) == "1"
-    schema_errors = fields.get("sv") or b""
-    conflicts = fields.get("cf") or b""
+    schema_errors = _bytes(fields.get("sv"))
+    conflicts = _bytes(fields.get("cf"))
+    if value and not deleted:
+        _json(value, "val", where)
+    if schema_errors:
+        _json(schema_errors, "sv", where)
+    if conflicts:
+        _json(conflicts, "cf", where)
     return Entry(
         id=_text(fields.get("id", "")),
         agent_id=_text(fields.get("agent", "")),
@@ -74,14 +127,31 @@ def entry_from_fields(namespace: str, key: str, fields: Mapping[str, Any]) -> En
     )
 
 
+def _is_live(raw: RawHash, now: int) -> bool:
+    """Whether an entry hash holds a live entry: not a tombstone, not expired."""
+    if not raw or raw.get(b"del") == b"1":
+        return False
+    expires = raw.get(b"exp")
+    return not (expires and expires.isdigit() and int(expires) <= now)
+
+
 def live_entry(namespace: str, key: str, raw: RawHash, now: int) -> Entry | None:
     """The entry an entry hash holds, or None when it is a tombstone or has expired."""
-    if not raw or raw.get(b"del") == b"1":
-        return None
-    expires = raw.get(b"exp")
-    if expires and expires.isdigit() and int(expires) <= now:
+    if not _is_live(raw, now):
         return None
     return entry_from_fields(namespace, key, {_text(k): v for k, v in raw.items()})
+
+
+def live_value(key: str, raw: RawHash, now: int) -> tuple[bytes, int] | None:
+    """The stored value and version of a live entry hash, without building an Entry (the
+    lifecycle engine reads thousands at a time), or None when it is gone or has expired."""
+    if not _is_live(raw, now) or not raw.get(b"val"):
+        return None
+    version = raw.get(b"ver", b"")
+    if not version.isdigit():
+        raise CorruptRecord(f"stored entry {key}: field 'ver' holds {version[:40]!r}, "
+                            "not a number")
+    return raw[b"val"], int(version)
 
 
 @dataclass(slots=True)
@@ -132,7 +202,11 @@ class WriteOutcome:
         status, payload = _text(raw[0]), raw[1]
         if status == "reused":
             return cls("reused", {}, replayed=True)
-        stored_status, record = _outcome_decoder.decode(payload)
+        try:
+            stored_status, record = _outcome_decoder.decode(payload)
+        except msgspec.DecodeError:  # the entry it reports holds bytes that are not UTF-8
+            raise CorruptRecord("the entry a write reports has a field that is not UTF-8",
+                                "entry") from None
         return cls(stored_status, record, replayed=status == "replay")
 
     @property

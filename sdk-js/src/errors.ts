@@ -186,6 +186,7 @@ export const ERROR_CODES = [
   'rate_limited',
   'quota_exceeded',
   'internal',
+  'corrupt_record',
   'unavailable',
 ] as const
 
@@ -216,6 +217,7 @@ const BY_CODE: Record<ErrorCode, ErrorClass> = {
   schema_timeout: MempError,
   idempotency_key_reused: MempError,
   internal: MempError,
+  corrupt_record: MempError,
 }
 
 const BY_STATUS: Record<number, [ErrorClass, string]> = {

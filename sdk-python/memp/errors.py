@@ -182,7 +182,7 @@ ERROR_CLASSES: dict[str, type[MempError]] = {
     "precondition_failed": PreconditionFailed, "payload_too_large": PayloadTooLarge,
     "schema_violation": SchemaViolation, "schema_timeout": MempError,
     "idempotency_key_reused": MempError, "rate_limited": RateLimited,
-    "quota_exceeded": QuotaExceeded, "internal": MempError,
+    "quota_exceeded": QuotaExceeded, "internal": MempError, "corrupt_record": MempError,
     "unavailable": Unavailable,
 }
 

@@ -13,14 +13,14 @@ from typing import Any, Literal, get_args, get_origin
 import httpx
 import msgspec
 import pytest
-import yaml
 
 from broker.errors import STATUS_BY_CODE
 from memp import models
 from memp.errors import ERROR_CLASSES, MempError, SchemaViolation, error_from_response
+from tests.conftest import load_yaml
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "openapi.yaml"
-SPEC: dict[str, Any] = yaml.safe_load(DOCUMENT.read_text())
+SPEC: dict[str, Any] = load_yaml(DOCUMENT.read_text())
 SCHEMAS: dict[str, Any] = SPEC["components"]["schemas"]
 
 # Each wire Struct and the component it decodes; Structs the SDK builds itself are listed apart.

@@ -8,9 +8,8 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from memp import MEMP, AsyncMEMP
+from tests.conftest import load_yaml
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "openapi.yaml"
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -33,7 +32,7 @@ EXEMPT = {
 
 
 def operations() -> dict[str, dict[str, Any]]:
-    document = yaml.safe_load(DOCUMENT.read_text())
+    document = load_yaml(DOCUMENT.read_text())
     return {operation["operationId"]: operation for item in document["paths"].values()
             for method, operation in item.items() if method in METHODS}
 

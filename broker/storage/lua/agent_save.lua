@@ -3,8 +3,8 @@
 --   all scored 0, so they sort by registration time, then id). ARGV: read_agent.
 -- An agent registered in the same millisecond as the latest one, or before it by another
 -- process's clock, is stamped a millisecond after it, so listings keep registration order.
--- An agent already stored (a registration retried part-way) is left as it is.
--- Returns the created_at stored.
+-- Returns the created_at stored. An agent already stored (its registration run again after a
+-- failure) is left as it is.
 local k = read_agent_keys(KEYS, 1)
 local a = read_agent(ARGV, 1)
 local stored = redis.call('HGET', k.agent, 'created_at')

@@ -6,17 +6,67 @@
 --   status, reference time, access count ('' = keep), last access ('' = keep), created
 --   ('' = already in the creation order), due times per transition ('' = not due), recheck
 --   mark ('1' set, '0' clear, '' keep), the globs of the agents that may read it
---   (space-separated), its expiry ('' = none), and its search terms (nil = unchanged). New
---   terms go into the record (`terms`) and the cell into the unposted set; amp_post.lua brings
---   the term sets in line with them later, in batches, from the terms it posted before
---   (`posted`), and search looks at unposted cells itself.
+--   (space-separated) and its expiry ('' = none), both nil when unchanged, and its search
+--   terms (nil = unchanged). New terms go into the record (`terms`) and the cell into the
+--   unposted set; amp_post.lua brings the term sets in line with them later, in batches, from
+--   the terms it posted before (`posted`), and search looks at unposted cells itself.
 
 local DUE_SETS = {'due_stale', 'due_archive', 'due_expire', 'due_purge'}
 
+-- Membership changes of the sorted sets and sets. With `held` (a table from held_sets) they
+-- wait there, the last change of each member winning, and flush_sets applies them with one
+-- command per set and kind, as if each had been applied in turn; without it, at once.
+local function held_sets()
+  return {keys = {}, kinds = {}, members = {}}
+end
+
+local function change_member(held, kind, key, member, score)
+  if not held then
+    if kind == 'zset' then
+      if score then redis.call('ZADD', key, score, member) else redis.call('ZREM', key, member) end
+    elseif score then
+      redis.call('SADD', key, member)
+    else
+      redis.call('SREM', key, member)
+    end
+    return
+  end
+  local members = held.members[key]
+  if not members then
+    members = {}
+    held.members[key], held.kinds[key] = members, kind
+    held.keys[#held.keys + 1] = key
+  end
+  members[member] = score or false
+end
+
+local function flush_sets(held)
+  for _, key in ipairs(held.keys) do
+    local added, removed = {}, {}
+    for member, score in pairs(held.members[key]) do
+      if not score then
+        removed[#removed + 1] = member
+      elseif held.kinds[key] == 'zset' then
+        added[#added + 1], added[#added + 2] = score, member
+      else
+        added[#added + 1] = member
+      end
+    end
+    local zset = held.kinds[key] == 'zset'
+    if #added > 0 then
+      redis.call(zset and 'ZADD' or 'SADD', key, unpack(added))
+    end
+    if #removed > 0 then
+      redis.call(zset and 'ZREM' or 'SREM', key, unpack(removed))
+    end
+  end
+  held.keys, held.kinds, held.members = {}, {}, {}
+end
+
 -- Apply update `u`. `written` is the version a write in this same call just stored; otherwise
 -- a cell whose entry is past the version named is skipped: a later writer replaced it and
--- indexes it itself.
-local function index_cell(x, p, u, written)
+-- indexes it itself. `held`: see change_member.
+local function index_cell(x, p, u, written, held)
   local version = written or u.version
   local recheck = u.recheck
   if not written and version ~= ''
@@ -26,7 +76,11 @@ local function index_cell(x, p, u, written)
   local record = p.record_prefix .. u.id
   local stored = redis.call('HMGET', record, 'key', 'ref', 'dues')
   local known = stored[1]  -- a new record is in no index yet: nothing to take out
-  local fields = {'key', u.key, 'status', u.status, 'readers', u.readers, 'expires', u.expires}
+  local fields = {'key', u.key, 'status', u.status}
+  if u.readers then  -- nil: unchanged (a status change, amp_status.lua)
+    fields[#fields + 1], fields[#fields + 2] = 'readers', u.readers
+    fields[#fields + 1], fields[#fields + 2] = 'expires', u.expires
+  end
   if version ~= '' then
     fields[#fields + 1], fields[#fields + 2] = 'ver', version  -- the version indexed
   end
@@ -62,10 +116,10 @@ local function index_cell(x, p, u, written)
   for t, name in ipairs(DUE_SETS) do
     local due = u[name]
     if due ~= '' then
-      redis.call('ZADD', x[name], due, u.id)
+      change_member(held, 'zset', x[name], u.id, due)
       dues = dues .. t
     elseif known and (not stored[3] or string.find(stored[3], t, 1, true)) then
-      redis.call('ZREM', x[name], u.id)
+      change_member(held, 'zset', x[name], u.id, false)
     end
   end
   fields[#fields + 1], fields[#fields + 2] = 'dues', dues
@@ -74,8 +128,8 @@ local function index_cell(x, p, u, written)
     redis.call('ZADD', x.created, u.created, u.id)
   end
   if recheck == '1' then
-    redis.call('SADD', x.recheck, u.id)
+    change_member(held, 'set', x.recheck, u.id, true)
   elseif recheck == '0' and known then
-    redis.call('SREM', x.recheck, u.id)
+    change_member(held, 'set', x.recheck, u.id, false)
   end
 end

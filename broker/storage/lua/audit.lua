@@ -1,19 +1,39 @@
 -- The audit log (docs/governance.md): one append-only record per mutation or governance event,
 -- per namespace, each carrying the hash of the one before it. `rec` holds strings only; the
 -- record is stored as the exact JSON that was hashed, so verification rehashes stored bytes.
--- Empty fields are left out. Needs sha1.lua before it.
-local function audit_append(audit_key, meta_key, rec)
+-- Empty fields are left out. Needs sha1.lua before it. A script appending many records may
+-- hold the chain's head in `chain` (start with {}): it is read on first use and kept there,
+-- and audit_flush stores it once, at the end; without `chain` each append stores it.
+local function audit_append(audit_key, meta_key, rec, chain)
   for name, value in pairs(rec) do
     if value == '' then rec[name] = nil end
   end
-  local head = redis.call('HMGET', meta_key, 'audit_head', 'audit_seq')
-  rec.seq = tostring((tonumber(head[2]) or 0) + 1)
-  rec.prev = head[1] or ''
+  local held = chain ~= nil
+  if not (held and chain.seq) then
+    local head = redis.call('HMGET', meta_key, 'audit_head', 'audit_seq')
+    chain = chain or {}
+    chain.head, chain.seq = head[1] or '', tonumber(head[2]) or 0
+  end
+  rec.seq = tostring(chain.seq + 1)
+  rec.prev = chain.head
   local body = cjson.encode(rec)
   local hash = sha1hex(body)
   redis.call('XADD', audit_key, '*', 'r', body, 'h', hash)
-  redis.call('HSET', meta_key, 'audit_head', hash, 'audit_seq', rec.seq)
+  chain.head, chain.seq = hash, chain.seq + 1
+  if held then
+    chain.moved = true
+  else
+    redis.call('HSET', meta_key, 'audit_head', hash, 'audit_seq', rec.seq)
+  end
   return hash
+end
+
+-- Store the head a held chain reached, if it moved.
+local function audit_flush(meta_key, chain)
+  if chain.moved then
+    redis.call('HSET', meta_key, 'audit_head', chain.head, 'audit_seq', tostring(chain.seq))
+    chain.moved = false
+  end
 end
 
 -- The conflicting paths of a merge, never their values (the audit log holds no content).
@@ -48,5 +68,5 @@ local function audit_entry(ctx, entry, change_type)
     content_hash = entry.val ~= '' and ctx.content_hash or '',
     conflicts = conflict_paths(entry.cf), proposal = ctx.proposal or '',
     approved_by = ctx.approved_by or ''
-  })
+  }, ctx.audit_chain)
 end

@@ -2,14 +2,31 @@
 -- generated readers (`read_<block>`, broker/storage/scripts.py); FIELDS and META, the entry's
 -- stored field names, are generated too (broker/storage/records.py). Needs stream.lua.
 
+-- The numeric fields of an entry hash; a write reads them as numbers.
+local NUMERIC = {'ver', 'ca', 'ua', 'ts', 'ttl', 'exp', 'pr'}
+
+-- The entry stored under `entry_key` (nil for none). One that cannot be read (not a hash, a
+-- numeric field that is not a number) raises a `CORRUPT` error naming it, which the broker
+-- answers with `corrupt_record`, rather than a script error half way through a write.
 local function load_entry(entry_key)
-  local values = redis.call('HMGET', entry_key, unpack(META))
+  local values = redis.pcall('HMGET', entry_key, unpack(META))
+  if values.err then
+    error({err = 'CORRUPT ' .. entry_key .. ' is not a hash'})
+  end
   if not values[3] then
     return nil
   end
   local entry = {}
   for i, name in ipairs(META) do
     entry[name] = values[i] or ''
+  end
+  for _, name in ipairs(NUMERIC) do
+    if entry[name] ~= '' and not tonumber(entry[name]) then
+      error({err = 'CORRUPT ' .. entry_key .. ': field ' .. name .. ' is not a number'})
+    end
+  end
+  if string.find(entry.id, '[^ -~]') then  -- a write keeps it: it must stay readable
+    error({err = 'CORRUPT ' .. entry_key .. ': field id is not printable ASCII'})
   end
   return entry
 end
@@ -80,8 +97,19 @@ local function count_bytes(ctx, delta)
 end
 
 -- Store a new version: entry hash, history, and one change-log record, all in this call.
-local function commit(ctx, entry, change_type)
-  redis.call('HSET', ctx.entry_key, unpack(flatten(entry)))
+-- `changed`, when given, names the only fields that differ from the stored hash (an AMP status
+-- change: amp_status.lua), so only they are written.
+local function commit(ctx, entry, change_type, changed)
+  if changed then
+    local out = {}
+    for _, name in ipairs(changed) do
+      out[#out + 1] = name
+      out[#out + 1] = entry[name]
+    end
+    redis.call('HSET', ctx.entry_key, unpack(out))
+  else
+    redis.call('HSET', ctx.entry_key, unpack(flatten(entry)))
+  end
   if ctx.history_limit > 0 then
     if redis.call('LPUSH', ctx.history_key, cjson.encode(entry)) > ctx.history_limit then
       redis.call('LTRIM', ctx.history_key, 0, ctx.history_limit - 1)

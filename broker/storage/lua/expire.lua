@@ -12,8 +12,10 @@ for _, name in ipairs(a.names) do
     {entry = e.entry, history = e.history, index = ns.index, ttl = ns.ttl, log = ns.log,
      idem = '', meta = ns.meta, audit = ns.audit, usage = ns.usage},
     {key = name, history_limit = a.history_limit, log_maxlen = a.log_maxlen})
-  local entry = load_entry(ctx.entry_key)
-  if entry and is_expired(entry, now) then
+  local readable, entry = pcall(load_entry, ctx.entry_key)
+  if not readable then  -- corrupt: never expired, and no longer in the way of the others
+    redis.call('ZREM', ctx.ttl_key, ctx.key)
+  elseif entry and is_expired(entry, now) then
     expire_entry(ctx, entry, now)
     expired = expired + 1
   elseif not entry or entry.exp == '' or entry.del == '1' then

@@ -219,6 +219,7 @@ var ERROR_CODES = [
   "rate_limited",
   "quota_exceeded",
   "internal",
+  "corrupt_record",
   "unavailable"
 ];
 var BY_CODE = {
@@ -244,7 +245,8 @@ var BY_CODE = {
   method_not_allowed: MempError,
   schema_timeout: MempError,
   idempotency_key_reused: MempError,
-  internal: MempError
+  internal: MempError,
+  corrupt_record: MempError
 };
 var BY_STATUS = {
   400: [InvalidRequestError, "invalid_request"],
