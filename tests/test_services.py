@@ -232,7 +232,7 @@ def test_memp_paths_show_a_cell_only_to_its_readers_and_never_write_it() -> None
         body = msgspec.convert({"type": "semantic", "content": {"text": "alice's secret"},
                                 "identity": {"owner_id": alice.writer_id,
                                              "owner_type": "agent"}}, type=NewCell)
-        cell = await app.state.amp_cells.create(alice.writer_id, body)
+        cell = await app.state.amp_cells.create(alice, alice.writer_id, body)
         key = f"cells/agent/{alice.writer_id}/{cell.id}"
         memory = app.state.memory
         assert value_of(await memory.get(alice, "amp", key))["id"] == cell.id
