@@ -16,7 +16,7 @@ import msgspec
 from broker.amp.cells import MemoryCell, iso, parse_time
 from broker.amp.index import due_times, index_update, reference_ms, terms_of
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
-from broker.amp.service import CellService, loaded_cell
+from broker.amp.service import CellService, loaded_cell, parse_cell
 from broker.audit import AuditService
 from broker.clock import Clock
 from broker.errors import MempError
@@ -28,7 +28,6 @@ from broker.storage.records import CorruptRecord, RawHash, live_value, skipped
 
 log = logging.getLogger("memp.amp")
 Decide = Callable[[MemoryCell, CellRecord, int], str | None]
-_cell_decoder = msgspec.json.Decoder(MemoryCell)
 _cell_encoder = msgspec.json.Encoder()
 
 
@@ -74,9 +73,7 @@ def _stored_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
         if stored is None:
             return None
         value, version = stored
-        return _cell_decoder.decode(value), version
-    except msgspec.MsgspecError as exc:  # written past the bridge (a hand edit, a restore)
-        skipped(CorruptRecord(f"entry {namespace}/{record.key}: not an AMP cell: {exc}"))
+        return parse_cell(value, namespace, record.key), version
     except CorruptRecord as exc:
         skipped(exc)
     return None

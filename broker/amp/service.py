@@ -62,14 +62,23 @@ def _not_found(cell_id: str) -> MempError:
     return MempError("not_found", f"no memory cell {cell_id!r}")
 
 
+_cell_decoder = msgspec.json.Decoder(MemoryCell)
+
+
+def parse_cell(value: bytes, namespace: str, key: str) -> MemoryCell:
+    """A stored cell's content; CorruptRecord when it is not one (written past the bridge: a
+    hand edit, a restore)."""
+    try:
+        return _cell_decoder.decode(value)
+    except msgspec.MsgspecError as exc:
+        where = f"entry {namespace}/{key}"
+        raise CorruptRecord(f"{where}: not an AMP cell: {exc}", where) from None
+
+
 def decode_cell(entry: Entry) -> MemoryCell:
     if entry.value is None:
         raise MempError("not_found", f"no memory cell at {entry.key!r}")
-    try:
-        return msgspec.json.decode(entry.value, type=MemoryCell)
-    except msgspec.MsgspecError as exc:  # written past the bridge (a hand edit, a restore)
-        where = f"entry {entry.namespace}/{entry.key}"
-        raise CorruptRecord(f"{where}: not an AMP cell: {exc}", where) from None
+    return parse_cell(entry.value, entry.namespace, entry.key)
 
 
 def loaded_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
