@@ -111,6 +111,11 @@ class StreamState:
         if not self.live:
             self.failures += 1
 
+    def opened(self) -> None:
+        """The broker answered and the stream began."""
+        self.connections += 1
+        self.report("connected")
+
     def report(self, status: Status, error: BaseException | None = None) -> None:
         """Tell the listener where the connection stands (each change once)."""
         attempt = self.failures if status == "reconnecting" else 0
@@ -289,8 +294,7 @@ class Subscription(_Progress, Iterator[Event]):
                             for sse in source.iter_sse():
                                 if opening:
                                     opening = False
-                                    state.connections += 1
-                                    state.report("connected")
+                                    state.opened()
                                     yield None
                                 event = state.handle(sse)
                                 if event is not None:
@@ -382,8 +386,7 @@ class AsyncSubscription(_Progress, AsyncIterator[Event]):
                             async for sse in source.aiter_sse():
                                 if opening:
                                     opening = False
-                                    state.connections += 1
-                                    state.report("connected")
+                                    state.opened()
                                     yield None
                                 event = state.handle(sse)
                                 if event is not None:
