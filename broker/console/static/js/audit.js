@@ -3,31 +3,17 @@
 
 import { explain, fill, h, table, when } from './dom.js'
 import { listAudit, noRoute, verifyAudit } from './api.js'
-import { governanceMissing } from './proposals.js'
+import { governanceMissing, PagedView } from './governance.js'
 
 // Offered in the action filter; any other action name may be typed.
 const ACTIONS = ['put', 'delete', 'expire', 'merge', 'propose', 'approve', 'reject',
   'config', 'schema-put', 'schema-delete', 'key-create', 'key-revoke', 'agent-register',
   'agent-remove']
 
-export class AuditView {
+export class AuditView extends PagedView {
   constructor(client, root) {
-    this.client = client
-    this.root = root
+    super(client, root)
     this.filter = { actor: '', key: '', action: '', since: '', until: '' }
-    this.shown = false
-  }
-
-  show() {
-    if (this.shown) return
-    this.shown = true
-    this.reload()
-  }
-
-  async reload() {
-    this.records = []
-    this.cursor = null
-    await this.load()
   }
 
   query() {
@@ -52,7 +38,7 @@ export class AuditView {
       }
       return fill(this.root, h('p', { class: 'notice', role: 'status', id: 'audit-denied' }, message))
     }
-    this.records.push(...(page.records ?? []))
+    this.items.push(...(page.records ?? []))
     this.cursor = page.next_cursor ?? null
     this.render()
   }
@@ -82,9 +68,9 @@ export class AuditView {
         h('button', { type: 'button', onclick: () => this.verify() }, 'Check the chain'),
         h('p', { id: 'audit-verify', role: 'status' })),
       h('p', { id: 'audit-result', class: 'status', role: 'status' },
-        `${this.records.length} record${this.records.length === 1 ? '' : 's'}${this.cursor ? ' loaded; more to load' : ''}.`),
-      this.records.length ? table('Audit records', ['At', 'Actor', 'Action', 'Key', 'Versions', 'Content hash', 'Request'],
-        this.records.map((r) => [when(r.at), h('span', { class: 'mono' }, r.actor ?? '—'), r.action,
+        `${this.items.length} record${this.items.length === 1 ? '' : 's'}${this.cursor ? ' loaded; more to load' : ''}.`),
+      this.items.length ? table('Audit records', ['At', 'Actor', 'Action', 'Key', 'Versions', 'Content hash', 'Request'],
+        this.items.map((r) => [when(r.at), h('span', { class: 'mono' }, r.actor ?? '—'), r.action,
           r.key ? h('code', {}, r.key) : '—',
           `${r.version_before ?? '—'} → ${r.version_after ?? '—'}`,
           h('span', { class: 'mono', title: r.content_hash ?? '' }, r.content_hash ? `${r.content_hash.slice(0, 12)}…` : '—'),

@@ -2,38 +2,17 @@
 // against the current value, approved or rejected with a reason.
 
 import { explain, fields, fill, h, pretty, table, when } from './dom.js'
+import { governanceMissing, PagedView } from './governance.js'
 import { applyPatch, renderDiff } from './diff.js'
 import { approveProposal, getProposal, listProposals, noRoute, rejectProposal } from './api.js'
 
 const STATUSES = ['pending', 'approved', 'rejected', 'expired', '']
 
-export function governanceMissing(root, what, id) {
-  fill(root, h('p', { class: 'notice info', role: 'status', id },
-    `This broker has no governance routes: it serves no ${what}. ` +
-    '(The approval queue and the audit trail arrive with a broker that has them.)'))
-}
-
-export class ProposalsView {
+export class ProposalsView extends PagedView {
   constructor(client, root) {
-    this.client = client
-    this.root = root
+    super(client, root)
     this.status = 'pending'
     this.keyFilter = ''
-    this.items = []
-    this.cursor = null
-    this.shown = false
-  }
-
-  show() {
-    if (this.shown) return
-    this.shown = true
-    this.reload()
-  }
-
-  async reload() {
-    this.items = []
-    this.cursor = null
-    await this.load()
   }
 
   async load() {
