@@ -312,8 +312,10 @@ def test_configuration_schemas_and_keys_wait_for_a_replica(topology: Topology, n
     keys' grants reach no namespace holding data, so no audit record, which waits for
     replicas itself, follows their writes.)"""
     timeout_ms = 300
+    # A socket timeout well past the WAIT's, so that a slow machine does not turn "applied,
+    # not confirmed" into "store unavailable" (what this test checks is the WAIT).
     waiting = start_broker("redis", topology.url, write_replicas=1,
-                           write_replicas_timeout_ms=timeout_ms)
+                           write_replicas_timeout_ms=timeout_ms, redis_timeout_seconds=10.0)
     grants = {"grants": [{"namespace": f"{ns}-k*", "permissions": ["read"]}]}
     replicas = _replicas(topology)
     try:
