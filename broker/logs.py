@@ -1,6 +1,9 @@
 """Logging: one line per record with its time, level and request id, as text or as JSON
 (`MEMP_LOG_FORMAT=json`); request ids taken from `X-Request-ID` or made, and echoed; an access
-line per request; and `Throttle`, which keeps a repeating warning to one line a period."""
+line per request; and `Throttle`, which keeps a repeating warning to one line a period.
+
+Every record's text is escaped by the formatters themselves, whatever logger wrote it, so no
+call site can let a request's bytes forge a line (docs/security.md, "Logs")."""
 
 from __future__ import annotations
 
@@ -45,6 +48,41 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+# What a text line must not hold raw: C0 controls (CR and LF forge lines, ESC drives terminals),
+# DEL, C1 controls (0x9B is a CSI on 8-bit terminals), the Unicode line and paragraph
+# separators, and the bidirectional controls that make a line read otherwise than it is
+# (CVE-2021-42574).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+# What JSON (`json.dumps` escapes the C0 controls) still leaves raw.
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape(text: str) -> str:
+    """`text` with every control, line-separating and bidirectional character written as an
+    escape (`\\n`, `\\x1b`, `\\u2028`), so it stays on one line and reads as it is."""
+    return _UNSAFE.sub(_escape_one, text) if _UNSAFE.search(text) else text
+
+
+def _escape_json(text: str) -> str:
+    return _UNSAFE_IN_JSON.sub(_escape_one, text) if _UNSAFE_IN_JSON.search(text) else text
+
+
+def _indented(text: str) -> str:
+    """A traceback (which may quote a request in its exception's message) under its record,
+    every line escaped and indented, so none can pass for a record of its own."""
+    return "\n".join(f"  {escape(line)}" for line in text.splitlines())
+
+
 def _timestamp(record: logging.LogRecord) -> str:
     seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
     return f"{seconds}.{int(record.msecs):03d}Z"
@@ -55,29 +93,32 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         rid = getattr(record, "request_id", None)
-        line = (f"{_timestamp(record)} {record.levelname} {record.name}"
-                f"{f' [req={rid}]' if rid else ''} {record.getMessage()}")
+        line = (f"{_timestamp(record)} {record.levelname} {escape(record.name)}"
+                f"{f' [req={escape(str(rid))}]' if rid else ''} {escape(record.getMessage())}")
         if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
+            line += "\n" + _indented(self.formatException(record.exc_info))
+        if record.stack_info:
+            line += "\n" + _indented(self.formatStack(record.stack_info))
         return line
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, request_id, and the error's
-    traceback as `exception`."""
+    traceback as `exception`. Strings are escaped as text lines are, beyond what JSON escapes."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {"time": _timestamp(record), "level": record.levelname,
-                                 "logger": record.name, "message": record.getMessage()}
+                                 "logger": record.name,
+                                 "message": _escape_json(record.getMessage())}
         rid = getattr(record, "request_id", None)
         if rid:
             entry["request_id"] = rid
         for name in ("method", "path", "status", "duration_ms", "client"):
             value = getattr(record, name, None)
             if value is not None:
-                entry[name] = value
+                entry[name] = _escape_json(value) if isinstance(value, str) else value
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = _escape_json(self.formatException(record.exc_info))
         return json.dumps(entry, ensure_ascii=False)
 
 
@@ -94,6 +135,9 @@ def config(level: str, fmt: str) -> dict[str, Any]:
         "filters": {"request_id": {"()": "broker.logs.RequestIdFilter"}},
         "formatters": {"line": formatter},
         "handlers": {"stderr": handler},
+        # Libraries' own loggers (mcp, sse_starlette, redis...) reach stderr through the
+        # formatter too, escaped, rather than through logging's bare last-resort handler.
+        "root": {"handlers": ["stderr"], "level": "WARNING"},
         "loggers": {
             "memp": {"handlers": ["stderr"], "level": numeric, "propagate": False},
             "uvicorn": {"handlers": ["stderr"], "level": numeric, "propagate": False},

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -64,6 +65,47 @@ def test_formatters_give_time_level_and_request_id() -> None:
     entry = json.loads(JsonFormatter().format(record))
     assert entry["level"] == "WARNING" and entry["message"] == "hello you"
     assert entry["request_id"] == "r-1" and entry["time"].endswith("Z")
+
+
+HOSTILE = "x\n2099-01-01T00:00:00.000Z CRITICAL memp.auth forged\r\x1b[31mred\x7f\x9b\u2028\u202e"
+
+
+@pytest.mark.parametrize("char, shown", [
+    pytest.param("\n", "\\n", id="lf"), pytest.param("\r", "\\r", id="cr"),
+    pytest.param("\t", "\\t", id="tab"), pytest.param("\x00", "\\x00", id="nul"),
+    pytest.param("\x1b", "\\x1b", id="esc"), pytest.param("\x7f", "\\x7f", id="del"),
+    pytest.param("\x85", "\\x85", id="c1-nel"), pytest.param("\x9b", "\\x9b", id="c1-csi"),
+    pytest.param("\u2028", "\\u2028", id="line-separator"),
+    pytest.param("\u2029", "\\u2029", id="paragraph-separator"),
+    pytest.param("\u202e", "\\u202e", id="bidi-override"),
+    pytest.param("\u2066", "\\u2066", id="bidi-isolate"),
+])
+def test_text_lines_escape_every_control_character(char: str, shown: str) -> None:
+    record = logging.LogRecord("memp.x", logging.INFO, __file__, 1, "GET %s", (f"/a{char}b",),
+                               None)
+    line = TextFormatter().format(record)
+    assert line.endswith(f"GET /a{shown}b") and char not in line
+    entry = JsonFormatter().format(record)
+    assert char not in entry and "\n" not in entry
+    assert json.loads(entry)["message"].startswith("GET /a")
+
+
+def test_text_lines_keep_plain_text_and_unicode_as_it_is() -> None:
+    record = logging.LogRecord("memp.x", logging.INFO, __file__, 1, "%s", ("café ☕ a\\b",),
+                               None)
+    assert TextFormatter().format(record).endswith(" café ☕ a\\b")
+
+
+def test_a_traceback_quoting_a_request_cannot_pass_for_a_record() -> None:
+    try:
+        raise ValueError(f"bad key {HOSTILE}")
+    except ValueError:
+        record = logging.LogRecord("memp.x", logging.ERROR, __file__, 1, "failed on %s",
+                                   (HOSTILE,), sys.exc_info())
+    lines = TextFormatter().format(record).split("\n")
+    assert re.match(r"\d{4}-\d\d-\d\dT", lines[0]) and "\\n2099-" in lines[0]
+    assert len(lines) > 3 and all(line.startswith("  ") for line in lines[1:])
+    assert not any(_RAW_UNSAFE.search(line) for line in lines)
 
 
 def test_a_throttle_says_a_repeating_failure_once_a_period_then_its_end(
@@ -155,6 +197,62 @@ def test_text_logs_carry_time_level_and_request_id(serve: Callable[..., Served])
     line = served.wait_line(lambda line: "text-check-1" in line, "for the request")
     assert re.match(r"\d{4}-\d\d-\d\dT[\d:.]+Z INFO memp\.access \[req=text-check-1\] GET "
                     r"/healthz 200 ", line), line
+
+
+_RAW_UNSAFE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069]")
+# A record's first line: time, level, logger. Anything else is a traceback's indented line or
+# what `serve` prints for people.
+_RECORD = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z [A-Z]+ [a-z_.]+ ")
+
+
+def _send_hostile_requests(url: str) -> None:
+    """Requests whose path, headers, message ids and bodies carry line breaks, terminal
+    escapes, C1 controls and bidirectional overrides."""
+    quoted = quote(HOSTILE, safe="")
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with httpx.Client(base_url=url, timeout=30) as client:
+        assert client.get(f"/{quoted}").status_code == 404
+        assert client.get(f"/v1/namespaces/{quoted}/memory/k", headers=headers
+                          ).status_code == 400
+        client.put(f"/v1/namespaces/logs/memory/{quoted}", headers=headers,
+                   json={"value": HOSTILE})
+        client.post("/v1/messages", headers=headers, json={
+            "memp": "1.0", "type": "memory.get", "id": HOSTILE, "namespace": "logs",
+            "key": "k"})
+        # Header values may carry obs-text (bytes 0x80-0xFF: C1 controls once decoded).
+        obs_text = b"\x85\x9b\xe2\x80\xa8\xe2\x80\xae"
+        client.get("/healthz", headers={b"X-Request-ID": obs_text, b"User-Agent": obs_text})
+        client.post("/mcp", headers={b"Authorization": f"Bearer {ADMIN_KEY}".encode(),
+                                     b"mcp-session-id": obs_text,
+                                     b"Accept": b"application/json, text/event-stream"},
+                    json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_requests_cannot_forge_or_colour_a_log_line(serve: Callable[..., Served],
+                                                    log_format: str) -> None:
+    served = serve("--log-level", "debug", MEMP_LOG_FORMAT=log_format)
+    _send_hostile_requests(served.url)
+    with httpx.Client(base_url=served.url, timeout=30) as client:
+        client.get("/healthz", headers={"X-Request-ID": "logs-done"})
+    served.wait_line(lambda line: "logs-done" in line, "for the last request")
+    served.process.terminate()
+    served.process.wait(timeout=20)
+    text = served.log.read_text(encoding="utf-8", errors="strict")
+    assert not _RAW_UNSAFE.search(text.replace("\n", "")), "a raw control character"
+    lines = [line for line in text.split("\n") if line and not line.startswith("memp-broker:")]
+    for line in lines:
+        if log_format == "json":
+            assert isinstance(json.loads(line), dict), line
+        else:
+            assert _RECORD.match(line) or line.startswith("  "), line
+    assert not any(line.startswith("2099") for line in lines)
+    if log_format == "json":
+        paths = [json.loads(line).get("path", "") for line in lines]
+        assert any(path.startswith("/x\n2099-01-01T00:00:00.000Z CRITICAL") for path in paths)
+    else:
+        assert any(" GET /x\\n2099-01-01T00:00:00.000Z CRITICAL memp.auth forged\\r\\x1b[31m"
+                   in line for line in lines), "the hostile request's access line, escaped"
 
 
 def test_a_taken_port_is_said_plainly_and_nothing_claims_to_listen(
