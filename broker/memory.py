@@ -65,7 +65,13 @@ class Gate(Protocol):
 
     async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
                       current: Entry | None, request: WriteRequest, incoming: Any,
-                      limit: fairshare.Gate) -> Proposal:
+                      limit: fairshare.Gate) -> Proposal | WriteOutcome:
+        """The proposal made, or the first reply to its message id: that proposal, or the
+        outcome of a write when the id was first used before the key was gated."""
+        ...
+
+    async def replayed(self, namespace: str, proposal_id: str) -> Proposal:
+        """The proposal a message id was first answered with."""
         ...
 
 
@@ -155,7 +161,8 @@ class MemoryService:
         check_value_size(len(value), self.settings)
         decoded, encoded = canonical(value)
         sent = fingerprint("put", key, encoded, options.ttl_seconds, options.timestamp,
-                           options.if_version, options.if_absent, options.base_version) \
+                           options.if_version, options.if_absent, options.base_version,
+                           *_asks_approval(options.approval_required)) \
             if options.message_id else ""
         check_ttl(options.ttl_seconds, self.settings)
         check_version(options.if_version)
@@ -167,8 +174,11 @@ class MemoryService:
         if options.ttl_seconds is None and state.config.default_ttl_seconds is not None:
             options = replace(options, ttl_seconds=state.config.default_ttl_seconds)
         if options.approval_required or state.requires_approval(key):
-            raise Proposed(await self._propose(principal, namespace, key, decoded, options,
-                                               state, sent, strategy, gate))
+            first = await self._propose(principal, namespace, key, decoded, options, state,
+                                        sent, strategy, gate)
+            return await self._settle(first, namespace, key,
+                                      None if strategy == "merge" else encoded,
+                                      options.message_id), first.created
         if strategy == "merge":
             return await self._merge_put(principal, namespace, key, decoded, options, state,
                                          sent)
@@ -182,7 +192,8 @@ class MemoryService:
         )
         outcome = await self.store.put(namespace, key, request, gate)
         self.fair_share.check_write(outcome, gate, request.now)
-        return _settle(outcome, namespace, key, encoded, options.message_id), outcome.created
+        return await self._settle(outcome, namespace, key, encoded, options.message_id), \
+            outcome.created
 
     async def _merge_put(self, principal: Principal, namespace: str, key: str,
                          incoming: Any, options: PutOptions, state: NamespaceState,
@@ -228,8 +239,8 @@ class MemoryService:
             outcome = await self.store.put(namespace, key, request, gate)
             self.fair_share.check_write(outcome, gate, request.now)
             if outcome.status != "precondition_failed" or outcome.replayed:
-                return _settle(outcome, namespace, key, encoded, options.message_id), \
-                    outcome.created
+                return await self._settle(outcome, namespace, key, encoded,
+                                          options.message_id), outcome.created
             if time.monotonic() > deadline:
                 raise MempError(
                     "write_conflict", f"the key kept changing for {_MERGE_BUDGET_SECONDS:.0f} s "
@@ -258,10 +269,11 @@ class MemoryService:
 
     async def _propose(self, principal: Principal, namespace: str, key: str, incoming: Any,
                        options: PutOptions, state: NamespaceState, sent: str, strategy: str,
-                       limit: fairshare.Gate) -> Proposal:
+                       limit: fairshare.Gate) -> WriteOutcome:
         """Hand a gated put, merge or delete (`strategy` "delete") to the gate, as the
-        request its approval will write against the current version; making the proposal
-        takes the write's tokens (`limit`)."""
+        request its approval will write against the current version, and raise Proposed;
+        making the proposal takes the write's tokens (`limit`). Returns only the first
+        outcome of a message id first used for a write, before the key was gated."""
         if self.gate is None:
             raise MempError("internal", "approval is required but proposals are not served")
         current = await self.store.get(namespace, key, self.clock())
@@ -274,8 +286,11 @@ class MemoryService:
                                               incoming, current, options, state, strategy)
         request = replace(request, fingerprint=sent)
         operation = strategy if strategy in ("delete", "merge") else "put"
-        return await self.gate.propose(principal, namespace, key, operation, current, request,
+        made = await self.gate.propose(principal, namespace, key, operation, current, request,
                                        incoming, limit)
+        if isinstance(made, WriteOutcome):
+            return made
+        raise Proposed(made)
 
     async def proposal_request(self, writer: str, principal: Principal, namespace: str,
                                key: str, incoming: Any, current: Entry | None,
@@ -306,20 +321,41 @@ class MemoryService:
         self._target(principal, "write", namespace, key)
         check_version(if_version)
         state = await self.namespaces.state(namespace)
-        sent = fingerprint("delete", key, timestamp, if_version) if message_id else ""
+        sent = fingerprint("delete", key, timestamp, if_version,
+                           *_asks_approval(approval_required)) if message_id else ""
         gate = self.fair_share.gate(principal, namespace, "w", state.config.limits)
         self.fair_share.check_closed(gate, self.clock(), message_id)
         if approval_required or state.requires_approval(key):
-            raise Proposed(await self._propose(
+            first = await self._propose(
                 principal, namespace, key, None,
                 PutOptions(message_id=message_id, if_version=if_version), state, sent,
-                "delete", gate))
+                "delete", gate)
+            return await self._settle(first, namespace, key, None, message_id)
         request = self._write_request(principal, namespace, state, state.strategy_for(key),
                                       timestamp, message_id, if_version=if_version,
                                       fingerprint=sent)
         outcome = await self.store.delete(namespace, key, request, gate)
         self.fair_share.check_write(outcome, gate, request.now)
-        return _settle(outcome, namespace, key, None, message_id)
+        return await self._settle(outcome, namespace, key, None, message_id)
+
+    async def _settle(self, outcome: WriteOutcome, namespace: str, key: str,
+                      value: bytes | None, message_id: str | None) -> Entry:
+        """The entry written, or the error, or the proposal (raised) that a message id was
+        first answered with: a retried id gets its first reply whatever the gate says now.
+        A replayed write without `value` (a merge's) is shown with the value it wrote."""
+        if outcome.status == "proposed" and self.gate is not None:
+            raise Proposed(await self.gate.replayed(namespace, outcome.record.get("id", "")))
+        if value is None and outcome.replayed and outcome.status == "ok" \
+                and not outcome.record.get("del"):
+            value = await self._written(namespace, key, int(outcome.record.get("ver", 0)))
+        return _settle(outcome, namespace, key, value, message_id)
+
+    async def _written(self, namespace: str, key: str, version: int) -> bytes | None:
+        """The value `version` of the key wrote, while its history keeps it."""
+        for kept in await self.store.history(namespace, key, self.settings.max_history_limit):
+            if kept.version == version and kept.value is not None:
+                return bytes(kept.value)
+        return None
 
     async def get(self, principal: Principal, namespace: str, key: str) -> Entry:
         """One entry; its read rate is checked in the same script call that reads it."""
@@ -413,6 +449,12 @@ def _settle(outcome: WriteOutcome, namespace: str, key: str, value: bytes | None
     if outcome.status == "not_found":
         raise MempError("not_found", f"no entry at key {key!r}", {"key": key})
     raise _precondition(None if current.deleted else current, current.version)
+
+
+def _asks_approval(asked: bool) -> tuple[str, ...]:
+    """The per-write approval flag's part of a fingerprint: none when unset, so requests
+    without it keep the fingerprints earlier releases gave them."""
+    return ("approval_required",) if asked else ()
 
 
 def _precondition(current: Entry | None, version: int | None = None) -> MempError:

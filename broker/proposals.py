@@ -74,23 +74,28 @@ class ProposalService:
             value=msgspec.json.encode(cell),
             entry_id="" if current is not None else str(uuid.uuid4()), mode="merge",
             actor=agent, action=action)
-        return await self._propose(namespace, key, "put", current, request,
+        made = await self._propose(namespace, key, "put", current, request,
                                    msgspec.to_builtins(patch) if patch else None, limit,
                                    cell=True)
+        if isinstance(made, WriteOutcome):  # pragma: no cover - a cell write has no message id
+            raise MempError("internal", "a cell's proposal was answered as a write")
+        return made
 
     # ---- making one (the gate of MemoryService) ----
 
     async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
                       current: Entry | None, request: WriteRequest, incoming: Any,
-                      limit: Gate) -> Proposal:
+                      limit: Gate) -> Proposal | WriteOutcome:
         return await self._propose(namespace, key, operation, current, request,
                                    incoming if operation == "merge" else None, limit)
 
     async def _propose(self, namespace: str, key: str, operation: str, current: Entry | None,
                        request: WriteRequest, incoming: Any, limit: Gate, cell: bool = False
-                       ) -> Proposal:
+                       ) -> Proposal | WriteOutcome:
         """Store the proposal, taking the write's tokens (`limit`: the proposer's and the
-        namespace's buckets) unless the namespace has `max_pending` proposals pending."""
+        namespace's buckets) unless the namespace has `max_pending` proposals pending. A
+        message id seen before gets its first reply: its proposal, or the outcome of the
+        write it was first used for (before the key was gated)."""
         now = request.now
         proposal_id = f"prop_{now:012x}{secrets.token_hex(8)}"
         value = _NULL if operation == "delete" else msgspec.Raw(request.value)
@@ -122,11 +127,15 @@ class ProposalService:
         if verdict == "reused":
             raise reused(request.message_id)
         outcome = WriteOutcome.decode([verdict, reply])
-        if outcome.status != "proposed":  # a message id first used for a write that applied
-            raise reused(request.message_id)
+        if outcome.status != "proposed":
+            return outcome
         if outcome.replayed:
             return await self._load(namespace, outcome.record["id"])
         return proposal
+
+    async def replayed(self, namespace: str, proposal_id: str) -> Proposal:
+        """The proposal a message id was first answered with, as it is now."""
+        return await self._load(namespace, proposal_id)
 
     # ---- reading ----
 

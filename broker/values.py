@@ -6,6 +6,7 @@ occurrence (as JSON.parse does), so what a schema checked is exactly what is sto
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
@@ -48,3 +49,20 @@ def recanonical(stored: bytes) -> bytes:
         except (msgspec.DecodeError, RecursionError):
             return stored.replace(b"\r", b" ").replace(b"\n", b" ")
     return stored
+
+
+def check_finite(value: Any, field: str) -> None:
+    """Refuse NaN and ±Infinity anywhere in a value decoded by another parser than the
+    broker's (MCP arguments): JSON has no such numbers, the broker's own decoder refuses
+    them, and encoding one would store `null` in its place."""
+    stack = [value]
+    while stack:  # a loop, not recursion: the value may be nested deeply
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise MempError("invalid_json", f"{field} holds {item!r}, which JSON has no "
+                                "number for; nothing was written", {"field": field})
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)

@@ -167,6 +167,18 @@ def malformed_json() -> list[Any]:
           id="put-infinity"),
         P(Bad("PUT", SEED, 400, "invalid_json", content=b'{"value": 1 /* c */}'),
           id="put-comment"),
+        P(Bad("POST", "/v1/messages", 400, "invalid_json",
+              content=b'{"memp": "1.0", "type": "memory.put", "namespace": "{ns}", '
+                      b'"key": "seed/item", "value": {"a": NaN}}'), id="message-nan"),
+        P(Bad("POST", "/v1/messages", 400, "invalid_json",
+              content=b'[{"memp": "1.0", "type": "memory.put", "namespace": "{ns}", '
+                      b'"key": "seed/item", "value": -Infinity}]'), id="batch-infinity"),
+        P(Bad("POST", "/amp/memories", 400, "invalid_json", headers={"X-AMP-Agent-ID": "a-1"},
+              content=b'{"type": "semantic", "content": {"text": "t", "metadata": '
+                      b'{"m": NaN}}}'), id="amp-create-nan-metadata"),
+        P(Bad("POST", "/amp/memories", 400, "invalid_json", headers={"X-AMP-Agent-ID": "a-1"},
+              content=b'{"type": "semantic", "content": {"text": "t"}, '
+                      b'"scoring": {"importance": Infinity}}'), id="amp-create-infinity"),
         P(Bad("PUT", SEED, 400, "invalid_json", content=b'{"value": "\\ud800"}'),
           id="put-lone-surrogate-escape"),
         P(Bad("PUT", SEED, 400, "invalid_json", content=b'{"value": "\xff\xfe"}'),

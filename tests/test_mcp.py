@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -288,6 +289,62 @@ def test_a_session_belongs_to_the_credential_that_opened_it(broker: Broker, ns: 
         admins = {**theirs, "Authorization": f"Bearer {ADMIN_KEY}"}
         assert http.post("/mcp", json=listing, headers=admins).status_code == 404
         assert http.delete("/mcp", headers=theirs).status_code == 200
+
+
+def _raw_tool_call(http: httpx.Client, headers: dict[str, str], name: str, arguments: str
+                   ) -> dict[str, Any]:
+    """A tools/call whose arguments are sent as written (the package's client would turn NaN
+    into null before it left), answered with the tool's result."""
+    body = ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": '
+            f'"{name}", "arguments": {arguments}}}}}')
+    reply = http.post("/mcp", content=body, headers={**headers,
+                                                     "Content-Type": "application/json"})
+    assert reply.status_code == 200, reply.text
+    text = reply.text
+    if reply.headers["content-type"].startswith("text/event-stream"):
+        text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
+    result: dict[str, Any] = json.loads(text)["result"]
+    return result
+
+
+@pytest.mark.parametrize("literal", [
+    pytest.param("NaN", id="nan"),
+    pytest.param('{"a": [1, Infinity]}', id="nested-infinity"),
+    pytest.param("-Infinity", id="minus-infinity"),
+    pytest.param("1e400", id="beyond-a-double"),
+])
+def test_mcp_refuses_numbers_json_has_not_as_rest_does(broker: Broker, ns: str,
+                                                        literal: str) -> None:
+    """`memory_put` with NaN or an infinity is `invalid_json`, as the same value sent over
+    REST is, and nothing is stored (it used to store null); so is `amp_remember`'s
+    metadata."""
+    _, token = register(broker, ns)
+    headers = {"Accept": "application/json, text/event-stream",
+               "Authorization": f"Bearer {token}"}
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}
+    with httpx.Client(base_url=broker.url, timeout=WAIT) as http:
+        opened = http.post("/mcp", json=initialize, headers=headers)
+        theirs = {**headers, "mcp-session-id": opened.headers["mcp-session-id"],
+                  "mcp-protocol-version": "2025-11-25"}
+        http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                  headers=theirs)
+        calls = (("memory_put", f'{{"key": "k", "value": {literal}}}'),
+                 ("amp_remember", f'{{"text": "t", "metadata": {{"m": {literal}}}}}'))
+        for tool, arguments in calls:
+            result = _raw_tool_call(http, theirs, tool, arguments)
+            assert result["isError"], result
+            assert result["structuredContent"]["error"]["code"] == "invalid_json", result
+        assert _raw_tool_call(http, theirs, "memory_put", '{"key": "k", "value": 1.5}'
+                              )["structuredContent"]["value"] == 1.5
+        rest = http.put(f"/v1/namespaces/{ns}/memory/k2", content=f'{{"value": {literal}}}',
+                        headers={"Authorization": f"Bearer {token}",
+                                 "Content-Type": "application/json"})
+        assert rest.status_code == 400 and rest.json()["error"]["code"] == "invalid_json"
+    with broker.client(token) as client:
+        assert client.get(f"/v1/namespaces/{ns}/memory/k").json()["version"] == 1
+        assert client.get(f"/v1/namespaces/{ns}/memory/k2").status_code == 404
 
 
 def test_amp_tools_follow_the_amp_rules(broker: Broker, ns: str) -> None:

@@ -256,6 +256,57 @@ def test_idempotency_key_replays_the_proposal(admin: httpx.Client, ns: str,
     assert len(people["reviewer"].get(props(ns)).json()["proposals"]) == 1
 
 
+def test_a_retried_message_id_gets_its_first_reply_whatever_the_gate_says_now(
+        admin: httpx.Client, ns: str, people: dict[str, httpx.Client]) -> None:
+    """A message id answered with a proposal is answered with it again after the gate was
+    lifted (not with a made-up 412), one answered with a write again after the gate was
+    raised, and the per-write flag is part of the request the id is bound to."""
+    writer, reviewer = people["writer"], people["reviewer"]
+    gate(admin, ns)
+    proposed = writer.put(mem(ns, "facts/a"), json={"value": 1},
+                          headers={"Idempotency-Key": "gated-1"})
+    assert proposed.status_code == 202, proposed.text
+    applied = writer.put(mem(ns, "plain/b"), json={"value": 2},
+                         headers={"Idempotency-Key": "plain-1"})
+    assert applied.status_code == 201, applied.text
+    flagged = writer.put(mem(ns, "plain/c"), json={"value": 3, "approval_required": True},
+                         headers={"Idempotency-Key": "flag-1"})
+    assert flagged.status_code == 202, flagged.text
+    for proposal in (proposed.json(), flagged.json()):
+        assert reviewer.post(props(ns, f"/{proposal['id']}/reject"),
+                             json={"reason": "no"}).status_code == 200
+    gate(admin, ns, pattern="plain/*")  # facts/* is no longer gated, plain/* is
+
+    again = writer.put(mem(ns, "facts/a"), json={"value": 1},
+                       headers={"Idempotency-Key": "gated-1"})
+    assert again.status_code == 202, again.text
+    assert again.json()["id"] == proposed.json()["id"]
+    assert again.json()["status"] == "rejected"
+    assert writer.get(mem(ns, "facts/a")).status_code == 404
+    replayed = writer.put(mem(ns, "plain/b"), json={"value": 2},
+                          headers={"Idempotency-Key": "plain-1"})
+    assert replayed.status_code == 201, replayed.text
+    assert replayed.json()["version"] == applied.json()["version"] == 1
+    assert replayed.json()["value"] == 2
+    admin.put(f"/v1/namespaces/{ns}/config", json={})
+    unflagged = writer.put(mem(ns, "plain/c"), json={"value": 3},
+                           headers={"Idempotency-Key": "flag-1"})
+    assert_error(unflagged, 422, "idempotency_key_reused")
+    assert writer.get(mem(ns, "plain/c")).status_code == 404
+    again = writer.put(mem(ns, "plain/c"), json={"value": 3, "approval_required": True},
+                       headers={"Idempotency-Key": "flag-1"})
+    assert again.status_code == 202 and again.json()["id"] == flagged.json()["id"]
+    message = {"memp": "1.0", "type": "memory.delete", "namespace": ns, "key": "plain/b",
+               "id": "del-1", "approval_required": True}
+    first = writer.post("/v1/messages", json=message).json()
+    assert first["status"] == "pending_approval", first
+    replay = writer.post("/v1/messages", json={**message, "approval_required": False}).json()
+    assert replay["type"] == "error" and replay["error"]["code"] == "idempotency_key_reused"
+    assert writer.post("/v1/messages", json=message).json()["proposal"]["id"] \
+        == first["proposal"]["id"]
+    assert writer.get(mem(ns, "plain/b")).json()["version"] == 1
+
+
 def test_protocol_messages(admin: httpx.Client, ns: str,
                            people: dict[str, httpx.Client]) -> None:
     gate(admin, ns)

@@ -22,6 +22,7 @@ from broker.auth import Principal
 from broker.errors import MempError
 from broker.memory import MemoryService, PutOptions
 from broker.models import encode
+from broker.values import check_finite
 
 T = TypeVar("T")
 
@@ -224,6 +225,8 @@ class Toolbox:
         tool = _BY_NAME.get(name)
         if tool is None:
             raise MempError("not_found", f"no tool {name!r}", {"tool": name})
+        for field, value in (arguments or {}).items():
+            check_finite(value, field)
         args = _decode(tool.args, arguments or {})
         result: dict[str, Any] = await self._run[name](principal, args)
         return result
