@@ -189,6 +189,7 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
     import uvicorn
 
     from broker.app import create_app
+    from broker.connections import ConnectionLimits, ServerConfig
     from broker.gc_tuning import tune_for_server
     from broker.tls import CertificateFiles
     from broker.workers import WorkerPool
@@ -211,12 +212,15 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
         host=settings.host, port=settings.port, log_config=log_config, log_level=log_level,
         access_log=False, proxy_headers=False, timeout_graceful_shutdown=10,
         ssl_context_factory=certificates)
+    limits = ConnectionLimits.of(settings)
+    config: uvicorn.Config
     if workers > 1:
         # Every worker process builds its own listening context from the files (`broker.tls`).
         _hand_down(settings)
-        config = uvicorn.Config("broker.asgi:build", factory=True, workers=workers, **options)
+        config = ServerConfig("broker.asgi:build", limits, factory=True, workers=workers,
+                              **options)
     else:
-        config = uvicorn.Config(create_app(settings), **options)
+        config = ServerConfig(create_app(settings), limits, **options)
         tune_for_server()
     if workers > 1:
         listeners = bind_each(settings.host, settings.port, workers)

@@ -8,7 +8,7 @@ import re
 from typing import Any, TypeVar
 
 import msgspec
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -61,6 +61,9 @@ class InternalErrorMiddleware:
 
         try:
             await self.app(scope, receive, watched)
+        except ClientDisconnect:  # the client went (or its connection was closed) mid-body
+            log.info("the client went away before %s %s was read", scope["method"],
+                     scope.get("path", ""))
         except Exception:
             if started:
                 raise

@@ -93,6 +93,13 @@ class Settings:
     proposal_ttl_seconds: int = 7 * 24 * 3600
     max_pending_proposals: int = 1000  # per namespace (docs/limits.md); 0 = none
     audit_retention_seconds: int = 0  # 0: keep every audit record
+    # Connections (broker/connections.py, docs/security.md): request heads and deadlines.
+    max_head_bytes: int = 64 * 1024
+    max_header_line_bytes: int = 16 * 1024
+    max_header_fields: int = 100
+    head_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 30.0
+    keep_alive_seconds: int = 5
     # The review console at /console (docs/console.md): static files, off with MEMP_CONSOLE=0.
     console: bool = True
 
@@ -146,6 +153,8 @@ class Settings:
             raise SettingsError("max_key_bytes cannot exceed the protocol limit of 1024")
         if self.default_query_limit > self.max_query_limit:
             raise SettingsError("default_query_limit cannot exceed max_query_limit")
+        if self.max_header_line_bytes > self.max_head_bytes:
+            raise SettingsError("max_header_line_bytes cannot exceed max_head_bytes")
         if self.max_request_bytes < self.max_value_bytes:
             raise SettingsError("max_request_bytes must be at least max_value_bytes")
         if self.tls_key and not self.tls_cert:
@@ -196,6 +205,12 @@ _BOUNDS: dict[str, tuple[float, str, float | None]] = {
         "agent_writes_per_second", "agent_write_burst", "agent_reads_per_second",
         "agent_read_burst", "max_streams_per_token", "max_pending_proposals")},
     "rate_limit_hold_ms": (0, " (off)", 10_000),
+    "max_head_bytes": (1024, "", 1024 * 1024),
+    "max_header_line_bytes": (256, "", 1024 * 1024),
+    "max_header_fields": (8, "", 10_000),
+    "head_timeout_seconds": (0.1, "", 3600),
+    "body_timeout_seconds": (0.1, "", 3600),
+    "keep_alive_seconds": (1, "", 3600),
     "stream_lease_seconds": (3, "", 3600),
     "history_limit": (0, "", None),
     "idempotency_window_seconds": (0, "", None),
