@@ -165,7 +165,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
                                        settings.max_pending_proposals)
     memory_service.gate = amp_cells.gate = proposal_service
     governance = GovernanceSweeper(storage.entries, proposal_service, storage.audit, clock,
-                                   settings.audit_retention_seconds * 1000)
+                                   settings.audit_retention_seconds * 1000,
+                                   settings.proposal_retention_seconds * 1000)
     amp_engine = LifecycleEngine(amp_cells, clock)
     amp_poster = TermPoster(amp_cells.index)
     changelog = ChangeLog(storage.changes, cell_visibility)

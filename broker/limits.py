@@ -88,13 +88,15 @@ class AgentDefaults(msgspec.Struct, kw_only=True):
 
 
 class Usage(msgspec.Struct, kw_only=True):
-    """Live keys, bytes of stored values, open streams and pending proposals, on every broker
-    process."""
+    """Live keys, bytes of stored values, open streams, pending proposals, and bytes of the
+    proposals kept (pending or closed), on every broker process. `max_bytes` holds `bytes`
+    and `proposal_bytes` together."""
 
     keys: int
     bytes: int
     streams: int
     proposals: int
+    proposal_bytes: int
 
 
 class UsageReport(msgspec.Struct, kw_only=True):
@@ -142,7 +144,8 @@ class FairShare:
         used = await self.store.usage(namespace, now)
         return UsageReport(namespace=namespace, limits=limits or Limits(),
                            usage=Usage(keys=used.keys, bytes=used.bytes,
-                                       streams=used.streams, proposals=used.proposals),
+                                       streams=used.streams, proposals=used.proposals,
+                                       proposal_bytes=used.proposal_bytes),
                            agent_defaults=self.defaults)
 
     def gate(self, principal: Principal, namespace: str, kind: str, limits: Limits | None,

@@ -140,6 +140,11 @@ class ProposalService:
     # ---- reading ----
 
     async def _load(self, namespace: str, proposal_id: str) -> Proposal:
+        return self._shown(await self._stored(namespace, proposal_id), namespace)
+
+    async def _stored(self, namespace: str, proposal_id: str) -> StoredProposal:
+        """The proposal's record; 404 for no such proposal (or one dropped after its
+        retention)."""
         if not _ID_RE.fullmatch(proposal_id):
             raise MempError("not_found", f"no proposal {proposal_id[:80]!r}",
                             {"proposal": proposal_id[:80]})
@@ -147,7 +152,7 @@ class ProposalService:
         if stored is None:
             raise MempError("not_found", f"no proposal {proposal_id!r}",
                             {"proposal": proposal_id})
-        return self._shown(stored, namespace)
+        return stored
 
     def _shown(self, stored: StoredProposal, namespace: str) -> Proposal:
         try:
@@ -227,11 +232,9 @@ class ProposalService:
                        ) -> tuple[Proposal, StoredProposal]:
         validate_namespace(namespace)
         principal.require("review", namespace)
-        proposal = await self._load(namespace, proposal_id)
-        stored = await self.store.load(namespace, proposal_id)
-        if stored is None:  # pragma: no cover - proposals are never removed
-            raise MempError("not_found", f"no proposal {proposal_id!r}")
-        if proposal.status != "pending":
+        stored = await self._stored(namespace, proposal_id)
+        proposal = self._shown(stored, namespace)
+        if proposal.status != "pending" or stored.req is None:
             raise _decided(proposal)
         return proposal, stored
 
@@ -245,7 +248,7 @@ class ProposalService:
             raise MempError("forbidden", "no one approves their own proposal (the namespace "
                             "configuration may allow it: allow_self_approval)",
                             {"proposal": proposal_id})
-        saved = msgspec.json.decode(stored.req)
+        saved = msgspec.json.decode(stored.req or b"{}")
         incoming = saved.pop("incoming", None)
         is_cell = bool(saved.pop("cell", False))
         fields = {**saved, "value": str(saved["value"]).encode()}

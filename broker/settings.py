@@ -91,6 +91,7 @@ class Settings:
     stream_lease_seconds: float = 30.0
     rate_limit_hold_ms: int = 1000  # a flood over its rate gets its 429s this late, at most
     proposal_ttl_seconds: int = 7 * 24 * 3600
+    proposal_retention_seconds: int = 7 * 24 * 3600  # how long a closed proposal is kept
     max_pending_proposals: int = 1000  # per namespace (docs/limits.md); 0 = none
     audit_retention_seconds: int = 0  # 0: keep every audit record
     # Connections (broker/connections.py, docs/security.md): request heads and deadlines.
@@ -137,7 +138,7 @@ class Settings:
             "sse_send_timeout_seconds", "max_stream_patterns", "reader_block_ms",
             "namespace_cache_seconds", "max_schema_bytes", "schema_timeout_ms",
             "schema_check_timeout_ms", "amp_lifecycle_interval_seconds",
-            "amp_post_interval_seconds", "proposal_ttl_seconds",
+            "amp_post_interval_seconds", "proposal_ttl_seconds", "proposal_retention_seconds",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -85,22 +85,34 @@ class ExpirySweeper:
 
 
 class GovernanceSweeper:
-    """Closes pending proposals whose time is up, and drops audit records past the audit
-    retention (when one is set). Each close is one script that re-checks the proposal is still
-    pending and due, so processes sweeping at once close it once."""
+    """Closes pending proposals whose time is up, drops closed ones past the proposal
+    retention, and drops audit records past the audit retention (when one is set). Each close
+    and each drop is one script that re-checks what it acts on, so processes sweeping at once
+    close or drop a proposal once. A namespace's proposals of earlier releases are adopted
+    (counted, and set to expire) the first time this process sweeps it."""
 
     def __init__(self, entries: EntryStore, proposals: ProposalService, audit: AuditStore,
-                 clock: Clock, audit_retention_ms: int, batch: int = 1000) -> None:
+                 clock: Clock, audit_retention_ms: int, proposal_retention_ms: int,
+                 batch: int = 1000) -> None:
         self.entries = entries
         self.proposals = proposals
         self.audit = audit
         self.clock = clock
         self.audit_retention_ms = audit_retention_ms
+        self.proposal_retention_ms = proposal_retention_ms
         self.batch = batch
+        self._adopted: set[str] = set()
 
     async def sweep_once(self) -> None:
         for namespace in await self.entries.namespaces():
+            if namespace not in self._adopted:
+                await self.proposals.store.adopt(namespace, self.clock())
+                self._adopted.add(namespace)
             await self.proposals.expire_due(namespace)
+            before = self.clock() - self.proposal_retention_ms
+            while await self.proposals.store.purge_closed(namespace, before, self.batch) \
+                    == self.batch:
+                pass
             if self.audit_retention_ms:
                 before = self.clock() - self.audit_retention_ms
                 while await self.audit.trim(namespace, before, self.batch) == self.batch:

@@ -1,14 +1,18 @@
 """Governance across two broker OS processes sharing one Redis: two reviewers approving one
-proposal at once apply it exactly once, and concurrent writers keep the audit chain whole."""
+proposal at once apply it exactly once, concurrent writers keep the audit chain whole, and
+both processes' sweepers dropping closed proposals past their retention uncount each once."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
 
 import httpx
+import redis
 
+from broker.storage import layout
 from tests.conftest import ADMIN_KEY, BrokerProcess
 from tests.test_concurrency import run_all
 
@@ -66,5 +70,51 @@ def test_concurrent_writers_keep_one_audit_chain(
     seqs = [r["seq"] for r in clients[0].get(f"/v1/namespaces/{ns}/audit",
                                              params={"limit": 1000}).json()["records"]]
     assert seqs == list(range(150, 0, -1))
+    for client in clients:
+        client.close()
+
+
+def test_two_sweepers_drop_each_closed_proposal_once(
+        broker_process: Callable[..., BrokerProcess], redis_url: str, ns: str) -> None:
+    """Both processes sweep the same namespace: every closed proposal is dropped after the
+    retention, its bytes uncounted exactly once (the count ends at 0, never below), while
+    pending ones stay, and the audit chain still verifies."""
+    settings = {"MEMP_PROPOSAL_RETENTION_SECONDS": "1", "MEMP_SWEEP_INTERVAL_SECONDS": "0.1"}
+    brokers = [broker_process(**settings), broker_process(**settings)]
+    clients = [_client(b) for b in brokers]
+    assert clients[0].put(f"/v1/namespaces/{ns}/config",
+                          json={"allow_self_approval": True}).status_code == 200
+    made = []
+    for i in range(30):
+        proposal = clients[i % 2].put(f"/v1/namespaces/{ns}/memory/k{i}", json={
+            "value": {"n": i, "pad": "p" * 500}, "approval_required": True})
+        assert proposal.status_code == 202, proposal.text
+        made.append(proposal.json()["id"])
+    for i, proposal_id in enumerate(made[:25]):
+        decision = "approve" if i % 5 == 0 else "reject"
+        path = f"/v1/namespaces/{ns}/proposals/{proposal_id}/{decision}"
+        assert clients[i % 2].post(path, json={}).status_code == 200
+    store = redis.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 60
+        while store.zcard(layout.closed_proposals(ns)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert store.zcard(layout.closed_proposals(ns)) == 0
+        listed = clients[0].get(f"/v1/namespaces/{ns}/proposals").json()["proposals"]
+        assert sorted(p["id"] for p in listed) == sorted(made[25:])
+        kept = sum(int(store.hget(layout.proposal(ns, pid), "size") or 0) for pid in made[25:])
+        assert int(store.hget(layout.usage(ns), "pbytes") or 0) == kept > 0
+        for pid in made[:25]:
+            assert not store.exists(layout.proposal(ns, pid))
+            gone = clients[1].get(f"/v1/namespaces/{ns}/proposals/{pid}")
+            assert gone.status_code == 404
+        store.delete(layout.usage(ns))  # a recount finds the same
+        assert clients[1].get(f"/v1/namespaces/{ns}/usage").json()["usage"][
+            "proposal_bytes"] == kept
+    finally:
+        store.close()
+    assert clients[0].get(f"/v1/namespaces/{ns}/audit/verify").json()["ok"] is True
+    decisions = clients[0].get(f"/v1/namespaces/{ns}/audit", params={"limit": 200}).json()
+    assert Counter(r["action"] for r in decisions["records"])["reject"] == 20
     for client in clients:
         client.close()

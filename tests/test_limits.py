@@ -79,7 +79,8 @@ def test_limits_are_recorded_in_the_config_and_the_usage(admin: httpx.Client, ns
     report = admin.get(f"/v1/namespaces/{ns}/usage").json()
     assert report["namespace"] == ns
     assert report["limits"] == stored["limits"]
-    assert report["usage"] == {"keys": 0, "bytes": 0, "streams": 0, "proposals": 0}
+    assert report["usage"] == {"keys": 0, "bytes": 0, "streams": 0, "proposals": 0,
+                               "proposal_bytes": 0}
     assert set(report["agent_defaults"]) == {"writes_per_second", "write_burst",
                                              "reads_per_second", "read_burst",
                                              "max_streams_per_token", "max_pending_proposals"}
@@ -306,7 +307,8 @@ def test_max_bytes(admin: httpx.Client, agent: httpx.Client, ns: str) -> None:
     assert agent.put(mem(ns, "a"), json={"value": 1}).status_code == 200  # shrinks
     assert usage(admin, ns)["bytes"] == 11
     assert agent.delete(mem(ns, "b")).status_code == 200
-    assert usage(admin, ns) == {"keys": 1, "bytes": 1, "streams": 0, "proposals": 0}
+    assert usage(admin, ns) == {"keys": 1, "bytes": 1, "streams": 0, "proposals": 0,
+                                "proposal_bytes": 0}
     assert agent.put(mem(ns, "c"), json={"value": "z" * 17}).status_code == 201
     assert usage(admin, ns)["bytes"] == 20
 
@@ -369,7 +371,8 @@ def test_expiry_frees_quota_at_once(broker_factory: Callable[..., Broker], ns: s
         time.sleep(1.1)  # let the entry come due; the quota check expires it itself
         assert admin.put(mem(ns, "other"), json={"value": 2}).status_code == 201
         assert admin.get(mem(ns, "short")).status_code == 404
-        assert usage(admin, ns) == {"keys": 1, "bytes": 1, "streams": 0, "proposals": 0}
+        assert usage(admin, ns) == {"keys": 1, "bytes": 1, "streams": 0, "proposals": 0,
+                                "proposal_bytes": 0}
 
 
 def test_data_from_before_the_count_is_counted_exactly(broker: Broker, admin: httpx.Client,
@@ -378,7 +381,7 @@ def test_data_from_before_the_count_is_counted_exactly(broker: Broker, admin: ht
         assert admin.put(mem(ns, f"k{i}"), json={"value": "v" * i}).status_code == 201
     data_client(broker.app).delete(layout.usage(ns))  # as a release before the count left it
     assert usage(admin, ns) == {"keys": 5, "bytes": sum(i + 2 for i in range(5)), "streams": 0,
-                                "proposals": 0}
+                                "proposals": 0, "proposal_bytes": 0}
     data_client(broker.app).delete(layout.usage(ns))
     set_limits(admin, ns, max_bytes=21)
     assert admin.put(mem(ns, "k5"), json={"value": 1}).status_code == 201  # 20 + 1

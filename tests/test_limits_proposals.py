@@ -6,6 +6,8 @@ proposal did). Both stores, and two broker processes sharing one budget."""
 from __future__ import annotations
 
 import concurrent.futures
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -93,15 +95,68 @@ def test_approvals_take_no_tokens_but_respect_quotas(people: dict[str, httpx.Cli
     assert usage(admin, ns)["keys"] == 1
 
 
-def test_max_bytes_holds_for_an_approval(people: dict[str, httpx.Client], ns: str) -> None:
+def test_proposals_count_toward_max_bytes(people: dict[str, httpx.Client], ns: str) -> None:
+    """A proposal is stored data: it must fit `max_bytes` with the values; its approval needs
+    no more room than it took (what only an approval needed goes), so it passes even in a
+    namespace full to the byte."""
     admin, writer, reviewer = people["admin"], people["writer"], people["reviewer"]
     assert admin.put(mem(ns, "facts/a"), json={"value": "small"}).status_code == 201
     configure(admin, ns, max_bytes=usage(admin, ns)["bytes"] + 2)
-    grown = writer.put(mem(ns, "facts/a"), json={"value": "much bigger"}).json()["id"]
-    refused = reviewer.post(props(ns, f"/{grown}/approve"), json={})
-    assert refused.status_code == 429 and refused.json()["error"]["details"]["limit"] == \
-        "max_bytes"
-    assert writer.get(mem(ns, "facts/a")).json()["value"] == "small"
+    refused = writer.put(mem(ns, "facts/a"), json={"value": "much bigger"})
+    assert refused.status_code == 429, refused.text
+    details = refused.json()["error"]["details"]
+    assert details["limit"] == "max_bytes" and details["requested"] > 2 * len("much bigger")
+    assert pending(admin, ns) == [] and usage(admin, ns)["proposal_bytes"] == 0
+    configure(admin, ns, max_bytes=usage(admin, ns)["bytes"] + 4000)
+    grown = writer.put(mem(ns, "facts/a"), json={"value": "much bigger"})
+    assert grown.status_code == 202, grown.text
+    kept = usage(admin, ns)
+    assert kept["proposal_bytes"] == details["requested"]  # the same record, counted
+    configure(admin, ns, max_bytes=kept["bytes"] + kept["proposal_bytes"])  # full
+    approved = reviewer.post(props(ns, f"/{grown.json()['id']}/approve"), json={})
+    assert approved.status_code == 200, approved.text
+    after = usage(admin, ns)
+    assert after["bytes"] + after["proposal_bytes"] <= kept["bytes"] + kept["proposal_bytes"]
+    assert 0 < after["proposal_bytes"] < kept["proposal_bytes"]  # kept, without its write
+    assert writer.get(mem(ns, "facts/a")).json()["value"] == "much bigger"
+
+
+def test_propose_and_reject_in_a_loop_cannot_pass_the_quota(
+        broker_factory: Callable[..., Broker], ns: str) -> None:
+    """The attack: a key with write and review proposes 40 KB values and rejects them, over
+    and over. Every proposal kept counts, so the namespace stops at its quota with
+    `quota_exceeded`, until closed proposals expire after the retention; the audit trail
+    keeps every step and still verifies."""
+    broker = broker_factory("redis", proposal_retention_seconds=2)
+    with broker.client() as admin:
+        configure(admin, ns, max_bytes=200_000)
+        token, _ = create_key(admin, (ns, ["read", "write", "review"]))
+        with broker.client(token) as tenant:
+            outcomes = []
+            for i in range(12):
+                made = tenant.put(mem(ns, f"facts/{i}"), json={"value": "x" * 40_000})
+                outcomes.append(made.status_code)
+                if made.status_code == 202:
+                    assert tenant.post(props(ns, f"/{made.json()['id']}/reject"),
+                                       json={"reason": "again"}).status_code == 200
+                else:
+                    assert made.json()["error"]["details"]["limit"] == "max_bytes"
+                used = usage(admin, ns)
+                assert used["bytes"] + used["proposal_bytes"] <= 200_000
+            assert 202 in outcomes and 429 in outcomes
+            assert outcomes.index(429) > 0 and set(outcomes[outcomes.index(429):]) == {429}
+            deadline = time.monotonic() + 30  # the sweeper drops them 2 s after they closed
+            while usage(admin, ns)["proposal_bytes"] and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert usage(admin, ns)["proposal_bytes"] == 0
+            assert admin.get(props(ns)).json()["proposals"] == []
+            assert tenant.put(mem(ns, "facts/again"), json={"value": "x" * 40_000}
+                              ).status_code == 202  # room again
+        audit = admin.get(f"/v1/namespaces/{ns}/audit", params={"limit": 500}).json()
+        actions = Counter(record["action"] for record in audit["records"])
+        assert actions["propose"] == outcomes.count(202) + 1
+        assert actions["reject"] == outcomes.count(202)
+        assert admin.get(f"/v1/namespaces/{ns}/audit/verify").json()["ok"] is True
 
 
 def test_pending_proposals_are_bounded_per_namespace(people: dict[str, httpx.Client],
@@ -163,6 +218,29 @@ def test_an_amp_cell_approval_respects_the_amp_quotas(broker_factory: Callable[.
         assert refused.json()["error"]["details"]["limit"] == "max_keys"
         assert usage(amp.http, ns)["keys"] == 1
         assert amp.search_ids(agent="agent-2", query="gated") == []
+
+
+def test_an_amp_cell_proposal_counts_toward_the_amp_quota(
+        broker_factory: Callable[..., Broker], ns: str) -> None:
+    """A gated cell create is a proposal held to the AMP namespace's `max_bytes` like a MEMP
+    one: over it, 429 and nothing proposed; within it, counted until it expires."""
+    with amp_broker(broker_factory, "embedded", ns) as amp:
+        amp.create("one already")
+        cell = {"type": "semantic", "content": {"text": "gated " * 200},
+                "identity": {"owner_id": "u-2", "owner_type": "user"}}
+        for max_bytes, status in ((usage(amp.http, ns)["bytes"] + 500, 429),
+                                  (usage(amp.http, ns)["bytes"] + 20_000, 202)):
+            response = amp.http.put(f"/v1/namespaces/{ns}/config", json={
+                "rules": [{"pattern": "cells/user/*", "approval": "required"}],
+                "limits": {"max_bytes": max_bytes}})
+            assert response.status_code == 200, response.text
+            proposed = amp.post_cell(cell, agent="agent-2")
+            assert proposed.status_code == status, proposed.text
+            if status == 429:
+                assert proposed.json()["error"]["details"]["limit"] == "max_bytes"
+                assert usage(amp.http, ns)["proposals"] == 0
+        assert usage(amp.http, ns)["proposals"] == 1
+        assert usage(amp.http, ns)["proposal_bytes"] > len("gated " * 200) * 2
 
 
 def _propose(url: str, token: str, ns: str, key: str) -> int:

@@ -18,8 +18,8 @@ GATE_KEYS = Fields("gate_keys", ("agent_rate", "namespace_rate"))
 RATE_READ_KEYS = Fields("rate_read_keys", (), rest="entry", counted=False)  # 0 or 1 key
 GATE = Fields("gate", ("agent_interval", "agent_burst", "namespace_interval", "namespace_burst",
                        "max_keys", "max_bytes", "cost"))
-USAGE_KEYS = Fields("usage_keys", ("index", "usage"))
-RECOUNT = Fields("recount", ("entry_prefix",))
+USAGE_KEYS = Fields("usage_keys", ("index", "usage", "proposals"))
+RECOUNT = Fields("recount", ("entry_prefix", "proposal_prefix"))
 LEASE_KEYS = Fields("lease_keys", ("set",))
 LEASE = Fields("lease", ("now", "lease_end", "member", "cap"))
 GATE_FILES = ("gate.lua",)
@@ -97,9 +97,10 @@ def open_gate(namespace: str) -> Gate:
 @dataclass(frozen=True, slots=True)
 class Usage:
     keys: int
-    bytes: int
+    bytes: int  # of the values
     streams: int
-    proposals: int
+    proposals: int  # pending
+    proposal_bytes: int  # of every proposal kept, pending or closed
 
 
 class FairShareStore:
@@ -130,25 +131,33 @@ class FairShareStore:
         flat = reply[1]
         return dict(zip(flat[::2], flat[1::2], strict=True)), None
 
-    async def recount(self, namespace: str) -> int:
-        """Count the namespace's stored bytes exactly (one script; it walks the index)."""
-        keys = USAGE_KEYS.pack(index=layout.index(namespace), usage=layout.usage(namespace))
-        return int(await self.backend.call(
-            self._count, keys, RECOUNT.pack(entry_prefix=layout.entry_prefix(namespace))))
+    async def recount(self, namespace: str) -> None:
+        """Count the namespace's stored bytes, values and proposals, exactly (one script; it
+        walks the index and the proposals)."""
+        keys = USAGE_KEYS.pack(index=layout.index(namespace), usage=layout.usage(namespace),
+                               proposals=layout.proposals(namespace))
+        await self.backend.call(self._count, keys, RECOUNT.pack(
+            entry_prefix=layout.entry_prefix(namespace),
+            proposal_prefix=layout.proposal_prefix(namespace)))
 
     async def usage(self, namespace: str, now: int) -> Usage:
-        """Keys in the index, stored bytes (counted first when not yet exact), open streams and
-        pending proposals (those past their time not counted)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zcard(layout.index(namespace))
-            pipe.hmget(layout.usage(namespace), "bytes", "counted")
-            pipe.zcount(layout.streams(namespace), f"({now}", "+inf")
-            pipe.zcount(layout.pending_proposals(namespace), f"({now}", "+inf")
-            keys, (size, counted), streams, proposals = await pipe.execute()
+        """Keys in the index, stored bytes of values and of proposals (counted first when not
+        yet exact), open streams and pending proposals (those past their time not counted)."""
+        async def read() -> list[Any]:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zcard(layout.index(namespace))
+                pipe.hmget(layout.usage(namespace), "bytes", "counted", "pbytes")
+                pipe.zcount(layout.streams(namespace), f"({now}", "+inf")
+                pipe.zcount(layout.pending_proposals(namespace), f"({now}", "+inf")
+                return list(await pipe.execute())
+
+        keys, (size, counted, proposal_size), streams, proposals = await read()
         if counted is None:
-            size = await self.recount(namespace)
+            await self.recount(namespace)
+            keys, (size, counted, proposal_size), streams, proposals = await read()
         return Usage(keys=int(keys), bytes=max(int(size or 0), 0), streams=int(streams),
-                     proposals=int(proposals))
+                     proposals=int(proposals),
+                     proposal_bytes=max(int(proposal_size or 0), 0))
 
     # ---- stream leases ----
 

@@ -99,7 +99,8 @@ def meta(namespace: str) -> str:
 
 def usage(namespace: str) -> str:
     """Hash of the namespace's quota bookkeeping: `bytes` (the size of the values its index
-    holds) and `counted` (set once `bytes` is exact; a recount sets it, an erasure drops it)."""
+    holds), `pbytes` (the size of the proposals it keeps: the sum of their `size` fields) and
+    `counted` (set once both are exact; a recount sets it, an erasure drops it)."""
     return f"{_ns(namespace)}:usage"
 
 
@@ -128,7 +129,12 @@ def audit(namespace: str) -> str:
 
 def proposal(namespace: str, proposal_id: str) -> str:
     """Hash of one proposed write (pending, approved, rejected or expired)."""
-    return f"{_ns(namespace)}:prop:{proposal_id}"
+    return f"{proposal_prefix(namespace)}{proposal_id}"
+
+
+def proposal_prefix(namespace: str) -> str:
+    """What `proposal()` puts before the id: scripts that walk proposals make their keys."""
+    return f"{_ns(namespace)}:prop:"
 
 
 def proposals(namespace: str) -> str:
@@ -139,6 +145,12 @@ def proposals(namespace: str) -> str:
 def pending_proposals(namespace: str) -> str:
     """Sorted set of pending proposal ids by when they expire (ms), for the sweeper."""
     return f"{_ns(namespace)}:props:due"
+
+
+def closed_proposals(namespace: str) -> str:
+    """Sorted set of closed (approved, rejected, expired) proposal ids by when they closed
+    (ms): the sweeper drops them once past the retention."""
+    return f"{_ns(namespace)}:props:closed"
 
 
 def config(namespace: str) -> str:

@@ -16,7 +16,11 @@ from broker.storage.fairshare import GATE, GATE_KEYS, Gate
 from broker.storage.records import WriteRequest
 from broker.storage.scripts import Fields
 
-PROPOSAL_KEYS = Fields("proposal_keys", ("record", "all", "due"))
+PROPOSAL_KEYS = Fields("proposal_keys", ("record", "all", "due", "closed"))
+# The sweeper's scripts: a namespace's proposal listings and its usage hash.
+PURGE_KEYS = Fields("purge_keys", ("all", "closed", "usage"))
+PURGE = Fields("purge", ("proposal_prefix", "before", "count"))
+ADOPT = Fields("adopt", ("proposal_prefix", "start", "count", "now"))
 PROPOSE = Fields("propose", ("id", "base", "doc", "req", "by", "created", "expires",
                              "max_pending"))
 DECIDE = Fields("decide", ("id", "decision", "operation", "base", "decided_by", "doc",
@@ -28,7 +32,7 @@ _FILES = (*WRITE_FILES, "delete_entry.lua", "proposal_common.lua")
 class StoredProposal:
     status: str
     doc: bytes  # the wire JSON
-    req: bytes  # what an approval needs to write it
+    req: bytes | None  # what an approval needs to write it (None once decided)
     by: str
 
 
@@ -50,25 +54,32 @@ class ProposalStore:
                      "proposal_decide_cell.lua"],
             [WRITE_KEYS, PROPOSAL_KEYS, GATE_KEYS, CELL_INDEX_KEYS, WRITE, DECIDE, GATE,
              CELL_PREFIXES, CELL_UPDATE])
+        self._purge = scripts.register(client, ["proposal_purge.lua"], [PURGE_KEYS, PURGE])
+        self._adopt = scripts.register(client, ["proposal_adopt.lua"], [PURGE_KEYS, ADOPT])
 
     def _keys(self, namespace: str, key: str, proposal_id: str, req: WriteRequest
               ) -> list[Any]:
         return [*self.entries.write_keys(namespace, key, req.message_id, req.agent_id),
                 *PROPOSAL_KEYS.pack(record=layout.proposal(namespace, proposal_id),
                                     all=layout.proposals(namespace),
-                                    due=layout.pending_proposals(namespace))]
+                                    due=layout.pending_proposals(namespace),
+                                    closed=layout.closed_proposals(namespace))]
 
     async def propose(self, namespace: str, key: str, request: WriteRequest, gate: Gate,
                       **fields: Any) -> tuple[str, str]:
         """Store a pending proposal (PROPOSE fields) if the key is still at `base`, taking
-        the tokens of `gate`: ('proposed', id), ('moved', current version), ('refused', the
-        encoded refusal: over a rate or `max_pending`), or a replayed or refused message id
-        ('replay'/'reused', the first reply)."""
+        the tokens of `gate` and fitting its `max_bytes`: ('proposed', id), ('moved', current
+        version), ('refused', the encoded refusal: over a rate, `max_pending` or
+        `max_bytes`), or a replayed or refused message id ('replay'/'reused', the first
+        reply). A namespace whose byte count is not exact is counted first."""
         await self.entries.note_namespace(namespace)
-        raw = await self.backend.call(
-            self._propose, [*self._keys(namespace, key, fields["id"], request), *gate.keys],
-            [*self.entries.write_args(namespace, key, request), *PROPOSE.pack(**fields),
-             *gate.args], durable=True)
+        keys = [*self._keys(namespace, key, fields["id"], request), *gate.keys]
+        args = [*self.entries.write_args(namespace, key, request), *PROPOSE.pack(**fields),
+                *gate.args]
+        raw = await self.backend.call(self._propose, keys, args, durable=True)
+        if text(raw[0]) == "uncounted":
+            await self.entries.fair_share.recount(namespace)
+            raw = await self.backend.call(self._propose, keys, args, durable=True)
         return text(raw[0]), text(raw[1])
 
     async def decide(self, namespace: str, key: str, request: WriteRequest, gate: Gate,
@@ -96,13 +107,37 @@ class ProposalStore:
         raw = await self.backend.call(script, keys, args, durable=True)
         return text(raw[0]), text(raw[1])
 
+    def _purge_keys(self, namespace: str) -> list[Any]:
+        return PURGE_KEYS.pack(all=layout.proposals(namespace),
+                               closed=layout.closed_proposals(namespace),
+                               usage=layout.usage(namespace))
+
+    async def purge_closed(self, namespace: str, before: int, count: int) -> int:
+        """Drop up to `count` proposals closed at or before `before` (ms); how many."""
+        return int(await self.backend.call(self._purge, self._purge_keys(namespace), PURGE.pack(
+            proposal_prefix=layout.proposal_prefix(namespace), before=before, count=count)))
+
+    async def adopt(self, namespace: str, now: int, count: int = 500) -> int:
+        """Bring the namespace's proposals of earlier releases under today's bookkeeping
+        (counted, and closed ones set to expire); how many proposals it looked at."""
+        start = looked = 0
+        while True:
+            seen = int(await self.backend.call(
+                self._adopt, self._purge_keys(namespace),
+                ADOPT.pack(proposal_prefix=layout.proposal_prefix(namespace), start=start,
+                           count=count, now=now)))
+            looked += seen
+            if seen < count:
+                return looked
+            start += count
+
     async def load(self, namespace: str, proposal_id: str) -> StoredProposal | None:
         row: Any = await self.redis.hmget(layout.proposal(namespace, proposal_id), "status",
                                           "doc", "req", "by")
         status, doc, req, by = row
         if status is None or doc is None:
             return None
-        return StoredProposal(text(status), doc, req or b"{}", text(by or b""))
+        return StoredProposal(text(status), doc, req, text(by or b""))
 
     async def newest_first(self, namespace: str, before: tuple[int, str] | None, count: int
                            ) -> list[tuple[str, int]]:
@@ -133,5 +168,5 @@ class ProposalStore:
                 pipe.hmget(layout.proposal(namespace, proposal_id), "status", "doc", "req",
                            "by")
             rows = await pipe.execute()
-        return [StoredProposal(text(s), d, r or b"{}", text(b or b"")) if s and d else None
+        return [StoredProposal(text(s), d, r, text(b or b"")) if s and d else None
                 for s, d, r, b in rows]

@@ -22,9 +22,16 @@ export interface Limits {
 export interface UsageReport {
   namespace: string
   limits: Limits
-  /** Live keys, bytes of stored values, open streams and pending proposals, on every broker
-   * process (`proposals` is missing from a broker that does not report them). */
-  usage: { keys: number; bytes: number; streams: number; proposals?: number }
+  /** Live keys, bytes of stored values, open streams, pending proposals and bytes of the
+   * proposals kept (`max_bytes` holds both byte counts), on every broker process
+   * (`proposals` and `proposal_bytes` are missing from a broker that does not report them). */
+  usage: {
+    keys: number
+    bytes: number
+    streams: number
+    proposals?: number
+    proposal_bytes?: number
+  }
   /** The limits every agent (and credential) has from the broker's settings; null: none. */
   agent_defaults: {
     writes_per_second: number | null

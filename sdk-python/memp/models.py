@@ -189,12 +189,14 @@ class Limits(Struct, kw_only=True, frozen=True, omit_defaults=True):
 
 class Usage(Struct, frozen=True):
     """What a namespace uses: live keys, bytes of stored values, open streams, pending
-    proposals (0 from a broker that does not report them)."""
+    proposals, and bytes of the proposals it keeps (`max_bytes` holds both byte counts;
+    0 from a broker that does not report them)."""
 
     keys: int
     bytes: int
     streams: int
     proposals: int = 0
+    proposal_bytes: int = 0
 
 
 class AgentDefaults(Struct, frozen=True):

@@ -61,9 +61,10 @@ local function admit(gk, g)
 end
 
 -- Would a write adding `adds_key` (a key not in the index) and `grows` bytes take the
--- namespace past a quota? Only growth is refused: a write that adds neither passes even over
--- a lowered quota. nil when it fits, 'uncounted' when the byte count must be made exact
--- first (usage_count.lua), else the refusal: {limit, max, used, requested}.
+-- namespace past a quota? `max_bytes` holds the values and the proposals kept (`pbytes`).
+-- Only growth is refused: a write that adds neither passes even over a lowered quota. nil
+-- when it fits, 'uncounted' when the byte count must be made exact first (usage_count.lua),
+-- else the refusal: {limit, max, used, requested}.
 local function over_quota(ctx, g, adds_key, grows)
   if g.max_keys ~= '' and adds_key then
     local used = redis.call('ZCARD', ctx.index_key)
@@ -72,11 +73,11 @@ local function over_quota(ctx, g, adds_key, grows)
     end
   end
   if g.max_bytes ~= '' and grows > 0 then
-    local usage = redis.call('HMGET', ctx.usage_key, 'bytes', 'counted')
+    local usage = redis.call('HMGET', ctx.usage_key, 'bytes', 'counted', 'pbytes')
     if not usage[2] then
       return 'uncounted'
     end
-    local used = tonumber(usage[1]) or 0
+    local used = (tonumber(usage[1]) or 0) + (tonumber(usage[3]) or 0)
     if used + grows > tonumber(g.max_bytes) then
       return {limit = 'max_bytes', max = g.max_bytes, used = int(used), requested = int(grows)}
     end

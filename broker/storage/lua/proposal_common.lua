@@ -1,6 +1,16 @@
 -- Shared by propose.lua and proposal_decide.lua (needs audit.lua and common.lua before it).
--- A proposal's record (read_proposal_keys: record, all, due) holds `status`, `doc` (its wire
--- JSON, made by the broker), `req` (what approval needs to write it) and `by` (the proposer).
+-- A proposal's record (read_proposal_keys: record, all, due, closed) holds `status`, `doc`
+-- (its wire JSON, made by the broker), `req` (what approval needs to write it; dropped once
+-- decided), `by` (the proposer) and `size` (the bytes of `doc` and `req`, counted in the
+-- namespace's usage `pbytes` against `max_bytes`; records of earlier releases have none and
+-- count nothing until adopted, proposal_adopt.lua).
+
+-- Move the namespace's proposal byte count by `delta`.
+local function count_proposal_bytes(ctx, delta)
+  if delta ~= 0 then
+    redis.call('HINCRBY', ctx.usage_key, 'pbytes', delta)
+  end
+end
 
 -- Announce a proposal change to subscribers (who may see it is decided by the broker: the
 -- proposer and holders of `review`) and append its audit record.
@@ -22,7 +32,7 @@ end
 -- Approve (writing `a`, then `after_write(entry)` if given), reject or expire the pending
 -- proposal `d` names: see proposal_decide.lua for the replies.
 local function decide_proposal(ctx, a, d, pk, after_write)
-  local stored = redis.call('HMGET', pk.record, 'status', 'by', 'exp')
+  local stored = redis.call('HMGET', pk.record, 'status', 'by', 'exp', 'size')
   if not stored[1] then
     return {'missing', ''}
   end
@@ -35,8 +45,10 @@ local function decide_proposal(ctx, a, d, pk, after_write)
   end
   local written = ''
   local version = ''
+  -- Closed, the record keeps its new `doc` and drops `req`.
+  local grows = #d.doc - (tonumber(stored[4]) or 0)
   if d.decision == 'approve' then
-    ctx.approved_by, ctx.proposal = d.decided_by, d.id
+    ctx.approved_by, ctx.proposal, ctx.also_grows = d.decided_by, d.id, grows
     local status, entry, with_value
     if d.operation == 'delete' then
       status, entry, with_value = delete(ctx, a)
@@ -54,8 +66,11 @@ local function decide_proposal(ctx, a, d, pk, after_write)
   end
   local status = d.decision == 'approve' and 'approved' or
     (d.decision == 'reject' and 'rejected' or 'expired')
-  redis.call('HSET', pk.record, 'status', status, 'doc', d.doc)
+  redis.call('HSET', pk.record, 'status', status, 'doc', d.doc, 'size', #d.doc)
+  redis.call('HDEL', pk.record, 'req')
   redis.call('ZREM', pk.due, d.id)
+  redis.call('ZADD', pk.closed, a.now, d.id)
+  count_proposal_bytes(ctx, grows)
   proposal_event(ctx, status, d.decision, {id = d.id, by = stored[2], base = d.base, now = a.now,
                                version = version, details = d.details}, d.doc)
   return {'ok', written}

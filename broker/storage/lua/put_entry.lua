@@ -46,7 +46,9 @@ local function put(ctx, a)
   end
   local old_size = live and value_size(ctx) or 0
   if ctx.gate then
-    local over = over_quota(ctx, ctx.gate, not live, #a.value - old_size)
+    -- An approval also rewrites its proposal's record (proposal_common.lua): what that
+    -- adds or frees counts with the value.
+    local over = over_quota(ctx, ctx.gate, not live, #a.value - old_size + (ctx.also_grows or 0))
     if over == 'uncounted' then
       return 'uncounted', {}, false
     elseif over then
