@@ -39,12 +39,12 @@ LINGER_SECONDS = 2.0
 class ConnectionLimits:
     """What a connection may send and how long the broker waits for it (`MEMP_*` settings)."""
 
-    max_head_bytes: int = 64 * 1024
-    max_header_line_bytes: int = 16 * 1024
-    max_header_fields: int = 100
-    head_timeout: float = 10.0
-    body_timeout: float = 30.0
-    keep_alive: int = 5
+    max_head_bytes: int
+    max_header_line_bytes: int
+    max_header_fields: int
+    head_timeout: float
+    body_timeout: float
+    keep_alive: int
 
     @classmethod
     def of(cls, settings: Settings) -> ConnectionLimits:
@@ -103,7 +103,8 @@ class BoundedProtocol(HttpToolsProtocol):
     def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.limits = config.limits if isinstance(config, ServerConfig) else ConnectionLimits()
+        self.limits = config.limits if isinstance(config, ServerConfig) \
+            else ConnectionLimits.of(Settings())
         self._in_head = True  # waiting for, or reading, a request's head
         self._begun = False  # the parser is inside a head
         self._head_bytes = 0  # received toward the head being read

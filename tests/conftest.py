@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +29,7 @@ import uvicorn
 
 from broker.app import create_app
 from broker.settings import Settings
+from broker.storage import Storage
 from tests.topologies import Credentials, RedisCluster, RedisSentinel, TlsRedis
 
 ADMIN_KEY = "test-admin-key-0123456789"
@@ -299,6 +300,28 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    """Where a test's own store lives: a private Redis, or None for an embedded server."""
+    if request.param == "embedded":
+        return None
+    server: RedisServer = request.getfixturevalue("private_redis")
+    return server.url
+
+
+@contextlib.asynccontextmanager
+async def open_storage(url: str | None, **options: Any) -> AsyncIterator[Storage]:
+    """The storage layer on `url` (None: an embedded server), closed afterwards."""
+    settings: dict[str, Any] = {"timeout": 2.0, "history_limit": 4,
+                                "changelog_maxlen": 100_000, "idempotency_window_ms": 60_000,
+                                **options}
+    storage = Storage.open(url, **settings)
+    try:
+        yield storage
+    finally:
+        await storage.close()
 
 
 def read_changelog(client: Any, namespace: str) -> list[dict[str, str]]:

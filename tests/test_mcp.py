@@ -272,19 +272,28 @@ def test_no_valid_token_is_401_before_mcp(broker: Broker, token: str | None) -> 
     assert reply.headers["www-authenticate"] == 'Bearer realm="memp"'
 
 
-def test_a_session_belongs_to_the_credential_that_opened_it(broker: Broker, ns: str) -> None:
-    _, token = register(broker, ns)
+def open_session(http: httpx.Client, token: str) -> dict[str, str]:
+    """Open an MCP session by hand (initialize, then initialized); the headers of its
+    requests."""
     headers = {"Accept": "application/json, text/event-stream",
                "Authorization": f"Bearer {token}"}
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"}}}
+    opened = http.post("/mcp", json=initialize, headers=headers)
+    assert opened.status_code == 200, opened.text
+    theirs = {**headers, "mcp-session-id": opened.headers["mcp-session-id"],
+              "mcp-protocol-version": "2025-11-25"}
+    assert http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                     headers=theirs).status_code == 202
+    return theirs
+
+
+def test_a_session_belongs_to_the_credential_that_opened_it(broker: Broker, ns: str) -> None:
+    _, token = register(broker, ns)
     with httpx.Client(base_url=broker.url, timeout=WAIT) as http:
-        opened = http.post("/mcp", json=initialize, headers=headers)
-        assert opened.status_code == 200, opened.text
-        session = opened.headers["mcp-session-id"]
+        theirs = open_session(http, token)
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-        theirs = {**headers, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
         assert http.post("/mcp", json=listing, headers=theirs).status_code == 200
         admins = {**theirs, "Authorization": f"Bearer {ADMIN_KEY}"}
         assert http.post("/mcp", json=listing, headers=admins).status_code == 404
@@ -319,17 +328,8 @@ def test_mcp_refuses_numbers_json_has_not_as_rest_does(broker: Broker, ns: str,
     REST is, and nothing is stored (it used to store null); so is `amp_remember`'s
     metadata."""
     _, token = register(broker, ns)
-    headers = {"Accept": "application/json, text/event-stream",
-               "Authorization": f"Bearer {token}"}
-    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"}}}
     with httpx.Client(base_url=broker.url, timeout=WAIT) as http:
-        opened = http.post("/mcp", json=initialize, headers=headers)
-        theirs = {**headers, "mcp-session-id": opened.headers["mcp-session-id"],
-                  "mcp-protocol-version": "2025-11-25"}
-        http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                  headers=theirs)
+        theirs = open_session(http, token)
         calls = (("memory_put", f'{{"key": "k", "value": {literal}}}'),
                  ("amp_remember", f'{{"text": "t", "metadata": {{"m": {literal}}}}}'))
         for tool, arguments in calls:

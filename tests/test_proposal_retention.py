@@ -5,15 +5,11 @@ release (no `size`, closed ones not indexed) adopted once, so that they count an
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-
-from broker.storage import Storage, layout
-from tests.conftest import BACKENDS, RedisServer
+from broker.storage import layout
+from tests.conftest import open_storage
 
 T0 = 1_700_000_000_000
 
@@ -21,25 +17,6 @@ T0 = 1_700_000_000_000
 def number(raw: Any) -> int:
     """A hash field's integer (0 when absent)."""
     return int(raw or 0)
-
-
-@pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest) -> str | None:
-    """A private Redis, or None for an embedded server."""
-    if request.param == "embedded":
-        return None
-    server: RedisServer = request.getfixturevalue("private_redis")
-    return server.url
-
-
-@contextlib.asynccontextmanager
-async def open_storage(url: str | None) -> AsyncIterator[Storage]:
-    storage = Storage.open(url, timeout=2.0, history_limit=4, changelog_maxlen=1000,
-                           idempotency_window_ms=60_000)
-    try:
-        yield storage
-    finally:
-        await storage.close()
 
 
 async def put_record(redis: Any, ns: str, pid: str, status: str, closed_at: int | None,

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import redis
 
-from broker.storage import Storage, layout
+from broker.storage import layout
 from broker.storage.entries import EntryStore
 from broker.storage.records import WriteRequest
 from broker.sweeper import ExpirySweeper
@@ -25,6 +25,7 @@ from tests.conftest import (
     BrokerProcess,
     RedisServer,
     data_client,
+    open_storage,
     read_changelog,
     start_broker,
 )
@@ -182,23 +183,10 @@ def test_write_on_expired_unswept_key_logs_the_expiry_first(
 # ---- ExpirySweeper.sweep_once on an EntryStore, with a clock the test controls ----
 
 
-@pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest) -> str | None:
-    """Where a test's own store lives: a private Redis, or None for an embedded server."""
-    if request.param == "embedded":
-        return None
-    server: RedisServer = request.getfixturevalue("private_redis")
-    return server.url
-
-
 @contextlib.asynccontextmanager
 async def open_store(url: str | None) -> AsyncIterator[EntryStore]:
-    storage = Storage.open(url, timeout=2.0, history_limit=4, changelog_maxlen=100_000,
-                           idempotency_window_ms=60_000)
-    try:
+    async with open_storage(url) as storage:
         yield storage.entries
-    finally:
-        await storage.close()
 
 
 async def expired_keys(store: EntryStore, ns: str) -> list[str]:
