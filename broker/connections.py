@@ -106,13 +106,10 @@ class BoundedProtocol(HttpToolsProtocol):
         self.limits = config.limits if isinstance(config, ServerConfig) \
             else ConnectionLimits.of(Settings())
         self._in_head = True  # waiting for, or reading, a request's head
-        self._begun = False  # the parser is inside a head
         self._head_bytes = 0  # received toward the head being read
         self._heads = 0  # heads parsed on this connection
-        self._url_bytes = 0
-        self._fields = 0
         self._body_since = 0.0
-        self._body_bytes = 0
+        self._body_bytes = 0  # received since the head (about the body's size)
         self._deadline: asyncio.TimerHandle | None = None  # the head's or the body's
         self._lingering = False
 
@@ -143,8 +140,10 @@ class BoundedProtocol(HttpToolsProtocol):
                         {"limit": "max_head_bytes", "max": self.limits.max_head_bytes}))
                     return
                 data = data[room:]
-            elif data:
+            else:
                 self._head_bytes += len(data)
+        else:
+            self._body_bytes += len(data)
         if self._feed(data):
             self._watch()
 
@@ -172,7 +171,8 @@ class BoundedProtocol(HttpToolsProtocol):
         if not self._in_head:
             self._body_since = self.loop.time()
             self._arm(self.limits.body_timeout, self._body_overdue)
-        elif self._begun or self._head_bytes:
+        elif self._head_bytes:  # part of a head came (a pipelined one in the same read is
+            # left to the keep-alive timer, armed when the reply before it is complete)
             self._arm(self.limits.head_timeout, self._head_overdue)
         elif self.timeout_keep_alive_task is None and (
                 self.cycle is None or self.cycle.response_complete):
@@ -181,44 +181,30 @@ class BoundedProtocol(HttpToolsProtocol):
 
     # ---- the parser's callbacks ----
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._begun, self._url_bytes, self._fields = True, 0, 0
-
-    def on_url(self, url: bytes) -> None:
-        self._url_bytes += len(url)
-        if self._url_bytes > self.limits.max_header_line_bytes:
+    def on_headers_complete(self) -> None:
+        # The raw count in data_received bounds what the parser buffered; the head's parts
+        # are checked here, once, rather than in a callback per field.
+        limits = self.limits
+        if len(self.url) > limits.max_header_line_bytes:
             raise _Refused(414, MempError(
                 "uri_too_long", f"the request's target is over "
-                f"{self.limits.max_header_line_bytes} bytes",
-                {"limit": "max_header_line_bytes", "max": self.limits.max_header_line_bytes}))
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._fields += 1
-        if self._fields > self.limits.max_header_fields:
+                f"{limits.max_header_line_bytes} bytes",
+                {"limit": "max_header_line_bytes", "max": limits.max_header_line_bytes}))
+        if len(self.headers) > limits.max_header_fields:
             raise _Refused(431, MempError(
-                "headers_too_large", f"the request has over {self.limits.max_header_fields} "
-                "header fields",
-                {"limit": "max_header_fields", "max": self.limits.max_header_fields}))
-        if len(name) + len(value) > self.limits.max_header_line_bytes:
-            raise _Refused(431, MempError(
-                "headers_too_large", f"a header field is over "
-                f"{self.limits.max_header_line_bytes} bytes",
-                {"limit": "max_header_line_bytes", "max": self.limits.max_header_line_bytes,
-                 "field": name[:64].decode("latin-1")}))
-        super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self._in_head, self._begun, self._head_bytes = False, False, 0
+                "headers_too_large", f"the request has over {limits.max_header_fields} "
+                "header fields", {"limit": "max_header_fields", "max": limits.max_header_fields}))
+        for name, value in self.headers:
+            if len(name) + len(value) > limits.max_header_line_bytes:
+                raise _Refused(431, MempError(
+                    "headers_too_large", f"a header field is over "
+                    f"{limits.max_header_line_bytes} bytes",
+                    {"limit": "max_header_line_bytes", "max": limits.max_header_line_bytes,
+                     "field": name[:64].decode("latin-1")}))
+        self._in_head, self._head_bytes, self._body_bytes = False, 0, 0
         self._heads += 1
-        self._body_bytes = 0
         self._disarm()
         super().on_headers_complete()
-
-    def on_body(self, body: bytes) -> None:
-        self._body_bytes += len(body)
-        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._in_head = True
@@ -238,7 +224,7 @@ class BoundedProtocol(HttpToolsProtocol):
 
     def _head_overdue(self) -> None:
         self._deadline = None
-        if self._in_head and (self._begun or self._head_bytes):
+        if self._in_head and self._head_bytes:
             self._refuse(408, MempError(
                 "request_timeout", f"the request's head did not arrive within "
                 f"{self.limits.head_timeout:g} s", {"limit": "head_timeout_seconds"}))
