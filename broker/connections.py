@@ -33,6 +33,10 @@ BODY_MIN_BYTES_PER_SECOND = 16 * 1024
 # After a refusal the broker reads and drops what the client still sends, this long at most,
 # so its reply is not lost to a reset (the "lingering close" of nginx and Apache).
 LINGER_SECONDS = 2.0
+# A deadline that fires this much late means the broker itself stalled (a long collection, a
+# blocking import): what the client sent meanwhile may not be read yet (uvloop runs due timers
+# before it reads), so the client gets another second rather than the blame.
+STALL_SECONDS = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,7 @@ class BoundedProtocol(HttpToolsProtocol):
         self._body_since = 0.0
         self._body_bytes = 0  # received since the head (about the body's size)
         self._deadline: asyncio.TimerHandle | None = None  # the head's or the body's
+        self._due = 0.0  # when it is due, by the loop's clock
         self._lingering = False
 
     # ---- the connection ----
@@ -215,7 +220,18 @@ class BoundedProtocol(HttpToolsProtocol):
 
     def _arm(self, seconds: float, then: Callable[[], None]) -> None:
         self._disarm()
+        self._due = self.loop.time() + seconds
         self._deadline = self.loop.call_later(seconds, then)
+
+    def _stalled(self, then: Callable[[], None]) -> bool:
+        """Whether the deadline fired late because the broker stalled; if so, it is moved a
+        second on, and the stall is not counted against the client's body."""
+        late = self.loop.time() - self._due
+        if late <= STALL_SECONDS:
+            return False
+        self._body_since += late
+        self._arm(1.0, then)
+        return True
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -224,6 +240,8 @@ class BoundedProtocol(HttpToolsProtocol):
 
     def _head_overdue(self) -> None:
         self._deadline = None
+        if self._stalled(self._head_overdue):
+            return
         if self._in_head and self._head_bytes:
             self._refuse(408, MempError(
                 "request_timeout", f"the request's head did not arrive within "
@@ -233,16 +251,16 @@ class BoundedProtocol(HttpToolsProtocol):
 
     def _body_overdue(self) -> None:
         self._deadline = None
-        if self._in_head:
+        if self._in_head or self._stalled(self._body_overdue):
             return
         allowed = self.limits.body_timeout + self._body_bytes / BODY_MIN_BYTES_PER_SECOND
         waited = self.loop.time() - self._body_since
         if self.flow.read_paused:  # the broker is the slow one: it has not read what came
             self._body_since += 1.0
-            self._deadline = self.loop.call_later(1.0, self._body_overdue)
+            self._arm(1.0, self._body_overdue)
             return
         if waited < allowed:  # more of the body came meanwhile, and bought it more time
-            self._deadline = self.loop.call_later(allowed - waited + 0.01, self._body_overdue)
+            self._arm(allowed - waited + 0.01, self._body_overdue)
             return
         self._refuse(408, MempError(
             "request_timeout", f"the request's body did not arrive within "

@@ -85,15 +85,17 @@ class ExpirySweeper:
 
 
 class GovernanceSweeper:
-    """Closes pending proposals whose time is up, drops closed ones past the proposal
-    retention, and drops audit records past the audit retention (when one is set). Each close
-    and each drop is one script that re-checks what it acts on, so processes sweeping at once
-    close or drop a proposal once. A namespace's proposals of earlier releases are adopted
-    (counted, and set to expire) the first time this process sweeps it."""
+    """Closes pending proposals whose time is up; every `purge_every` seconds drops closed
+    ones past the proposal retention (retentions are days: a second's precision would cost a
+    script call per namespace per second); drops audit records past the audit retention (when
+    one is set). Each close and each drop is one script that re-checks what it acts on, so
+    processes sweeping at once close or drop a proposal once. A namespace's proposals of
+    earlier releases are adopted (counted, and set to expire) the first time this process
+    drops closed ones there."""
 
     def __init__(self, entries: EntryStore, proposals: ProposalService, audit: AuditStore,
                  clock: Clock, audit_retention_ms: int, proposal_retention_ms: int,
-                 batch: int = 1000) -> None:
+                 batch: int = 1000, purge_every: float = 10.0) -> None:
         self.entries = entries
         self.proposals = proposals
         self.audit = audit
@@ -101,19 +103,28 @@ class GovernanceSweeper:
         self.audit_retention_ms = audit_retention_ms
         self.proposal_retention_ms = proposal_retention_ms
         self.batch = batch
+        self.purge_every = purge_every
+        self._next_purge = 0.0
         self._adopted: set[str] = set()
 
     async def sweep_once(self) -> None:
+        purge = time.monotonic() >= self._next_purge
+        if purge:
+            self._next_purge = time.monotonic() + self.purge_every
         for namespace in await self.entries.namespaces():
-            if namespace not in self._adopted:
-                await self.proposals.store.adopt(namespace, self.clock())
-                self._adopted.add(namespace)
             await self.proposals.expire_due(namespace)
-            before = self.clock() - self.proposal_retention_ms
-            while await self.proposals.store.purge_closed(namespace, before, self.batch) \
-                    == self.batch:
-                pass
+            if purge:
+                await self._drop_closed(namespace)
             if self.audit_retention_ms:
                 before = self.clock() - self.audit_retention_ms
                 while await self.audit.trim(namespace, before, self.batch) == self.batch:
                     pass
+
+    async def _drop_closed(self, namespace: str) -> None:
+        store = self.proposals.store
+        if namespace not in self._adopted:
+            await store.adopt(namespace, self.clock())
+            self._adopted.add(namespace)
+        before = self.clock() - self.proposal_retention_ms
+        while await store.purge_closed(namespace, before, self.batch) == self.batch:
+            pass

@@ -5,7 +5,9 @@ idle after a reply are closed, and other clients are served meanwhile."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -17,10 +19,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from uvicorn.server import ServerState
 
+from broker.connections import BoundedProtocol, ConnectionLimits, ServerConfig
+from broker.settings import Settings
 from tests.conftest import ADMIN_KEY, CertificateAuthority, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,3 +255,70 @@ def test_other_clients_are_served_while_hostile_connections_wait(served: Served)
     finally:
         for sock in hostile + dribbling:
             sock.close()
+
+
+# ---- in process: a stall of the broker's own is not the client's fault ----
+
+
+class _Transport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+        self.written = b""
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(
+            name, default)
+
+    def write(self, data: Any) -> None:
+        self.written += bytes(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _protocol(loop: asyncio.AbstractEventLoop) -> tuple[BoundedProtocol, _Transport]:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    limits = dataclasses.replace(ConnectionLimits.of(Settings()), head_timeout=0.2)
+    config = ServerConfig(app, limits, log_config=None)
+    config.load()
+    protocol = BoundedProtocol(config, ServerState(), {}, _loop=loop)
+    transport = _Transport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+def test_a_connection_is_not_closed_for_the_brokers_own_stall() -> None:
+    """The head's deadline passes while the broker's loop is stalled (here: not running),
+    with the request already sent: it fires late, gives the client another second, and the
+    request that was waiting is served."""
+    loop = asyncio.new_event_loop()
+    try:
+        protocol, transport = _protocol(loop)
+        time.sleep(0.8)  # the loop does not run: the 0.2 s deadline is 0.6 s late
+        loop.run_until_complete(asyncio.sleep(0))
+        assert not transport.closed
+        protocol.data_received(REQUEST + b"\r\n")  # what was waiting, read at last
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert transport.written.startswith(b"HTTP/1.1 204 ")
+        assert not transport.closed
+    finally:
+        loop.close()
+
+
+def test_a_connection_that_sends_nothing_is_closed_in_process() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        _, transport = _protocol(loop)
+        deadline = time.monotonic() + WAIT
+        while not transport.closed and time.monotonic() < deadline:
+            loop.run_until_complete(asyncio.sleep(0.1))
+        assert transport.closed and transport.written == b""
+    finally:
+        loop.close()

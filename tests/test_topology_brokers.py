@@ -221,7 +221,8 @@ def test_fair_share(broker: Broker, admin: httpx.Client, ns: str,
         assert admin.delete(f"/v1/namespaces/{space}/memory/a").status_code == 200
         assert put(admin, space, "d", 4).status_code == 201  # a delete frees its key at once
         usage = admin.get(f"/v1/namespaces/{space}/usage").json()["usage"]
-        assert usage == {"keys": 2, "bytes": 2, "streams": 1, "proposals": 0}
+        assert usage == {"keys": 2, "bytes": 2, "streams": 1, "proposals": 0,
+                         "proposal_bytes": 0}
 
 
 def test_governance_proposals_and_the_audit_log(admin: httpx.Client, ns: str) -> None:

@@ -53,7 +53,8 @@ export class ApprovalPendingError extends MempError {
   }
 }
 
-/** 400 or 415: the request is malformed (`code` says which check: invalid_key, invalid_ttl...). */
+/** 400 (or 414, 415, 431): the request is malformed (`code` says which check: invalid_key,
+ * invalid_ttl, ..., headers_too_large). */
 export class InvalidRequestError extends MempError {}
 
 /** 401: missing, unknown, revoked, expired or forged token. */
@@ -176,15 +177,18 @@ export const ERROR_CODES = [
   'forbidden',
   'not_found',
   'method_not_allowed',
+  'request_timeout',
   'write_conflict',
   'precondition_failed',
   'payload_too_large',
+  'uri_too_long',
   'unsupported_media_type',
   'schema_violation',
   'schema_timeout',
   'idempotency_key_reused',
   'rate_limited',
   'quota_exceeded',
+  'headers_too_large',
   'internal',
   'corrupt_record',
   'unavailable',
@@ -203,6 +207,8 @@ const BY_CODE: Record<ErrorCode, ErrorClass> = {
   invalid_timestamp: InvalidRequestError,
   invalid_schema: InvalidRequestError,
   unsupported_media_type: InvalidRequestError,
+  uri_too_long: InvalidRequestError,
+  headers_too_large: InvalidRequestError,
   unauthorized: UnauthorizedError,
   forbidden: ForbiddenError,
   not_found: NotFoundError,
@@ -214,6 +220,7 @@ const BY_CODE: Record<ErrorCode, ErrorClass> = {
   quota_exceeded: QuotaExceededError,
   unavailable: UnavailableError,
   method_not_allowed: MempError,
+  request_timeout: MempError,
   schema_timeout: MempError,
   idempotency_key_reused: MempError,
   internal: MempError,

@@ -39,7 +39,13 @@ test('limits, usage and quota_exceeded', async () => {
     return true
   })
   const report = await client.namespaces.usage()
-  assert.deepEqual(report.usage, { keys: 1, bytes: 7, streams: 0, proposals: 0 })
+  assert.deepEqual(report.usage, {
+    keys: 1,
+    bytes: 7,
+    streams: 0,
+    proposals: 0,
+    proposal_bytes: 0,
+  })
   assert.equal(report.limits.max_keys, 1)
 })
 

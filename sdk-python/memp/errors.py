@@ -45,8 +45,8 @@ class ApprovalPending(MempError):
 
 
 class InvalidRequest(MempError):
-    """400: the request is malformed (`code` says which check: invalid_key, invalid_ttl,
-    invalid_schema, ...)."""
+    """400 (or 414, 415, 431): the request is malformed (`code` says which check:
+    invalid_key, invalid_ttl, invalid_schema, ..., headers_too_large)."""
 
 
 class Unauthorized(MempError):
@@ -176,7 +176,9 @@ _BY_STATUS: dict[int, tuple[type[MempError], str]] = {
 ERROR_CLASSES: dict[str, type[MempError]] = {
     **dict.fromkeys(("invalid_request", "invalid_json", "invalid_key", "invalid_namespace",
                      "invalid_pattern", "invalid_ttl", "invalid_schema", "invalid_timestamp",
-                     "unsupported_media_type"), InvalidRequest),
+                     "unsupported_media_type", "uri_too_long", "headers_too_large"),
+                    InvalidRequest),
+    "request_timeout": MempError,
     "unauthorized": Unauthorized, "forbidden": Forbidden, "not_found": NotFound,
     "method_not_allowed": MempError, "write_conflict": ConflictError,
     "precondition_failed": PreconditionFailed, "payload_too_large": PayloadTooLarge,
