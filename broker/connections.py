@@ -255,7 +255,9 @@ class BoundedProtocol(HttpToolsProtocol):
             return
         allowed = self.limits.body_timeout + self._body_bytes / BODY_MIN_BYTES_PER_SECOND
         waited = self.loop.time() - self._body_since
-        if self.flow.read_paused:  # the broker is the slow one: it has not read what came
+        waiting = self.cycle is not None and self.cycle.waiting_for_100_continue
+        if self.flow.read_paused or waiting:  # the broker is the slow one: it has not read
+            # what came, or the client waits for its `100 Continue`
             self._body_since += 1.0
             self._arm(1.0, self._body_overdue)
             return
