@@ -165,7 +165,9 @@ class BoundedProtocol(HttpToolsProtocol):
                 self.send_400_response("Invalid HTTP request received.")
             return False
         except httptools.HttpParserUpgrade:
-            self._unsupported_upgrade_warning()  # ws="none": the broker serves no WebSocket
+            # Served as plain HTTP/1.1 (the broker upgrades to no WebSocket or h2c), and said
+            # quietly: uvicorn's warning, per request, would let any client fill the log.
+            log.debug("an upgrade request was served as HTTP/1.1")
         return not self.transport.is_closing()
 
     def _watch(self) -> None:

@@ -322,3 +322,13 @@ def test_a_connection_that_sends_nothing_is_closed_in_process() -> None:
         assert transport.closed and transport.written == b""
     finally:
         loop.close()
+
+
+def test_an_upgrade_request_is_served_as_http(served: Served) -> None:
+    """The broker upgrades to nothing (no WebSocket, no h2c): such a request is answered as
+    HTTP/1.1, and its connection then closes like any idle one, out of no limit's reach."""
+    with served.connect() as sock:
+        sock.sendall(REQUEST + b"Connection: Upgrade\r\nUpgrade: websocket\r\n"
+                     b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZQ==\r\n\r\n")
+        reply = read_to_end(sock)
+    assert reply.startswith(b"HTTP/1.1 200 OK"), reply[:200]
