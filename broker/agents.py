@@ -10,11 +10,11 @@ import msgspec
 from broker.activity import AgentActivity
 from broker.audit import AuditService, actor_fields
 from broker.auth import Principal, new_api_key, new_key_id, save_api_key
-from broker.clock import Clock
-from broker.errors import MempError
-from broker.grammar import validate_namespace
+from broker.core.clock import Clock
+from broker.core.errors import MempError
+from broker.core.grammar import validate_namespace
+from broker.core.models import Agent, ApiKeyRecord, Credentials
 from broker.idempotency import fingerprint, reused
-from broker.models import Agent, ApiKeyRecord, Credentials
 from broker.settings import Settings
 from broker.storage.accounts import AccountStore
 from broker.storage.writes import settle

@@ -25,9 +25,9 @@ from broker.amp.visibility import CellVisibility
 from broker.audit import AuditService
 from broker.auth import Authenticator
 from broker.changes import ChangeLog
-from broker.clock import Clock, system_clock
 from broker.console import routes as console
-from broker.errors import MempError, corrupt_record
+from broker.core.clock import Clock, system_clock
+from broker.core.errors import MempError, corrupt_record
 from broker.http import InternalErrorMiddleware, error_response, json_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener

@@ -13,10 +13,10 @@ from typing import Any
 import msgspec
 
 from broker.auth import Principal
-from broker.clock import Clock
-from broker.errors import MempError
-from broker.grammar import glob_match, validate_key, validate_namespace
-from broker.models import AuditPage, AuditRecord, AuditVerdict, Grant
+from broker.core.clock import Clock
+from broker.core.errors import MempError
+from broker.core.grammar import glob_match, validate_key, validate_namespace
+from broker.core.models import AuditPage, AuditRecord, AuditVerdict, Grant
 from broker.storage.audit import AuditStore, StoredAudit
 from broker.storage.records import CorruptRecord
 from broker.validation import check_limit

@@ -16,11 +16,11 @@ import msgspec
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from broker.errors import MempError
+from broker.core.errors import MempError
+from broker.core.grammar import NAMESPACE_GLOB_RE, glob_covers, glob_match
+from broker.core.models import ApiKeyRecord, Grant, Permission
 from broker.flights import Flights
-from broker.grammar import NAMESPACE_GLOB_RE, glob_covers, glob_match
 from broker.identities import ADMIN, check_claimable, is_reserved
-from broker.models import ApiKeyRecord, Grant, Permission
 from broker.settings import Settings
 from broker.storage.accounts import AccountStore
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from broker.amp.visibility import CellVisibility, Readers
-from broker.models import Entry
+from broker.core.models import Entry
 from broker.storage.changelog import (
     CORRUPT,
     ChangeLogStore,

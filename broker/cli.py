@@ -18,11 +18,11 @@ import msgspec
 
 from broker.audit import AuditService, actor_fields
 from broker.auth import Principal, check_binding, check_grants, create_api_key
-from broker.clock import system_clock
-from broker.errors import MempError
+from broker.core.clock import system_clock
+from broker.core.errors import MempError
+from broker.core.models import PERMISSIONS, Grant
 from broker.listen import PortTaken, bind, bind_each
 from broker.logs import FORMATS, LEVELS
-from broker.models import PERMISSIONS, Grant
 from broker.settings import Settings, SettingsError
 from broker.storage import Storage
 from broker.storage.client import StoreError

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from deepmerge import Merger
 
-from broker.grammar import compile_pattern, glob_match
+from broker.core.grammar import compile_pattern, glob_match
 
 Strategy = Literal["last-write-wins", "agent-priority", "merge"]
 STRATEGIES: tuple[str, ...] = ("last-write-wins", "agent-priority", "merge")

@@ -13,9 +13,9 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker.auth import Principal
-from broker.errors import MempError
+from broker.core.errors import MempError
+from broker.core.models import MAX_SAFE_INT, encode
 from broker.logs import request_id
-from broker.models import MAX_SAFE_INT, encode
 
 log = logging.getLogger("memp")
 T = TypeVar("T")

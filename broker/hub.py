@@ -13,8 +13,8 @@ import anyio
 
 from broker.amp.visibility import Viewer
 from broker.changes import Change, ChangeLog
-from broker.errors import unavailable
-from broker.grammar import Pattern
+from broker.core.errors import unavailable
+from broker.core.grammar import Pattern
 from broker.storage.changelog import CORRUPT
 from broker.supervisor import Backoff, Supervisor
 

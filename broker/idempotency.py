@@ -8,7 +8,7 @@ import hashlib
 
 import msgspec
 
-from broker.errors import MempError
+from broker.core.errors import MempError
 
 
 def fingerprint(*parts: object) -> str:

@@ -7,7 +7,7 @@ principal's writes and could pass another principal's agent-priority or AMP poli
 
 from __future__ import annotations
 
-from broker.errors import MempError
+from broker.core.errors import MempError
 
 ADMIN = "admin"
 AMP_ENGINE = "amp-lifecycle"

@@ -11,10 +11,10 @@ from typing import Annotated
 import msgspec
 
 from broker.auth import Principal
-from broker.clock import Clock
-from broker.errors import MempError
+from broker.core.clock import Clock
+from broker.core.errors import MempError
+from broker.core.models import MAX_SAFE_INT
 from broker.metrics import Metrics
-from broker.models import MAX_SAFE_INT
 from broker.settings import Settings
 from broker.storage.fairshare import FairShareStore, Gate, Rate, open_gate
 from broker.storage.records import WriteOutcome

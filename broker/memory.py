@@ -14,20 +14,21 @@ import msgspec
 from broker.activity import AgentActivity
 from broker.amp.visibility import CellVisibility
 from broker.auth import Principal
-from broker.clock import Clock
 from broker.conflicts import MISSING, Conflict, merge
-from broker.errors import MempError
-from broker.grammar import compile_pattern, validate_key, validate_namespace
+from broker.core.clock import Clock
+from broker.core.errors import MempError
+from broker.core.grammar import compile_pattern, validate_key, validate_namespace
+from broker.core.models import Entry, Page, Proposal
+from broker.core.uuids import uuid4
+from broker.core.values import canonical, encode_value
 from broker.idempotency import fingerprint, reused
 from broker.limits import FairShare
 from broker.locks import KeyLocks
-from broker.models import Entry, Page, Proposal
 from broker.namespaces import NamespaceRegistry, NamespaceState
 from broker.settings import Settings
 from broker.storage import fairshare
 from broker.storage.entries import EntryStore
 from broker.storage.records import WriteOutcome, WriteRequest
-from broker.uuids import uuid4
 from broker.validation import (
     check_limit,
     check_message_id,
@@ -38,7 +39,6 @@ from broker.validation import (
     decode_cursor,
     encode_cursor,
 )
-from broker.values import canonical, encode_value
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,10 @@ import msgspec
 from broker import PROTOCOL_VERSION
 from broker.agents import AgentService
 from broker.auth import Principal
-from broker.clock import Clock
-from broker.errors import MempError, corrupt_record
-from broker.grammar import NAMESPACE_RE
-from broker.memory import MemoryService, Proposed, PutOptions, entry_warnings
-from broker.models import (
+from broker.core.clock import Clock
+from broker.core.errors import MempError, corrupt_record
+from broker.core.grammar import NAMESPACE_RE
+from broker.core.models import (
     AgentGetMessage,
     AgentListMessage,
     AnyMessage,
@@ -32,6 +31,7 @@ from broker.models import (
     RegisterMessage,
     message_decoder,
 )
+from broker.memory import MemoryService, Proposed, PutOptions, entry_warnings
 from broker.proposals import ProposalService
 from broker.storage.client import STORE_DOWN, store_down
 from broker.storage.records import CorruptRecord

@@ -13,11 +13,11 @@ import msgspec
 
 from broker.auth import Principal
 from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_pattern
-from broker.errors import MempError
+from broker.core.errors import MempError
+from broker.core.grammar import NAMESPACE_GLOB_RE, compile_pattern, glob_covers
+from broker.core.models import WireInt
 from broker.flights import Flights
-from broker.grammar import NAMESPACE_GLOB_RE, compile_pattern, glob_covers
 from broker.limits import Limits, check_limits
-from broker.models import WireInt
 from broker.schema_runner import SchemaRunner
 from broker.schemas import (
     MAX_ERRORS,

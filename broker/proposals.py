@@ -15,12 +15,12 @@ import msgspec
 from broker.amp.cells import CellPatch, MemoryCell
 from broker.amp.service import CellService
 from broker.auth import Principal
-from broker.clock import Clock
-from broker.errors import MempError
-from broker.grammar import validate_key, validate_namespace
+from broker.core.clock import Clock
+from broker.core.errors import MempError
+from broker.core.grammar import validate_key, validate_namespace
+from broker.core.models import Entry, Proposal, ProposalPage
 from broker.idempotency import reused
 from broker.memory import MemoryService, PutOptions
-from broker.models import Entry, Proposal, ProposalPage
 from broker.patch import MISSING, diff
 from broker.storage.fairshare import Gate, open_gate
 from broker.storage.proposals import ProposalStore, StoredProposal

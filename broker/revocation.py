@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from broker.auth import Authenticator, Principal
-from broker.errors import MempError
+from broker.core.errors import MempError
 from broker.namespaces import NamespaceRegistry
 from broker.supervisor import Supervisor
 

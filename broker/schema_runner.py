@@ -9,7 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from broker.errors import MempError
+from broker.core.errors import MempError
 from broker.schema_keywords import ValidationTimeout, deadline
 from broker.schemas import CompiledSchema, SchemaRecord, compile_schema
 

@@ -15,8 +15,8 @@ from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import specification_with
 
-from broker.errors import MempError
-from broker.grammar import Pattern, compile_pattern
+from broker.core.errors import MempError
+from broker.core.grammar import Pattern, compile_pattern
 from broker.schema_keywords import SAFE_VALIDATORS
 from broker.schema_regex import program_size, refused_pattern, schema_for_rust
 

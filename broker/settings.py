@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from broker.grammar import NAMESPACE_RE
+from broker.core.grammar import NAMESPACE_RE
 from broker.storage import urls
 
 

@@ -9,7 +9,7 @@ import asyncio
 import uuid
 
 from broker.auth import Principal
-from broker.clock import Clock
+from broker.core.clock import Clock
 from broker.limits import FairShare
 from broker.namespaces import NamespaceRegistry
 from broker.settings import Settings

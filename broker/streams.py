@@ -13,7 +13,7 @@ import msgspec
 
 from broker.auth import Principal
 from broker.changes import Change, ChangeLog, encode_frame, encode_payload
-from broker.grammar import Pattern
+from broker.core.grammar import Pattern
 from broker.hub import Hub, Subscriber
 from broker.memory import MemoryService
 from broker.metrics import Metrics

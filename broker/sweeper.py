@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from broker.clock import Clock
+from broker.core.clock import Clock
 from broker.storage.audit import AuditStore
 from broker.storage.entries import EntryStore
 

@@ -6,7 +6,7 @@ import base64
 import binascii
 import re
 
-from broker.errors import MempError
+from broker.core.errors import MempError
 from broker.settings import Settings
 
 _MESSAGE_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")

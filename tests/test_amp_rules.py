@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from broker.amp.cells import ULID_RE, MemoryCell, new_ulid
 from broker.amp.rules import DAY_MS, STALE_BELOW, can_read, can_write, decay_score, stale_at
-from broker.grammar import glob_match
+from broker.core.grammar import glob_match
 
 # ---- decay ----
 

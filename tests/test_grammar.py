@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.errors import MempError
-from broker.grammar import (
+from broker.core.errors import MempError
+from broker.core.grammar import (
     MAX_KEY_BYTES,
     compile_pattern,
     glob_covers,

@@ -12,8 +12,8 @@ import pytest
 
 from broker.amp.visibility import CellVisibility, Viewer
 from broker.changes import Change, ChangeLog
-from broker.errors import MempError
-from broker.grammar import compile_pattern
+from broker.core.errors import MempError
+from broker.core.grammar import compile_pattern
 from broker.hub import Hub, Subscriber
 from broker.storage import layout
 from broker.storage.changelog import ChangeLogStore, format_cursor, parse_cursor, position_key

@@ -17,8 +17,8 @@ from broker.storage.entries import WRITE
 BROKER = Path(__file__).resolve().parent.parent / "broker"
 STORAGE = BROKER / "storage"
 REDIS_LIBRARIES = ("redis", "fakeredis", "hiredis")
-# What storage may build on: the wire records, the error shape, values and the key grammar.
-BELOW_STORAGE = ("broker.models", "broker.errors", "broker.values", "broker.grammar")
+# What storage may build on: the base (wire records, error shape, values, key grammar).
+BELOW_STORAGE = ("broker.core",)
 
 
 def modules(root: Path) -> list[Path]:

@@ -13,7 +13,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from broker.amp.visibility import Viewer
-from broker.grammar import compile_pattern
+from broker.core.grammar import compile_pattern
 from broker.hub import Subscriber
 from broker.mcp.resources import entry_uri
 from broker.mcp.watch import pump

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.grammar import NAMESPACE_RE
+from broker.core.grammar import NAMESPACE_RE
 from tests.conftest import Broker
 
 ENVELOPE = {"memp", "type", "id", "reply_to", "timestamp", "namespace"}

@@ -26,7 +26,6 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 from starlette.routing import BaseRoute, Mount, Route
 
-from broker import models
 from broker.agents import Registration
 from broker.amp import cells as amp
 from broker.amp.routes import RunBody
@@ -34,8 +33,9 @@ from broker.amp.search import SearchBody, SearchHit
 from broker.app import create_app
 from broker.changes import ChangePayload
 from broker.conflicts import STRATEGIES, Conflict
-from broker.errors import STATUS_BY_CODE, MempError
-from broker.grammar import compile_pattern, validate_key
+from broker.core import models
+from broker.core.errors import STATUS_BY_CODE, MempError
+from broker.core.grammar import compile_pattern, validate_key
 from broker.limits import Limits
 from broker.namespaces import NamespaceConfig, PriorityRule, Share, StoredConfig, StrategyRule
 from broker.schemas import SchemaBody, SchemaErrorDetail, SchemaRecord

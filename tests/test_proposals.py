@@ -14,7 +14,7 @@ import redis
 
 from broker.amp.visibility import Viewer
 from broker.changes import Change
-from broker.grammar import compile_pattern
+from broker.core.grammar import compile_pattern
 from broker.hub import Subscriber
 from broker.storage import layout
 from tests.conftest import Broker

@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from broker.amp.cells import NewCell
 from broker.app import create_app
 from broker.auth import Principal
-from broker.errors import MempError
+from broker.core.errors import MempError
 from broker.memory import PutOptions
 from broker.namespaces import NamespaceConfig
 from broker.settings import Settings

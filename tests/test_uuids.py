@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 
-from broker.uuids import uuid4
+from broker.core.uuids import uuid4
 
 
 def test_entry_ids_are_random_version_4_uuids() -> None:

@@ -1,4 +1,4 @@
-"""Stored values are canonical (broker/values.py), over real HTTP on both stores: whatever
+"""Stored values are canonical (broker/core/values.py), over real HTTP on both stores: whatever
 whitespace or repeated keys a writer sends, the broker stores the compact JSON of the value it
 checked, so every read shows it and every change event is one `data:` line that parses to it."""
 

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from broker.errors import MempError
-from broker.models import MAX_SAFE_INT
+from broker.core.errors import MempError
+from broker.core.models import MAX_SAFE_INT
 
 AMP_VERSION = "0.1.0"
 MemoryType = Literal["episodic", "semantic", "procedural"]

@@ -17,7 +17,7 @@ from broker.amp.search import CellSearch, SearchBody
 from broker.amp.service import CellService
 from broker.audit import actor_fields
 from broker.auth import Principal
-from broker.errors import MempError
+from broker.core.errors import MempError
 from broker.http import authenticate, json_response, read_body
 from broker.identities import check_claimable
 

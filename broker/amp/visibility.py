@@ -15,9 +15,9 @@ import msgspec
 from broker.amp.cells import MemoryCell, parse_time
 from broker.amp.rules import readers
 from broker.auth import Principal
-from broker.errors import MempError
-from broker.grammar import glob_match
-from broker.models import Entry
+from broker.core.errors import MempError
+from broker.core.grammar import glob_match
+from broker.core.models import Entry
 
 Readers = tuple[str, ...]
 _cell_decoder = msgspec.json.Decoder(MemoryCell)

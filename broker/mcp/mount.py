@@ -16,7 +16,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from broker.auth import Authenticator
-from broker.errors import MempError
+from broker.core.errors import MempError
 from broker.http import error_response
 from broker.storage.client import STORE_DOWN, store_down
 

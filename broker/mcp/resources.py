@@ -14,10 +14,10 @@ import mcp_types as types
 import msgspec
 
 from broker.auth import Principal
-from broker.errors import MempError
-from broker.grammar import validate_namespace
+from broker.core.errors import MempError
+from broker.core.grammar import validate_namespace
+from broker.core.models import Entry, encode
 from broker.memory import MemoryService
-from broker.models import Entry, encode
 
 SCHEME = "memp"
 JSON = "application/json"

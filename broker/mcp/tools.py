@@ -19,9 +19,9 @@ from broker.amp.routes import acting_agent
 from broker.amp.search import CellSearch, SearchBody
 from broker.amp.service import CellService
 from broker.auth import Principal
-from broker.errors import MempError
+from broker.core.errors import MempError
+from broker.core.models import encode
 from broker.memory import MemoryService, PutOptions
-from broker.models import encode
 
 T = TypeVar("T")
 

@@ -23,8 +23,8 @@ from mcp.shared.subscriptions import (
 )
 
 from broker.auth import Principal
-from broker.errors import MempError
-from broker.grammar import compile_pattern
+from broker.core.errors import MempError
+from broker.core.grammar import compile_pattern
 from broker.hub import Hub, Subscriber
 from broker.mcp.resources import parse_uri
 from broker.memory import MemoryService

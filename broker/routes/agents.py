@@ -7,8 +7,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from broker.agents import AgentService
+from broker.core.models import RegisterBody
 from broker.http import authenticate, decode_json, int_param, json_response, read_body
-from broker.models import RegisterBody
 from broker.validation import check_message_id
 
 

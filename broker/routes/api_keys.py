@@ -8,9 +8,9 @@ from starlette.routing import Route
 
 from broker.audit import actor_fields
 from broker.auth import Principal, check_binding, check_grants, create_api_key
-from broker.errors import MempError
+from broker.core.errors import MempError
+from broker.core.models import ApiKeyRecord, CreateKeyBody
 from broker.http import authenticate, decode_json, json_response, read_body
-from broker.models import ApiKeyRecord, CreateKeyBody
 from broker.storage.writes import settle
 
 

@@ -10,10 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from broker.errors import MempError
+from broker.core.errors import MempError
+from broker.core.models import Entry, PutBody
 from broker.http import authenticate, decode_json, int_header, int_param, json_response, read_body
 from broker.memory import MemoryService, PutOptions, entry_warnings
-from broker.models import Entry, PutBody
 from broker.validation import check_message_id
 
 

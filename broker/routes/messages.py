@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from broker.errors import MempError
+from broker.core.errors import MempError
 from broker.http import authenticate, decode_json, json_response, read_body
 from broker.messages import MessageHandler
 

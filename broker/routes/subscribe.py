@@ -10,8 +10,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from broker.auth import Principal
-from broker.errors import MempError
-from broker.grammar import Pattern, compile_pattern, validate_namespace
+from broker.core.errors import MempError
+from broker.core.grammar import Pattern, compile_pattern, validate_namespace
 from broker.http import authenticate
 from broker.revocation import StreamGuard
 from broker.sse import EventStreamResponse

@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from broker import reference
-from broker.errors import unavailable
+from broker.core.errors import unavailable
 from broker.http import error_response, json_response
 from broker.metrics import CONTENT_TYPE
 from broker.storage.client import StoreError

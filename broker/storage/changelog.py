@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import msgspec
 
-from broker.errors import MempError
-from broker.models import Entry
+from broker.core.errors import MempError
+from broker.core.models import Entry
 from broker.storage import layout
 from broker.storage.client import Redis, read_stream
 from broker.storage.records import CorruptRecord, entry_from_fields, skipped

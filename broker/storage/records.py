@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from broker.models import Entry
-from broker.values import recanonical
+from broker.core.models import Entry
+from broker.core.values import recanonical
 
 # An entry hash's fields, in the order scripts flatten them: id, author, the canonical JSON
 # value, version, created and updated (ms), last-write-wins timestamp, TTL (s), expiry (ms),

@@ -9,7 +9,7 @@ import httpx
 import msgspec
 import pytest
 
-import broker.models as wire
+import broker.core.models as wire
 import broker.namespaces as wire_namespaces
 import broker.schemas as wire_schemas
 from broker.conflicts import Conflict as BrokerConflict

@@ -14,7 +14,7 @@ import httpx
 import msgspec
 import pytest
 
-from broker.errors import STATUS_BY_CODE
+from broker.core.errors import STATUS_BY_CODE
 from memp import models
 from memp.errors import ERROR_CLASSES, MempError, SchemaViolation, error_from_response
 from tests.conftest import load_yaml

@@ -6,7 +6,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from broker.errors import MempError
+from broker.core.errors import MempError
 
 NAMESPACE_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 NAMESPACE_GLOB_RE = re.compile(r"[a-z0-9*][a-z0-9._*-]{0,62}")  # grants and shares

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from broker.errors import MempError
+from broker.core.errors import MempError
 
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
