@@ -15,7 +15,7 @@ from broker.core.errors import MempError
 from broker.core.grammar import validate_namespace
 from broker.core.models import Agent, ApiKeyRecord, Credentials
 from broker.idempotency import fingerprint, reused
-from broker.settings import Settings
+from broker.runtime.settings import Settings
 from broker.storage.accounts import AccountStore
 from broker.storage.writes import settle
 from broker.validation import check_limit, check_message_id

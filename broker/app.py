@@ -32,11 +32,9 @@ from broker.http import InternalErrorMiddleware, error_response, json_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
 from broker.limits import FairShare, RateLimited
-from broker.logs import RequestIdMiddleware, Throttle
 from broker.mcp import mount as mcp
 from broker.memory import MemoryService, Proposed
 from broker.messages import MessageHandler
-from broker.metrics import Metrics, MetricsMiddleware
 from broker.namespaces import NamespaceRegistry
 from broker.proposals import ProposalService
 from broker.revocation import StreamGuard
@@ -51,14 +49,16 @@ from broker.routes import (
     subscribe,
     system,
 )
+from broker.runtime.logs import RequestIdMiddleware, Throttle
+from broker.runtime.metrics import Metrics, MetricsMiddleware
+from broker.runtime.settings import Settings
+from broker.runtime.supervisor import Backoff, Supervisor
 from broker.schema_runner import SchemaRunner
-from broker.settings import Settings
 from broker.sse import AbortableApp, SendWatchdog
 from broker.storage import Storage
 from broker.storage.client import STORE_DOWN, StoreError, out_of_memory, store_down
 from broker.storage.records import CorruptRecord
 from broker.stream_leases import StreamLeases
-from broker.supervisor import Backoff, Supervisor
 from broker.sweeper import ExpirySweeper, GovernanceSweeper
 
 if TYPE_CHECKING:

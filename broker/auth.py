@@ -21,7 +21,7 @@ from broker.core.grammar import NAMESPACE_GLOB_RE, glob_covers, glob_match
 from broker.core.models import ApiKeyRecord, Grant, Permission
 from broker.flights import Flights
 from broker.identities import ADMIN, check_claimable, is_reserved
-from broker.settings import Settings
+from broker.runtime.settings import Settings
 from broker.storage.accounts import AccountStore
 
 API_KEY_PREFIX = "memp_sk_"

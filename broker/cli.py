@@ -21,9 +21,9 @@ from broker.auth import Principal, check_binding, check_grants, create_api_key
 from broker.core.clock import system_clock
 from broker.core.errors import MempError
 from broker.core.models import PERMISSIONS, Grant
-from broker.listen import PortTaken, bind, bind_each
-from broker.logs import FORMATS, LEVELS
-from broker.settings import Settings, SettingsError
+from broker.runtime.listen import PortTaken, bind, bind_each
+from broker.runtime.logs import FORMATS, LEVELS
+from broker.runtime.settings import Settings, SettingsError
 from broker.storage import Storage
 from broker.storage.client import StoreError
 from broker.storage.urls import redacted
@@ -175,23 +175,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(settings: Settings, requested: int | str, log_level: str, log_format: str) -> int:
-    from broker import logs
+    from broker.runtime import logs
 
     workers = _worker_count(requested, settings)
     if workers > 1:
         if settings.embedded:
             raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per "
                                 "process")
-        from broker.metrics import prepare_multiprocess, remove_multiprocess
+        from broker.runtime.metrics import prepare_multiprocess, remove_multiprocess
 
         # Before the app (and prometheus_client) is imported: the workers add up their metrics.
         metrics_dir = prepare_multiprocess()
     import uvicorn
 
     from broker.app import create_app
-    from broker.gc_tuning import tune_for_server
-    from broker.tls import CertificateFiles
-    from broker.workers import WorkerPool
+    from broker.runtime.gc_tuning import tune_for_server
+    from broker.runtime.tls import CertificateFiles
+    from broker.runtime.workers import WorkerPool
 
     log_config = logs.configure(log_level, log_format)
     certificates = CertificateFiles.of(settings)
@@ -212,7 +212,8 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
         access_log=False, proxy_headers=False, timeout_graceful_shutdown=10,
         ssl_context_factory=certificates)
     if workers > 1:
-        # Every worker process builds its own listening context from the files (`broker.tls`).
+        # Every worker process builds its own listening context from the files
+        # (`broker.runtime.tls`).
         _hand_down(settings)
         config = uvicorn.Config("broker.asgi:build", factory=True, workers=workers, **options)
     else:

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from broker.auth import Principal
 from broker.core.errors import MempError
 from broker.core.models import MAX_SAFE_INT, encode
-from broker.logs import request_id
+from broker.runtime.logs import request_id
 
 log = logging.getLogger("memp")
 T = TypeVar("T")

@@ -14,8 +14,8 @@ from broker.auth import Principal
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.models import MAX_SAFE_INT
-from broker.metrics import Metrics
-from broker.settings import Settings
+from broker.runtime.metrics import Metrics
+from broker.runtime.settings import Settings
 from broker.storage.fairshare import FairShareStore, Gate, Rate, open_gate
 from broker.storage.records import WriteOutcome
 

@@ -25,7 +25,7 @@ from broker.idempotency import fingerprint, reused
 from broker.limits import FairShare
 from broker.locks import KeyLocks
 from broker.namespaces import NamespaceRegistry, NamespaceState
-from broker.settings import Settings
+from broker.runtime.settings import Settings
 from broker.storage import fairshare
 from broker.storage.entries import EntryStore
 from broker.storage.records import WriteOutcome, WriteRequest

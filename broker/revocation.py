@@ -17,7 +17,7 @@ from typing import Protocol
 from broker.auth import Authenticator, Principal
 from broker.core.errors import MempError
 from broker.namespaces import NamespaceRegistry
-from broker.supervisor import Supervisor
+from broker.runtime.supervisor import Supervisor
 
 log = logging.getLogger("memp.revocation")
 

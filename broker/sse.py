@@ -16,7 +16,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.types import Message, Receive, Scope, Send
 
-from broker.metrics import Metrics
+from broker.runtime.metrics import Metrics
 
 log = logging.getLogger("memp.sse")
 

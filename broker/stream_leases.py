@@ -12,8 +12,8 @@ from broker.auth import Principal
 from broker.core.clock import Clock
 from broker.limits import FairShare
 from broker.namespaces import NamespaceRegistry
-from broker.settings import Settings
-from broker.supervisor import Supervisor
+from broker.runtime.settings import Settings
+from broker.runtime.supervisor import Supervisor
 
 Lease = tuple[str, str, str]  # (scope: "namespace" or "token", its name, the stream's id)
 

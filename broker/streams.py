@@ -16,7 +16,7 @@ from broker.changes import Change, ChangeLog, encode_frame, encode_payload
 from broker.core.grammar import Pattern
 from broker.hub import Hub, Subscriber
 from broker.memory import MemoryService
-from broker.metrics import Metrics
+from broker.runtime.metrics import Metrics
 from broker.storage.changelog import CORRUPT, format_cursor, position_key
 
 _REPLAY_BATCH = 500

@@ -7,7 +7,7 @@ import binascii
 import re
 
 from broker.core.errors import MempError
-from broker.settings import Settings
+from broker.runtime.settings import Settings
 
 _MESSAGE_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 

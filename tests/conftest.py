@@ -28,7 +28,7 @@ import pytest
 import uvicorn
 
 from broker.app import create_app
-from broker.settings import Settings
+from broker.runtime.settings import Settings
 from tests.topologies import Credentials, RedisCluster, RedisSentinel, TlsRedis
 
 ADMIN_KEY = "test-admin-key-0123456789"
@@ -319,7 +319,7 @@ class CertificateAuthority:
     def __init__(self, directory: Path) -> None:
         import trustme
 
-        from broker.tls import CertificateFiles
+        from broker.runtime.tls import CertificateFiles
 
         self.ca = trustme.CA()
         self.ca_file = directory / "ca.pem"

@@ -22,7 +22,7 @@ import redis
 from broker.amp.cells import MemoryCell
 from broker.amp.index import index_update
 from broker.amp.service import CellService, cell_key
-from broker.settings import Settings, SettingsError
+from broker.runtime.settings import Settings, SettingsError
 from broker.storage import Storage, layout
 from broker.storage.amp import COMMIT_CHUNK
 from broker.storage.amp_status import TRANSITIONS

@@ -17,7 +17,7 @@ import httpx
 import uvicorn
 
 from broker.app import create_app
-from broker.settings import Settings
+from broker.runtime.settings import Settings
 from broker.storage import layout
 from tests.conftest import ADMIN_KEY, Broker, BrokerProcess, data_client, free_port
 

@@ -15,9 +15,9 @@ from broker.changes import Change, ChangeLog
 from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern
 from broker.hub import Hub, Subscriber
+from broker.runtime.supervisor import Supervisor
 from broker.storage import layout
 from broker.storage.changelog import ChangeLogStore, format_cursor, parse_cursor, position_key
-from broker.supervisor import Supervisor
 
 # ---- cursors ----
 

@@ -1,5 +1,5 @@
-"""broker/logs.py and `serve`'s start: request ids, log lines as text or JSON, outage warnings
-kept to one a period with a line on recovery, a taken port said plainly."""
+"""broker/runtime/logs.py and `serve`'s start: request ids, log lines as text or JSON, outage
+warnings kept to one a period with a line on recovery, a taken port said plainly."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from broker.logs import JsonFormatter, TextFormatter, Throttle
+from broker.runtime.logs import JsonFormatter, TextFormatter, Throttle
 from tests.conftest import ADMIN_KEY, Broker, RedisServer, free_port, wait_for_port
 
 WAIT = 30.0

@@ -348,7 +348,7 @@ def test_a_broker_imports_mcp_only_once_mcp_is_used() -> None:
     process); broker/mcp/mount.py imports it on the first request to /mcp."""
     script = ("import sys\n"
               "from broker.app import create_app\n"
-              "from broker.settings import Settings\n"
+              "from broker.runtime.settings import Settings\n"
               f"create_app(Settings.from_env(environ={{}}, admin_key={ADMIN_KEY!r}))\n"
               "print(sorted(m for m in sys.modules if m == 'broker.mcp.server'"
               " or m.split('.')[0] in ('mcp', 'mcp_types')))\n")

@@ -1,4 +1,5 @@
-"""broker/metrics.py: what /metrics shows, on one process and added up over worker processes."""
+"""broker/runtime/metrics.py: what /metrics shows, on one process and added up over worker
+processes."""
 
 from __future__ import annotations
 

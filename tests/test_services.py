@@ -22,7 +22,7 @@ from broker.auth import Principal
 from broker.core.errors import MempError
 from broker.memory import PutOptions
 from broker.namespaces import NamespaceConfig
-from broker.settings import Settings
+from broker.runtime.settings import Settings
 
 ADMIN = "services-admin-key-0123456789"
 NS = "svc"

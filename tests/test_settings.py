@@ -1,4 +1,4 @@
-"""Unit tests of broker/settings.py: environment conversion, validation and overrides."""
+"""Unit tests of broker/runtime/settings.py: environment conversion, validation and overrides."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from broker.settings import Settings, SettingsError
+from broker.runtime.settings import Settings, SettingsError
 
 
 def test_defaults_from_an_empty_environment() -> None:
@@ -219,7 +219,7 @@ def test_redis_url_schemes_accepted(url: str) -> None:
 def test_tls_key_needs_its_certificate() -> None:
     with pytest.raises(SettingsError, match="MEMP_TLS_KEY is set without MEMP_TLS_CERT"):
         Settings.from_env({"MEMP_TLS_KEY": "/etc/memp/key.pem"})
-    # Files are read by `serve` (broker/tls.py), not here.
+    # Files are read by `serve` (broker/runtime/tls.py), not here.
     assert Settings.from_env({"MEMP_TLS_CERT": "/nonexistent.pem"}).tls_cert == "/nonexistent.pem"
 
 

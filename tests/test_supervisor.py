@@ -1,5 +1,5 @@
-"""Background loops under the supervisor (broker/supervisor.py): a loop that fails is logged and
-restarted with backoff, shutdown is bounded; and each of the broker's loops, with a fault
+"""Background loops under the supervisor (broker/runtime/supervisor.py): a loop that fails is logged
+and restarted with backoff, shutdown is bounded; and each of the broker's loops, with a fault
 injected into what it depends on, logs the failure, restarts and does its work afterwards."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import jwt
 import pytest
 
 from broker import revocation
-from broker.metrics import Metrics
+from broker.runtime.metrics import Metrics
+from broker.runtime.supervisor import Backoff, Supervisor
 from broker.sse import EventStreamResponse, SendWatchdog
 from broker.storage import layout
-from broker.supervisor import Backoff, Supervisor
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, read_changelog
 from tests.test_amp_support import amp_broker, iso, now_ms, sync_redis, wait_posted
 from tests.test_subscribe import Stream

@@ -1,4 +1,4 @@
-"""Unit tests of broker/tasks.py: background tasks stop even when one swallows a cancel."""
+"""Unit tests of broker/runtime/tasks.py: background tasks stop even when one swallows a cancel."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from broker.tasks import stop_tasks
+from broker.runtime.tasks import stop_tasks
 
 
 async def _swallows_cancels(times: int, stopped: list[str]) -> None:

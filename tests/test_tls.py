@@ -17,8 +17,8 @@ import pytest
 import trustme
 from cryptography import x509
 
-from broker.settings import SettingsError
-from broker.tls import CertificateFiles, RenewingContext
+from broker.runtime.settings import SettingsError
+from broker.runtime.tls import CertificateFiles, RenewingContext
 from tests.conftest import (
     ADMIN_KEY,
     CertificateAuthority,

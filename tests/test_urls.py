@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.settings import Settings, SettingsError
+from broker.runtime.settings import Settings, SettingsError
 from broker.storage.urls import RedisTarget, UrlError, parse, redacted
 
 

@@ -30,7 +30,7 @@ from broker.mcp.resources import parse_uri
 from broker.memory import MemoryService
 from broker.namespaces import NamespaceRegistry
 from broker.revocation import StreamGuard
-from broker.settings import Settings
+from broker.runtime.settings import Settings
 from broker.stream_leases import StreamLeases
 
 Notify = Callable[[str], Awaitable[None]]

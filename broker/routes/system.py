@@ -14,7 +14,7 @@ from starlette.routing import Route
 from broker import reference
 from broker.core.errors import unavailable
 from broker.http import error_response, json_response
-from broker.metrics import CONTENT_TYPE
+from broker.runtime.metrics import CONTENT_TYPE
 from broker.storage.client import StoreError
 
 

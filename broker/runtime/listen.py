@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import socket
 
-from broker.settings import SettingsError
+from broker.runtime.settings import SettingsError
 
 
 class PortTaken(SettingsError):

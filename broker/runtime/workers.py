@@ -3,8 +3,8 @@
 Workers sharing one listening socket take connections in bursts: whichever is awake accepts
 everything queued, so 64 connections opened at once split 50/14 and one core idles while the
 other is saturated. Here every worker gets its own socket bound to the same address with
-SO_REUSEPORT (`broker.listen.bind_each`), and the kernel spreads new connections over them by
-hash, as nginx's `reuseport` does. Linux lets only sockets of the same user join such a
+SO_REUSEPORT (`broker.runtime.listen.bind_each`), and the kernel spreads new connections over
+them by hash, as nginx's `reuseport` does. Linux lets only sockets of the same user join such a
 group."""
 
 from __future__ import annotations

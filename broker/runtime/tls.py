@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from broker.settings import Settings, SettingsError
+from broker.runtime.settings import Settings, SettingsError
 
 log = logging.getLogger("memp.tls")
 Stamp = tuple[tuple[int, int, int, int], ...]

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.logs import Throttle
-from broker.tasks import stop_tasks
+from broker.runtime.logs import Throttle
+from broker.runtime.tasks import stop_tasks
 
 log = logging.getLogger("memp.supervisor")
 Loop = Callable[[], Awaitable[object]]

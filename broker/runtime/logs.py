@@ -84,14 +84,14 @@ class JsonFormatter(logging.Formatter):
 def config(level: str, fmt: str) -> dict[str, Any]:
     """A `logging.config.dictConfig` for the broker's and uvicorn's loggers (uvicorn applies it
     in every worker process)."""
-    formatter = {"()": f"broker.logs.{'Json' if fmt == 'json' else 'Text'}Formatter"}
+    formatter = {"()": f"broker.runtime.logs.{'Json' if fmt == 'json' else 'Text'}Formatter"}
     numeric = "DEBUG" if level == "trace" else level.upper()
     handler = {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
                "formatter": "line", "filters": ["request_id"]}
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"request_id": {"()": "broker.logs.RequestIdFilter"}},
+        "filters": {"request_id": {"()": "broker.runtime.logs.RequestIdFilter"}},
         "formatters": {"line": formatter},
         "handlers": {"stderr": handler},
         "loggers": {
