@@ -53,7 +53,7 @@ from broker.runtime.logs import RequestIdMiddleware, Throttle
 from broker.runtime.metrics import Metrics, MetricsMiddleware
 from broker.runtime.settings import Settings
 from broker.runtime.supervisor import Backoff, Supervisor
-from broker.schema_runner import SchemaRunner
+from broker.schemas.runner import SchemaRunner
 from broker.sse import AbortableApp, SendWatchdog
 from broker.storage import Storage
 from broker.storage.client import STORE_DOWN, StoreError, out_of_memory, store_down

@@ -18,13 +18,13 @@ from broker.core.grammar import NAMESPACE_GLOB_RE, compile_pattern, glob_covers
 from broker.core.models import WireInt
 from broker.flights import Flights
 from broker.limits import Limits, check_limits
-from broker.schema_runner import SchemaRunner
-from broker.schemas import (
+from broker.schemas.compile import (
     MAX_ERRORS,
     CompiledSchema,
     SchemaErrorDetail,
     SchemaRecord,
 )
+from broker.schemas.runner import SchemaRunner
 from broker.storage.config import ConfigStore
 from broker.storage.records import CorruptRecord
 

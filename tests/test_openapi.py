@@ -39,7 +39,7 @@ from broker.core.grammar import compile_pattern, validate_key
 from broker.limits import Limits
 from broker.namespaces import NamespaceConfig, PriorityRule, Share, StoredConfig, StrategyRule
 from broker.runtime.settings import Settings
-from broker.schemas import SchemaBody, SchemaErrorDetail, SchemaRecord
+from broker.schemas.compile import SchemaBody, SchemaErrorDetail, SchemaRecord
 from broker.validation import decode_cursor, encode_cursor
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, load_yaml, start_broker
 

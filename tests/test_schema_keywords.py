@@ -1,4 +1,4 @@
-"""The safe `jsonschema` validators (`broker/schema_keywords.py`) judge and word errors exactly as
+"""The safe `jsonschema` validators (`broker/schemas/keywords.py`) judge and word errors exactly as
 jsonschema's own, but run patterns on RE2, check uniqueItems in linear time and stop at a
 deadline."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from broker.schema_keywords import SAFE_VALIDATORS, ValidationTimeout, deadline
+from broker.schemas.keywords import SAFE_VALIDATORS, ValidationTimeout, deadline
 
 DRAFT7 = "http://json-schema.org/draft-07/schema"
 DRAFT2019 = "https://json-schema.org/draft/2019-09/schema"

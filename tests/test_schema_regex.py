@@ -1,4 +1,4 @@
-"""Schema patterns (`broker/schema_regex.py`): what RE2 refuses and why, every pattern found
+"""Schema patterns (`broker/schemas/regex.py`): what RE2 refuses and why, every pattern found
 wherever it sits in a schema, and jsonschema-rs matching exactly what RE2 matches."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from broker.schema_regex import (
+from broker.schemas.regex import (
     PatternError,
     compile_regex,
     patterns_of,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bench.profiles import SCHEMA, profile
-from broker.schemas import SchemaRecord, compile_schema
+from broker.schemas.compile import SchemaRecord, compile_schema
 
 _BROKEN: list[tuple[str, Any]] = [
     ("created_at", 5), ("created_at", "not a date"), ("plan", "platinum"), ("seats", -1),

@@ -17,7 +17,13 @@ from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern, validate_namespace
 from broker.http import authenticate, decode_json, int_header, json_response, read_body
 from broker.namespaces import NamespaceConfig, NamespaceRegistry, check_config
-from broker.schemas import SCHEMA_ID_RE, SchemaBody, SchemaRecord, check_schema, probe_schema
+from broker.schemas.compile import (
+    SCHEMA_ID_RE,
+    SchemaBody,
+    SchemaRecord,
+    check_schema,
+    probe_schema,
+)
 
 T = TypeVar("T")
 

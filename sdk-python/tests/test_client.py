@@ -11,9 +11,9 @@ import pytest
 
 import broker.core.models as wire
 import broker.namespaces as wire_namespaces
-import broker.schemas as wire_schemas
+import broker.schemas.compile as wire_schemas
 from broker.conflicts import Conflict as BrokerConflict
-from broker.schemas import SchemaErrorDetail
+from broker.schemas.compile import SchemaErrorDetail
 from memp import (
     MEMP,
     Conflict,

@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from broker.core.errors import MempError
-from broker.schema_keywords import ValidationTimeout, deadline
-from broker.schemas import CompiledSchema, SchemaRecord, compile_schema
+from broker.schemas.compile import CompiledSchema, SchemaRecord, compile_schema
+from broker.schemas.keywords import ValidationTimeout, deadline
 
 T = TypeVar("T")
 

@@ -17,8 +17,8 @@ from referencing.jsonschema import specification_with
 
 from broker.core.errors import MempError
 from broker.core.grammar import Pattern, compile_pattern
-from broker.schema_keywords import SAFE_VALIDATORS
-from broker.schema_regex import program_size, refused_pattern, schema_for_rust
+from broker.schemas.keywords import SAFE_VALIDATORS
+from broker.schemas.regex import program_size, refused_pattern, schema_for_rust
 
 SCHEMA_ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 MAX_ERRORS = 10

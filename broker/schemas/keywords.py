@@ -24,7 +24,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import extend, validator_for
 from referencing.jsonschema import lookup_recursive_ref
 
-from broker.schema_regex import PatternError, compile_regex
+from broker.schemas.regex import PatternError, compile_regex
 
 Keyword = Callable[[Any, Any, Any, Any], Any]
 
