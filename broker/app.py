@@ -15,15 +15,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
-from broker.activity import AgentActivity
-from broker.agents import AgentService
 from broker.amp import routes as amp_routes
 from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.poster import TermPoster
 from broker.amp.service import CellService
 from broker.amp.visibility import CellVisibility
-from broker.audit import AuditService
-from broker.auth import Authenticator
 from broker.changes import ChangeLog
 from broker.console import routes as console
 from broker.core.clock import Clock, system_clock
@@ -31,11 +27,8 @@ from broker.core.errors import MempError, corrupt_record
 from broker.http import InternalErrorMiddleware, error_response, json_response
 from broker.hub import Hub
 from broker.invalidations import InvalidationListener
-from broker.limits import FairShare, RateLimited
 from broker.mcp import mount as mcp
-from broker.memory import MemoryService, Proposed
 from broker.messages import MessageHandler
-from broker.namespaces import NamespaceRegistry
 from broker.proposals import ProposalService
 from broker.revocation import StreamGuard
 from broker.routes import (
@@ -54,6 +47,13 @@ from broker.runtime.metrics import Metrics, MetricsMiddleware
 from broker.runtime.settings import Settings
 from broker.runtime.supervisor import Backoff, Supervisor
 from broker.schemas.runner import SchemaRunner
+from broker.services.activity import AgentActivity
+from broker.services.agents import AgentService
+from broker.services.audit import AuditService
+from broker.services.auth import Authenticator
+from broker.services.limits import FairShare, RateLimited
+from broker.services.memory import MemoryService, Proposed
+from broker.services.namespaces import NamespaceRegistry
 from broker.sse import AbortableApp, SendWatchdog
 from broker.storage import Storage
 from broker.storage.client import STORE_DOWN, StoreError, out_of_memory, store_down

@@ -16,14 +16,14 @@ from typing import Any
 
 import msgspec
 
-from broker.audit import AuditService, actor_fields
-from broker.auth import Principal, check_binding, check_grants, create_api_key
 from broker.core.clock import system_clock
 from broker.core.errors import MempError
 from broker.core.models import PERMISSIONS, Grant
 from broker.runtime.listen import PortTaken, bind, bind_each
 from broker.runtime.logs import FORMATS, LEVELS
 from broker.runtime.settings import Settings, SettingsError
+from broker.services.audit import AuditService, actor_fields
+from broker.services.auth import Principal, check_binding, check_grants, create_api_key
 from broker.storage import Storage
 from broker.storage.client import StoreError
 from broker.storage.urls import redacted

@@ -12,10 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker.auth import Principal
 from broker.core.errors import MempError
 from broker.core.models import MAX_SAFE_INT, encode
 from broker.runtime.logs import request_id
+from broker.services.auth import Principal
 
 log = logging.getLogger("memp")
 T = TypeVar("T")

@@ -6,9 +6,9 @@ everything cached is dropped and every stream checked."""
 
 from __future__ import annotations
 
-from broker.auth import Authenticator
-from broker.namespaces import NamespaceRegistry
 from broker.revocation import StreamGuard
+from broker.services.auth import Authenticator
+from broker.services.namespaces import NamespaceRegistry
 from broker.storage import Storage
 
 

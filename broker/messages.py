@@ -10,8 +10,6 @@ from typing import Any
 import msgspec
 
 from broker import PROTOCOL_VERSION
-from broker.agents import AgentService
-from broker.auth import Principal
 from broker.core.clock import Clock
 from broker.core.errors import MempError, corrupt_record
 from broker.core.grammar import NAMESPACE_RE
@@ -31,11 +29,13 @@ from broker.core.models import (
     RegisterMessage,
     message_decoder,
 )
-from broker.memory import MemoryService, Proposed, PutOptions, entry_warnings
 from broker.proposals import ProposalService
+from broker.services.agents import AgentService
+from broker.services.auth import Principal
+from broker.services.fields import check_message_id
+from broker.services.memory import MemoryService, Proposed, PutOptions, entry_warnings
 from broker.storage.client import STORE_DOWN, store_down
 from broker.storage.records import CorruptRecord
-from broker.validation import check_message_id
 
 log = logging.getLogger("memp.messages")
 

@@ -14,18 +14,18 @@ import msgspec
 
 from broker.amp.cells import CellPatch, MemoryCell
 from broker.amp.service import CellService
-from broker.auth import Principal
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.grammar import validate_key, validate_namespace
 from broker.core.models import Entry, Proposal, ProposalPage
-from broker.idempotency import reused
-from broker.memory import MemoryService, PutOptions
 from broker.patch import MISSING, diff
+from broker.services.auth import Principal
+from broker.services.fields import check_limit
+from broker.services.idempotency import reused
+from broker.services.memory import MemoryService, PutOptions
 from broker.storage.fairshare import Gate, open_gate
 from broker.storage.proposals import ProposalStore, StoredProposal
 from broker.storage.records import CorruptRecord, WriteOutcome, WriteRequest, skipped
-from broker.validation import check_limit
 
 _ID_RE = re.compile(r"prop_[0-9a-f]{12}[0-9a-f]{16}")
 _CURSOR_RE = re.compile(r"([0-9]{1,16}):(prop_[0-9a-f]{28})")

@@ -14,10 +14,10 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from broker.auth import Authenticator, Principal
 from broker.core.errors import MempError
-from broker.namespaces import NamespaceRegistry
 from broker.runtime.supervisor import Supervisor
+from broker.services.auth import Authenticator, Principal
+from broker.services.namespaces import NamespaceRegistry
 
 log = logging.getLogger("memp.revocation")
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from broker.auth import Principal
 from broker.core.clock import Clock
-from broker.limits import FairShare
-from broker.namespaces import NamespaceRegistry
 from broker.runtime.settings import Settings
 from broker.runtime.supervisor import Supervisor
+from broker.services.auth import Principal
+from broker.services.limits import FairShare
+from broker.services.namespaces import NamespaceRegistry
 
 Lease = tuple[str, str, str]  # (scope: "namespace" or "token", its name, the stream's id)
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import msgspec
 
-from broker.auth import Principal
 from broker.changes import Change, ChangeLog, encode_frame, encode_payload
 from broker.core.grammar import Pattern
 from broker.hub import Hub, Subscriber
-from broker.memory import MemoryService
 from broker.runtime.metrics import Metrics
+from broker.services.auth import Principal
+from broker.services.memory import MemoryService
 from broker.storage.changelog import CORRUPT, format_cursor, position_key
 
 _REPLAY_BATCH = 500

@@ -27,9 +27,9 @@ from broker.amp.cells import (
 from broker.amp.index import due_times
 from broker.amp.lifecycle import LifecycleEngine
 from broker.amp.service import CellService
-from broker.auth import Principal
 from broker.core.models import Grant
-from broker.identities import AMP_ENGINE
+from broker.services.auth import Principal
+from broker.services.identities import AMP_ENGINE
 from broker.storage import Storage, layout
 from broker.storage.amp_status import STATUS_CHUNK, StatusChange
 from broker.storage.audit import AuditStore

@@ -18,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from broker.auth import hash_api_key
+from broker.services.auth import hash_api_key
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, data_client, start_broker
 
 JWT_SECRET = "jwt-secret-for-tests-0123456789-abcdef"

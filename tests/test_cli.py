@@ -319,7 +319,7 @@ def test_cli_does_not_import_the_http_layer() -> None:
     result = subprocess.run([sys.executable, "-c", script], env=clean_env(), cwd=ROOT,
                             capture_output=True, text=True, timeout=60, check=True)
     loaded = json.loads(result.stdout)
-    assert "broker.auth" in loaded
+    assert "broker.services.auth" in loaded
     http = [name for name in loaded
             if name.partition(".")[0] in ("starlette", "sse_starlette", "uvicorn")
             or name in ("broker.routes", "broker.http", "broker.app", "broker.sse")

@@ -1,5 +1,5 @@
-"""Unit tests of broker/conflicts.py: choosing a strategy by pattern, agent priorities, the deep
-merge and the three-way merge that flags conflicts (with hypothesis properties against an
+"""Unit tests of broker/services/conflicts.py: choosing a strategy by pattern, agent priorities,
+the deep merge and the three-way merge that flags conflicts (with hypothesis properties against an
 independent reference)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from broker.conflicts import (
+from broker.services.conflicts import (
     MISSING,
     Conflict,
     agent_priority,

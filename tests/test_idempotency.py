@@ -1,6 +1,6 @@
-"""A message id is bound to its request (broker/idempotency.py), over real HTTP on both stores:
-a retry of the same request replays the first reply, and the same id with another request is a
-422 that writes nothing."""
+"""A message id is bound to its request (broker/services/idempotency.py), over real HTTP on both
+stores: a retry of the same request replays the first reply, and the same id with another request
+is a 422 that writes nothing."""
 
 from __future__ import annotations
 

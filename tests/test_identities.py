@@ -1,6 +1,6 @@
-"""Who a key may act as (broker/identities.py, POST /v1/keys), over real HTTP on both stores:
-a namespace admin binds keys only to agents registered in namespaces it administers, and no key,
-token or AMP header claims one of the broker's own identities."""
+"""Who a key may act as (broker/services/identities.py, POST /v1/keys), over real HTTP on both
+stores: a namespace admin binds keys only to agents registered in namespaces it administers, and no
+key, token or AMP header claims one of the broker's own identities."""
 
 from __future__ import annotations
 

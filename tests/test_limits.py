@@ -1,4 +1,4 @@
-"""Fair share (broker/limits.py, docs/limits.md): namespace limits, agent default rates and
+"""Fair share (broker/services/limits.py, docs/limits.md): namespace limits, agent default rates and
 stream caps, on both stores and across two broker processes. Rates here are tiny (one token
 per 1,000 s) so a bucket never refills during a test: every outcome is exact, no timing."""
 

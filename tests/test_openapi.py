@@ -26,21 +26,27 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 from starlette.routing import BaseRoute, Mount, Route
 
-from broker.agents import Registration
 from broker.amp import cells as amp
 from broker.amp.routes import RunBody
 from broker.amp.search import SearchBody, SearchHit
 from broker.app import create_app
 from broker.changes import ChangePayload
-from broker.conflicts import STRATEGIES, Conflict
 from broker.core import models
 from broker.core.errors import STATUS_BY_CODE, MempError
 from broker.core.grammar import compile_pattern, validate_key
-from broker.limits import Limits
-from broker.namespaces import NamespaceConfig, PriorityRule, Share, StoredConfig, StrategyRule
 from broker.runtime.settings import Settings
 from broker.schemas.compile import SchemaBody, SchemaErrorDetail, SchemaRecord
-from broker.validation import decode_cursor, encode_cursor
+from broker.services.agents import Registration
+from broker.services.conflicts import STRATEGIES, Conflict
+from broker.services.fields import decode_cursor, encode_cursor
+from broker.services.limits import Limits
+from broker.services.namespaces import (
+    NamespaceConfig,
+    PriorityRule,
+    Share,
+    StoredConfig,
+    StrategyRule,
+)
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, load_yaml, start_broker
 
 DOCUMENT = Path(__file__).resolve().parent.parent / "openapi.yaml"

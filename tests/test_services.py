@@ -18,11 +18,11 @@ from starlette.applications import Starlette
 
 from broker.amp.cells import NewCell
 from broker.app import create_app
-from broker.auth import Principal
 from broker.core.errors import MempError
-from broker.memory import PutOptions
-from broker.namespaces import NamespaceConfig
 from broker.runtime.settings import Settings
+from broker.services.auth import Principal
+from broker.services.memory import PutOptions
+from broker.services.namespaces import NamespaceConfig
 
 ADMIN = "services-admin-key-0123456789"
 NS = "svc"

@@ -15,11 +15,11 @@ from broker.amp.cells import NAME_RE, CellPatch, ImportBody, NewCell, parse_time
 from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.search import CellSearch, SearchBody
 from broker.amp.service import CellService
-from broker.audit import actor_fields
-from broker.auth import Principal
 from broker.core.errors import MempError
 from broker.http import authenticate, json_response, read_body
-from broker.identities import check_claimable
+from broker.services.audit import actor_fields
+from broker.services.auth import Principal
+from broker.services.identities import check_claimable
 
 _AGENT_HEADER = "x-amp-agent-id"
 

@@ -16,9 +16,9 @@ from broker.amp.index import terms_of, words_of
 from broker.amp.lifecycle import score_at
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, loaded_cell
-from broker.auth import Principal
 from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern
+from broker.services.auth import Principal
 from broker.storage.amp import CellRecord
 
 MAX_CANDIDATES = 5_000

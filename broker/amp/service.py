@@ -23,13 +23,13 @@ from broker.amp.cells import (
 )
 from broker.amp.index import index_update, reference_ms
 from broker.amp.rules import can_read, can_write
-from broker.auth import Principal
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.models import Entry, Proposal
-from broker.limits import FairShare
-from broker.memory import Proposed
-from broker.namespaces import NamespaceRegistry
+from broker.services.auth import Principal
+from broker.services.limits import FairShare
+from broker.services.memory import Proposed
+from broker.services.namespaces import NamespaceRegistry
 from broker.storage.amp import CellIndexStore, CellRecord, IndexUpdate
 from broker.storage.fairshare import Gate, open_gate
 from broker.storage.records import (

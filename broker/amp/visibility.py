@@ -14,10 +14,10 @@ import msgspec
 
 from broker.amp.cells import MemoryCell, parse_time
 from broker.amp.rules import readers
-from broker.auth import Principal
 from broker.core.errors import MempError
 from broker.core.grammar import glob_match
 from broker.core.models import Entry
+from broker.services.auth import Principal
 
 Readers = tuple[str, ...]
 _cell_decoder = msgspec.json.Decoder(MemoryCell)

@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from broker.auth import Authenticator
 from broker.core.errors import MempError
 from broker.http import error_response
+from broker.services.auth import Authenticator
 from broker.storage.client import STORE_DOWN, store_down
 
 if TYPE_CHECKING:

@@ -27,14 +27,14 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from broker import __version__
-from broker.auth import Principal
 from broker.core.errors import MempError, corrupt_record
 from broker.core.models import encode
 from broker.mcp.resources import TEMPLATES, Resources
 from broker.mcp.sessions import OwnedSessions
 from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher, Watches, listen
-from broker.memory import Proposed
+from broker.services.auth import Principal
+from broker.services.memory import Proposed
 from broker.storage.client import STORE_DOWN, store_down
 from broker.storage.records import CorruptRecord
 

@@ -13,15 +13,15 @@ import mcp_types as types
 import msgspec
 from msgspec import Meta, Struct
 
-from broker.agents import AgentService
 from broker.amp.cells import NewCell
 from broker.amp.routes import acting_agent
 from broker.amp.search import CellSearch, SearchBody
 from broker.amp.service import CellService
-from broker.auth import Principal
 from broker.core.errors import MempError
 from broker.core.models import encode
-from broker.memory import MemoryService, PutOptions
+from broker.services.agents import AgentService
+from broker.services.auth import Principal
+from broker.services.memory import MemoryService, PutOptions
 
 T = TypeVar("T")
 

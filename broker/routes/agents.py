@@ -6,10 +6,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from broker.agents import AgentService
 from broker.core.models import RegisterBody
 from broker.http import authenticate, decode_json, int_param, json_response, read_body
-from broker.validation import check_message_id
+from broker.services.agents import AgentService
+from broker.services.fields import check_message_id
 
 
 def _service(request: Request) -> AgentService:

@@ -12,11 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from broker.audit import AuditService, actor_fields
 from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern, validate_namespace
 from broker.http import authenticate, decode_json, int_header, json_response, read_body
-from broker.namespaces import NamespaceConfig, NamespaceRegistry, check_config
 from broker.schemas.compile import (
     SCHEMA_ID_RE,
     SchemaBody,
@@ -24,6 +22,8 @@ from broker.schemas.compile import (
     check_schema,
     probe_schema,
 )
+from broker.services.audit import AuditService, actor_fields
+from broker.services.namespaces import NamespaceConfig, NamespaceRegistry, check_config
 
 T = TypeVar("T")
 

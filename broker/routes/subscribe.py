@@ -9,11 +9,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from broker.auth import Principal
 from broker.core.errors import MempError
 from broker.core.grammar import Pattern, compile_pattern, validate_namespace
 from broker.http import authenticate
 from broker.revocation import StreamGuard
+from broker.services.auth import Principal
 from broker.sse import EventStreamResponse
 from broker.storage.changelog import parse_cursor
 from broker.stream_leases import StreamLeases

@@ -10,10 +10,10 @@ import msgspec
 import pytest
 
 import broker.core.models as wire
-import broker.namespaces as wire_namespaces
 import broker.schemas.compile as wire_schemas
-from broker.conflicts import Conflict as BrokerConflict
+import broker.services.namespaces as wire_namespaces
 from broker.schemas.compile import SchemaErrorDetail
+from broker.services.conflicts import Conflict as BrokerConflict
 from memp import (
     MEMP,
     Conflict,

@@ -10,12 +10,12 @@ from typing import Annotated
 
 import msgspec
 
-from broker.auth import Principal
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.models import MAX_SAFE_INT
 from broker.runtime.metrics import Metrics
 from broker.runtime.settings import Settings
+from broker.services.auth import Principal
 from broker.storage.fairshare import FairShareStore, Gate, Rate, open_gate
 from broker.storage.records import WriteOutcome
 

@@ -11,25 +11,18 @@ from typing import Any, Protocol
 
 import msgspec
 
-from broker.activity import AgentActivity
 from broker.amp.visibility import CellVisibility
-from broker.auth import Principal
-from broker.conflicts import MISSING, Conflict, merge
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern, validate_key, validate_namespace
 from broker.core.models import Entry, Page, Proposal
 from broker.core.uuids import uuid4
 from broker.core.values import canonical, encode_value
-from broker.idempotency import fingerprint, reused
-from broker.limits import FairShare
-from broker.locks import KeyLocks
-from broker.namespaces import NamespaceRegistry, NamespaceState
 from broker.runtime.settings import Settings
-from broker.storage import fairshare
-from broker.storage.entries import EntryStore
-from broker.storage.records import WriteOutcome, WriteRequest
-from broker.validation import (
+from broker.services.activity import AgentActivity
+from broker.services.auth import Principal
+from broker.services.conflicts import MISSING, Conflict, merge
+from broker.services.fields import (
     check_limit,
     check_message_id,
     check_timestamp,
@@ -39,6 +32,13 @@ from broker.validation import (
     decode_cursor,
     encode_cursor,
 )
+from broker.services.idempotency import fingerprint, reused
+from broker.services.limits import FairShare
+from broker.services.locks import KeyLocks
+from broker.services.namespaces import NamespaceRegistry, NamespaceState
+from broker.storage import fairshare
+from broker.storage.entries import EntryStore
+from broker.storage.records import WriteOutcome, WriteRequest
 
 
 @dataclass(frozen=True, slots=True)

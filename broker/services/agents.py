@@ -7,18 +7,18 @@ import uuid
 
 import msgspec
 
-from broker.activity import AgentActivity
-from broker.audit import AuditService, actor_fields
-from broker.auth import Principal, new_api_key, new_key_id, save_api_key
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.grammar import validate_namespace
 from broker.core.models import Agent, ApiKeyRecord, Credentials
-from broker.idempotency import fingerprint, reused
 from broker.runtime.settings import Settings
+from broker.services.activity import AgentActivity
+from broker.services.audit import AuditService, actor_fields
+from broker.services.auth import Principal, new_api_key, new_key_id, save_api_key
+from broker.services.fields import check_limit, check_message_id
+from broker.services.idempotency import fingerprint, reused
 from broker.storage.accounts import AccountStore
 from broker.storage.writes import settle
-from broker.validation import check_limit, check_message_id
 
 KNOWN_FRAMEWORKS = ("langchain", "crewai", "claude", "autogen", "custom")
 _FRAMEWORK_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")

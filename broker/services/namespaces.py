@@ -11,13 +11,9 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
-from broker.auth import Principal
-from broker.conflicts import ArrayMode, Strategy, agent_priority, pick_by_pattern
 from broker.core.errors import MempError
 from broker.core.grammar import NAMESPACE_GLOB_RE, compile_pattern, glob_covers
 from broker.core.models import WireInt
-from broker.flights import Flights
-from broker.limits import Limits, check_limits
 from broker.schemas.compile import (
     MAX_ERRORS,
     CompiledSchema,
@@ -25,6 +21,10 @@ from broker.schemas.compile import (
     SchemaRecord,
 )
 from broker.schemas.runner import SchemaRunner
+from broker.services.auth import Principal
+from broker.services.conflicts import ArrayMode, Strategy, agent_priority, pick_by_pattern
+from broker.services.flights import Flights
+from broker.services.limits import Limits, check_limits
 from broker.storage.config import ConfigStore
 from broker.storage.records import CorruptRecord
 

@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from broker.core.errors import MempError
 from broker.core.grammar import NAMESPACE_GLOB_RE, glob_covers, glob_match
 from broker.core.models import ApiKeyRecord, Grant, Permission
-from broker.flights import Flights
-from broker.identities import ADMIN, check_claimable, is_reserved
 from broker.runtime.settings import Settings
+from broker.services.flights import Flights
+from broker.services.identities import ADMIN, check_claimable, is_reserved
 from broker.storage.accounts import AccountStore
 
 API_KEY_PREFIX = "memp_sk_"

@@ -12,14 +12,14 @@ from typing import Any
 
 import msgspec
 
-from broker.auth import Principal
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.grammar import glob_match, validate_key, validate_namespace
 from broker.core.models import AuditPage, AuditRecord, AuditVerdict, Grant
+from broker.services.auth import Principal
+from broker.services.fields import check_limit
 from broker.storage.audit import AuditStore, StoredAudit
 from broker.storage.records import CorruptRecord
-from broker.validation import check_limit
 
 _SCAN_BATCH = 500
 _MAX_SCAN = 10_000  # records looked at per page at most, as for queries
