@@ -20,17 +20,14 @@ from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.poster import TermPoster
 from broker.amp.service import CellService
 from broker.amp.visibility import CellVisibility
-from broker.changes import ChangeLog
 from broker.console import routes as console
 from broker.core.clock import Clock, system_clock
 from broker.core.errors import MempError, corrupt_record
+from broker.governance.proposals import ProposalService
+from broker.governance.sweeper import ExpirySweeper, GovernanceSweeper
 from broker.http import InternalErrorMiddleware, error_response, json_response
-from broker.hub import Hub
-from broker.invalidations import InvalidationListener
 from broker.mcp import mount as mcp
 from broker.messages import MessageHandler
-from broker.proposals import ProposalService
-from broker.revocation import StreamGuard
 from broker.routes import (
     agents,
     api_keys,
@@ -58,8 +55,11 @@ from broker.sse import AbortableApp, SendWatchdog
 from broker.storage import Storage
 from broker.storage.client import STORE_DOWN, StoreError, out_of_memory, store_down
 from broker.storage.records import CorruptRecord
-from broker.stream_leases import StreamLeases
-from broker.sweeper import ExpirySweeper, GovernanceSweeper
+from broker.streaming.changes import ChangeLog
+from broker.streaming.hub import Hub
+from broker.streaming.invalidations import InvalidationListener
+from broker.streaming.leases import StreamLeases
+from broker.streaming.revocation import StreamGuard
 
 if TYPE_CHECKING:
     from broker.mcp.server import McpServer

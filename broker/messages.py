@@ -29,7 +29,7 @@ from broker.core.models import (
     RegisterMessage,
     message_decoder,
 )
-from broker.proposals import ProposalService
+from broker.governance.proposals import ProposalService
 from broker.services.agents import AgentService
 from broker.services.auth import Principal
 from broker.services.fields import check_message_id

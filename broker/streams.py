@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 import msgspec
 
-from broker.changes import Change, ChangeLog, encode_frame, encode_payload
 from broker.core.grammar import Pattern
-from broker.hub import Hub, Subscriber
 from broker.runtime.metrics import Metrics
 from broker.services.auth import Principal
 from broker.services.memory import MemoryService
 from broker.storage.changelog import CORRUPT, format_cursor, position_key
+from broker.streaming.changes import Change, ChangeLog, encode_frame, encode_payload
+from broker.streaming.hub import Hub, Subscriber
 
 _REPLAY_BATCH = 500
 _LIVE_BATCH = 64  # queued changes sent in one write, at most

@@ -11,13 +11,13 @@ import fakeredis
 import pytest
 
 from broker.amp.visibility import CellVisibility, Viewer
-from broker.changes import Change, ChangeLog
 from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern
-from broker.hub import Hub, Subscriber
 from broker.runtime.supervisor import Supervisor
 from broker.storage import layout
 from broker.storage.changelog import ChangeLogStore, format_cursor, parse_cursor, position_key
+from broker.streaming.changes import Change, ChangeLog
+from broker.streaming.hub import Hub, Subscriber
 
 # ---- cursors ----
 

@@ -14,9 +14,9 @@ from mcp.shared.exceptions import MCPError
 
 from broker.amp.visibility import Viewer
 from broker.core.grammar import compile_pattern
-from broker.hub import Subscriber
 from broker.mcp.resources import entry_uri
 from broker.mcp.watch import pump
+from broker.streaming.hub import Subscriber
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, BrokerProcess
 from tests.test_limits import agent_key, open_stream, set_limits, usage
 from tests.test_mcp import LEGACY_SUBSCRIBE, WAIT, call, connect, register, run

@@ -30,7 +30,6 @@ from broker.amp import cells as amp
 from broker.amp.routes import RunBody
 from broker.amp.search import SearchBody, SearchHit
 from broker.app import create_app
-from broker.changes import ChangePayload
 from broker.core import models
 from broker.core.errors import STATUS_BY_CODE, MempError
 from broker.core.grammar import compile_pattern, validate_key
@@ -47,6 +46,7 @@ from broker.services.namespaces import (
     StoredConfig,
     StrategyRule,
 )
+from broker.streaming.changes import ChangePayload
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, load_yaml, start_broker
 
 DOCUMENT = Path(__file__).resolve().parent.parent / "openapi.yaml"

@@ -13,10 +13,10 @@ import pytest
 import redis
 
 from broker.amp.visibility import Viewer
-from broker.changes import Change
 from broker.core.grammar import compile_pattern
-from broker.hub import Subscriber
 from broker.storage import layout
+from broker.streaming.changes import Change
+from broker.streaming.hub import Subscriber
 from tests.conftest import Broker
 from tests.test_auth import assert_error, create_key
 from tests.test_subscribe import Stream, subscribe  # noqa: F401 - a fixture

@@ -1,6 +1,7 @@
-"""Open streams end when their right does (broker/revocation.py), over real HTTP: a revoked key,
-a removed agent, a removed share and an expired JWT each end the streams they opened, on every
-broker process, with a final `revoked` event that says why and carries a resumable cursor."""
+"""Open streams end when their right does (broker/streaming/revocation.py), over real HTTP: a
+revoked key, a removed agent, a removed share and an expired JWT each end the streams they opened,
+on every broker process, with a final `revoked` event that says why and carries a resumable
+cursor."""
 
 from __future__ import annotations
 

@@ -17,11 +17,11 @@ import httpx
 import jwt
 import pytest
 
-from broker import revocation
 from broker.runtime.metrics import Metrics
 from broker.runtime.supervisor import Backoff, Supervisor
 from broker.sse import EventStreamResponse, SendWatchdog
 from broker.storage import layout
+from broker.streaming import revocation
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, read_changelog
 from tests.test_amp_support import amp_broker, iso, now_ms, sync_redis, wait_posted
 from tests.test_subscribe import Stream

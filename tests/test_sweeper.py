@@ -14,10 +14,10 @@ import httpx
 import pytest
 import redis
 
+from broker.governance.sweeper import ExpirySweeper
 from broker.storage import Storage, layout
 from broker.storage.entries import EntryStore
 from broker.storage.records import WriteRequest
-from broker.sweeper import ExpirySweeper
 from tests.conftest import (
     ADMIN_KEY,
     BACKENDS,

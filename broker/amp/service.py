@@ -95,7 +95,7 @@ def loaded_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
 
 class CellGate(Protocol):
     """Where a create or patch goes when the namespace's rules require approval for the cell's
-    key (broker/proposals.py)."""
+    key (broker/governance/proposals.py)."""
 
     async def requires(self, namespace: str, key: str) -> bool:
         ...

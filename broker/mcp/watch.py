@@ -24,14 +24,14 @@ from mcp.shared.subscriptions import (
 
 from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern
-from broker.hub import Hub, Subscriber
 from broker.mcp.resources import parse_uri
-from broker.revocation import StreamGuard
 from broker.runtime.settings import Settings
 from broker.services.auth import Principal
 from broker.services.memory import MemoryService
 from broker.services.namespaces import NamespaceRegistry
-from broker.stream_leases import StreamLeases
+from broker.streaming.hub import Hub, Subscriber
+from broker.streaming.leases import StreamLeases
+from broker.streaming.revocation import StreamGuard
 
 Notify = Callable[[str], Awaitable[None]]
 

@@ -12,11 +12,11 @@ from starlette.routing import Route
 from broker.core.errors import MempError
 from broker.core.grammar import Pattern, compile_pattern, validate_namespace
 from broker.http import authenticate
-from broker.revocation import StreamGuard
 from broker.services.auth import Principal
 from broker.sse import EventStreamResponse
 from broker.storage.changelog import parse_cursor
-from broker.stream_leases import StreamLeases
+from broker.streaming.leases import StreamLeases
+from broker.streaming.revocation import StreamGuard
 from broker.streams import EventStream, StreamRequest
 
 

@@ -61,7 +61,7 @@ class Proposed(Exception):
 
 
 class Gate(Protocol):
-    """Where gated writes go (broker/proposals.py)."""
+    """Where gated writes go (broker/governance/proposals.py)."""
 
     async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
                       current: Entry | None, request: WriteRequest, incoming: Any,

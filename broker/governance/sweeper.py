@@ -17,7 +17,7 @@ from broker.storage.audit import AuditStore
 from broker.storage.entries import EntryStore
 
 if TYPE_CHECKING:
-    from broker.proposals import ProposalService
+    from broker.governance.proposals import ProposalService
 
 RECHECK_MS = 5_000
 

@@ -6,10 +6,10 @@ everything cached is dropped and every stream checked."""
 
 from __future__ import annotations
 
-from broker.revocation import StreamGuard
 from broker.services.auth import Authenticator
 from broker.services.namespaces import NamespaceRegistry
 from broker.storage import Storage
+from broker.streaming.revocation import StreamGuard
 
 
 class InvalidationListener:

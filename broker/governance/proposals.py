@@ -18,7 +18,7 @@ from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.grammar import validate_key, validate_namespace
 from broker.core.models import Entry, Proposal, ProposalPage
-from broker.patch import MISSING, diff
+from broker.governance.patch import MISSING, diff
 from broker.services.auth import Principal
 from broker.services.fields import check_limit
 from broker.services.idempotency import reused

@@ -12,11 +12,11 @@ import logging
 import anyio
 
 from broker.amp.visibility import Viewer
-from broker.changes import Change, ChangeLog
 from broker.core.errors import unavailable
 from broker.core.grammar import Pattern
 from broker.runtime.supervisor import Backoff, Supervisor
 from broker.storage.changelog import CORRUPT
+from broker.streaming.changes import Change, ChangeLog
 
 log = logging.getLogger("memp.hub")
 # A reader's subscribers wait for it: it retries soon, and never more than 2 s apart.
