@@ -15,30 +15,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
-from broker.amp import routes as amp_routes
 from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.poster import TermPoster
 from broker.amp.service import CellService
 from broker.amp.visibility import CellVisibility
-from broker.console import routes as console
 from broker.core.clock import Clock, system_clock
 from broker.core.errors import MempError, corrupt_record
 from broker.governance.proposals import ProposalService
 from broker.governance.sweeper import ExpirySweeper, GovernanceSweeper
-from broker.http import InternalErrorMiddleware, error_response, json_response
 from broker.mcp import mount as mcp
-from broker.messages import MessageHandler
-from broker.routes import (
-    agents,
-    api_keys,
-    audit,
-    memory,
-    messages,
-    namespaces,
-    proposals,
-    subscribe,
-    system,
-)
 from broker.runtime.logs import RequestIdMiddleware, Throttle
 from broker.runtime.metrics import Metrics, MetricsMiddleware
 from broker.runtime.settings import Settings
@@ -51,7 +36,6 @@ from broker.services.auth import Authenticator
 from broker.services.limits import FairShare, RateLimited
 from broker.services.memory import MemoryService, Proposed
 from broker.services.namespaces import NamespaceRegistry
-from broker.sse import AbortableApp, SendWatchdog
 from broker.storage import Storage
 from broker.storage.client import STORE_DOWN, StoreError, out_of_memory, store_down
 from broker.storage.records import CorruptRecord
@@ -60,6 +44,22 @@ from broker.streaming.hub import Hub
 from broker.streaming.invalidations import InvalidationListener
 from broker.streaming.leases import StreamLeases
 from broker.streaming.revocation import StreamGuard
+from broker.web.console import routes as console
+from broker.web.http import InternalErrorMiddleware, error_response, json_response
+from broker.web.messages import MessageHandler
+from broker.web.routes import (
+    agents,
+    amp,
+    api_keys,
+    audit,
+    memory,
+    messages,
+    namespaces,
+    proposals,
+    subscribe,
+    system,
+)
+from broker.web.sse import AbortableApp, SendWatchdog
 
 if TYPE_CHECKING:
     from broker.mcp.server import McpServer
@@ -231,7 +231,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         # Memory first: no other route matches its paths, and it serves most requests.
         routes=[*memory.routes, *system.routes, *agents.routes, *messages.routes, *api_keys.routes,
                 *subscribe.routes, *namespaces.routes, *audit.routes, *proposals.routes,
-                *amp_routes.routes,
+                *amp.routes,
                 mcp.route(mcp_mount),
                 *(console.routes() if settings.console else [])],
         exception_handlers={

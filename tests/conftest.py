@@ -43,7 +43,7 @@ def load_yaml(text: str) -> Any:
     """YAML text as `yaml.safe_load` reads it, with libyaml's loader (the tests read
     openapi.yaml often; tests/test_openapi.py also checks the served document against
     `yaml.safe_load`'s reading)."""
-    from broker.reference import load_document
+    from broker.web.reference import load_document
 
     return load_document(text)
 

@@ -4,8 +4,8 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 
-import { applyPatch, jsonPatch, lineDiff } from '../broker/console/static/js/diff.js'
-import { matches, validPattern } from '../broker/console/static/js/patterns.js'
+import { applyPatch, jsonPatch, lineDiff } from '../broker/web/console/static/js/diff.js'
+import { matches, validPattern } from '../broker/web/console/static/js/patterns.js'
 
 test('a JSON Patch from one value to another applies back to the second', () => {
   const pairs = [

@@ -22,11 +22,11 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.console.routes import CSP, load_files
+from broker.web.console.routes import CSP, load_files
 from tests.conftest import ADMIN_KEY, Broker, free_port, load_yaml, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
-STATIC = ROOT / "broker" / "console" / "static"
+STATIC = ROOT / "broker" / "web" / "console" / "static"
 ARTIFACTS = Path(os.environ.get("MEMP_CONSOLE_ARTIFACTS") or ROOT / "artifacts" / "console")
 # A reference that would make the browser fetch from elsewhere (a CDN, a font service...).
 REMOTE = re.compile(r"""(?:src|href)=["']https?:|url\(\s*['"]?https?:|import\s*\(?\s*['"]https?:""")
@@ -78,8 +78,9 @@ def test_every_asset_the_page_names_is_served_and_none_is_remote(broker: Broker)
 def test_package_data_ships_every_console_file() -> None:
     """A wheel (not only an editable install) carries the whole console."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    globs = config["tool"]["setuptools"]["package-data"]["broker.console"]
-    assert "broker.console" in config["tool"]["setuptools"]["packages"]
+    globs = config["tool"]["setuptools"]["package-data"]["broker.web.console"]
+    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert any(fnmatch.fnmatch("broker.web.console", pattern) for pattern in include)
     files = [p.relative_to(STATIC.parent).as_posix() for p in STATIC.rglob("*") if p.is_file()]
     assert files
     for name in files:

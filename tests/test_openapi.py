@@ -27,7 +27,6 @@ from referencing.jsonschema import DRAFT202012
 from starlette.routing import BaseRoute, Mount, Route
 
 from broker.amp import cells as amp
-from broker.amp.routes import RunBody
 from broker.amp.search import SearchBody, SearchHit
 from broker.app import create_app
 from broker.core import models
@@ -47,6 +46,7 @@ from broker.services.namespaces import (
     StrategyRule,
 )
 from broker.streaming.changes import ChangePayload
+from broker.web.routes.amp import RunBody
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, load_yaml, start_broker
 
 DOCUMENT = Path(__file__).resolve().parent.parent / "openapi.yaml"

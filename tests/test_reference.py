@@ -1,4 +1,4 @@
-"""broker/reference.py: the API reference page at /docs."""
+"""broker/web/reference.py: the API reference page at /docs."""
 
 from __future__ import annotations
 

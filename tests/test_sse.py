@@ -1,4 +1,4 @@
-"""broker/sse.py leans on sse-starlette's internals: check they are still what it expects."""
+"""broker/web/sse.py leans on sse-starlette's internals: check they are still what it expects."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 from sse_starlette.sse import EventSourceResponse
 
-from broker.sse import EventStreamResponse
+from broker.web.sse import EventStreamResponse
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 

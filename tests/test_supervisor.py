@@ -19,9 +19,9 @@ import pytest
 
 from broker.runtime.metrics import Metrics
 from broker.runtime.supervisor import Backoff, Supervisor
-from broker.sse import EventStreamResponse, SendWatchdog
 from broker.storage import layout
 from broker.streaming import revocation
+from broker.web.sse import EventStreamResponse, SendWatchdog
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, read_changelog
 from tests.test_amp_support import amp_broker, iso, now_ms, sync_redis, wait_posted
 from tests.test_subscribe import Stream

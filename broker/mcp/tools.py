@@ -13,8 +13,8 @@ import mcp_types as types
 import msgspec
 from msgspec import Meta, Struct
 
+from broker.amp.acting import acting_agent
 from broker.amp.cells import NewCell
-from broker.amp.routes import acting_agent
 from broker.amp.search import CellSearch, SearchBody
 from broker.amp.service import CellService
 from broker.core.errors import MempError

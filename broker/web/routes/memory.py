@@ -12,9 +12,16 @@ from starlette.routing import Route
 
 from broker.core.errors import MempError
 from broker.core.models import Entry, PutBody
-from broker.http import authenticate, decode_json, int_header, int_param, json_response, read_body
 from broker.services.fields import check_message_id
 from broker.services.memory import MemoryService, PutOptions, entry_warnings
+from broker.web.http import (
+    authenticate,
+    decode_json,
+    int_header,
+    int_param,
+    json_response,
+    read_body,
+)
 
 
 def _key(request: Request) -> str:

@@ -11,13 +11,13 @@ from starlette.routing import Route
 
 from broker.core.errors import MempError
 from broker.core.grammar import Pattern, compile_pattern, validate_namespace
-from broker.http import authenticate
 from broker.services.auth import Principal
-from broker.sse import EventStreamResponse
 from broker.storage.changelog import parse_cursor
 from broker.streaming.leases import StreamLeases
 from broker.streaming.revocation import StreamGuard
-from broker.streams import EventStream, StreamRequest
+from broker.web.http import authenticate
+from broker.web.sse import EventStreamResponse
+from broker.web.streams import EventStream, StreamRequest
 
 
 async def _targets(request: Request, principal: Principal, limit: int, max_key_bytes: int

@@ -7,9 +7,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from broker.core.models import RegisterBody
-from broker.http import authenticate, decode_json, int_param, json_response, read_body
 from broker.services.agents import AgentService
 from broker.services.fields import check_message_id
+from broker.web.http import authenticate, decode_json, int_param, json_response, read_body
 
 
 def _service(request: Request) -> AgentService:

@@ -153,7 +153,7 @@ def render(text: str, stylesheet: str) -> str:
 
 @lru_cache(maxsize=1)
 def page() -> bytes:
-    package = resources.files("broker")
+    package = resources.files("broker.web")
     text = package.joinpath("openapi.yaml").read_text()
     stylesheet = package.joinpath("static", "reference.css").read_text()
     return render(text, stylesheet).encode()

@@ -8,7 +8,7 @@ from starlette.routing import Route
 
 from broker.core.models import ApproveBody, RejectBody
 from broker.governance.proposals import ProposalService
-from broker.http import authenticate, decode_json, int_param, json_response, read_body
+from broker.web.http import authenticate, decode_json, int_param, json_response, read_body
 
 _MAX_BODY = 16 * 1024
 

@@ -14,7 +14,6 @@ from starlette.routing import Route
 
 from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern, validate_namespace
-from broker.http import authenticate, decode_json, int_header, json_response, read_body
 from broker.schemas.compile import (
     SCHEMA_ID_RE,
     SchemaBody,
@@ -24,6 +23,7 @@ from broker.schemas.compile import (
 )
 from broker.services.audit import AuditService, actor_fields
 from broker.services.namespaces import NamespaceConfig, NamespaceRegistry, check_config
+from broker.web.http import authenticate, decode_json, int_header, json_response, read_body
 
 T = TypeVar("T")
 

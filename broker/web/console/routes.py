@@ -16,7 +16,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from broker.core.errors import MempError
-from broker.http import error_response
+from broker.web.http import error_response
 
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml",
@@ -42,7 +42,7 @@ class StaticFile:
 
 def load_files(root: Traversable | None = None) -> dict[str, StaticFile]:
     """Every file under `static/` by its path relative to it ("" is index.html)."""
-    root = root or resources.files("broker.console").joinpath("static")
+    root = root or resources.files("broker.web.console").joinpath("static")
     files: dict[str, StaticFile] = {}
 
     def walk(node: Traversable, prefix: str) -> None:

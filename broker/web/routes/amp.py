@@ -11,15 +11,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from broker.amp.cells import NAME_RE, CellPatch, ImportBody, NewCell, parse_time
+from broker.amp.acting import acting_agent, agent_id
+from broker.amp.cells import CellPatch, ImportBody, NewCell, parse_time
 from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.search import CellSearch, SearchBody
 from broker.amp.service import CellService
 from broker.core.errors import MempError
-from broker.http import authenticate, json_response, read_body
 from broker.services.audit import actor_fields
 from broker.services.auth import Principal
-from broker.services.identities import check_claimable
+from broker.web.http import authenticate, json_response, read_body
 
 _AGENT_HEADER = "x-amp-agent-id"
 
@@ -41,33 +41,6 @@ async def _acting(request: Request) -> tuple[Principal, str]:
     principal = await authenticate(request)
     return principal, acting_agent(principal, _cells(request).namespace,
                                    request.headers.get(_AGENT_HEADER))
-
-
-def acting_agent(principal: Principal, namespace: str, claimed: str | None,
-                 field: str = "X-AMP-Agent-ID") -> str:
-    """The agent a caller acts as on the AMP API (`claimed`, else its own). Every agent
-    operation needs the `amp` permission on the AMP namespace (admin implies it); AMP's policy
-    then decides, cell by cell. `field` names where the claim came from, in errors."""
-    principal.require("amp", namespace)
-    if claimed is None or claimed == "":
-        if principal.agent_id is None:
-            raise MempError("invalid_request", f"{field} is required with a token that is not "
-                            "bound to an agent", {"field": field})
-        return _agent_id(principal.agent_id, field)
-    _agent_id(claimed, field)
-    if claimed != principal.agent_id and not principal.can("impersonate", namespace):
-        raise MempError("forbidden", f"{field} names another agent, and this token may not "
-                        "act for other agents", {"agent_id": claimed})
-    return claimed
-
-
-def _agent_id(agent: str, field: str = "X-AMP-Agent-ID") -> str:
-    """The acting agent is stored in cells (`created_by`), so it must be a valid AMP name, and
-    not one of the broker's own identities."""
-    if not NAME_RE.fullmatch(agent):
-        raise MempError("invalid_request", f"{field} is not a valid agent id (1-128 of "
-                        "A-Z a-z 0-9 . _ : @ + -)", {"field": field})
-    return check_claimable(agent, field)
 
 
 async def _body(request: Request, kind: type[Any], limit: int | None = None) -> Any:
@@ -164,7 +137,7 @@ async def _acting_admin(request: Request) -> tuple[Principal, str]:
     principal = await authenticate(request)
     principal.require("admin", _cells(request).namespace)
     claimed = request.headers.get(_AGENT_HEADER)
-    return principal, _agent_id(claimed) if claimed else principal.writer_id
+    return principal, agent_id(claimed) if claimed else principal.writer_id
 
 
 routes = [

@@ -11,16 +11,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from broker import reference
 from broker.core.errors import unavailable
-from broker.http import error_response, json_response
 from broker.runtime.metrics import CONTENT_TYPE
 from broker.storage.client import StoreError
+from broker.web import reference
+from broker.web.http import error_response, json_response
 
 
 @lru_cache(maxsize=1)
 def openapi_text() -> str:
-    return resources.files("broker").joinpath("openapi.yaml").read_text()
+    return resources.files("broker.web").joinpath("openapi.yaml").read_text()
 
 
 async def healthz(request: Request) -> Response:

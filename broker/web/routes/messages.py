@@ -8,8 +8,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from broker.core.errors import MempError
-from broker.http import authenticate, decode_json, json_response, read_body
-from broker.messages import MessageHandler
+from broker.web.http import authenticate, decode_json, json_response, read_body
+from broker.web.messages import MessageHandler
 
 
 async def post_messages(request: Request) -> Response:

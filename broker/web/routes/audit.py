@@ -9,8 +9,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from broker.core.models import encode
-from broker.http import authenticate, int_param, json_response
 from broker.services.audit import AuditFilter, AuditService, parse_time
+from broker.web.http import authenticate, int_param, json_response
 
 NDJSON = "application/x-ndjson"
 

@@ -8,10 +8,10 @@ from starlette.routing import Route
 
 from broker.core.errors import MempError
 from broker.core.models import ApiKeyRecord, CreateKeyBody
-from broker.http import authenticate, decode_json, json_response, read_body
 from broker.services.audit import actor_fields
 from broker.services.auth import Principal, check_binding, check_grants, create_api_key
 from broker.storage.writes import settle
+from broker.web.http import authenticate, decode_json, json_response, read_body
 
 
 def _visible(principal: Principal, record: ApiKeyRecord) -> bool:
