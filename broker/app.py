@@ -21,6 +21,7 @@ from broker.amp.service import CellService
 from broker.amp.visibility import CellVisibility
 from broker.core.clock import Clock, system_clock
 from broker.core.errors import MempError, corrupt_record
+from broker.governance.gate import ProposalGate
 from broker.governance.proposals import ProposalService
 from broker.governance.sweeper import ExpirySweeper, GovernanceSweeper
 from broker.mcp import mount as mcp
@@ -31,10 +32,11 @@ from broker.runtime.supervisor import Backoff, Supervisor
 from broker.schemas.runner import SchemaRunner
 from broker.services.activity import AgentActivity
 from broker.services.agents import AgentService
+from broker.services.approval import Proposed
 from broker.services.audit import AuditService
 from broker.services.auth import Authenticator
 from broker.services.limits import FairShare, RateLimited
-from broker.services.memory import MemoryService, Proposed
+from broker.services.memory import MemoryService
 from broker.services.namespaces import NamespaceRegistry
 from broker.storage import Storage
 from broker.storage.client import STORE_DOWN, StoreError, out_of_memory, store_down
@@ -154,16 +156,16 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
     cell_visibility = CellVisibility(settings.amp_namespace)
     fair_share = FairShare(settings, storage.fair_share, metrics, clock)
     stream_leases = StreamLeases(settings, fair_share, registry, supervisor, clock)
+    approvals = ProposalGate(storage.proposals, registry, fair_share, clock,
+                             settings.proposal_ttl_seconds, settings.max_pending_proposals)
     memory_service = MemoryService(settings, storage.entries, registry, activity, clock,
-                                   cell_visibility, fair_share)
+                                   cell_visibility, fair_share, approvals)
     agent_service = AgentService(settings, storage.accounts, activity, clock, audit_service)
     sweeper = ExpirySweeper(storage.entries, clock, settings.sweep_interval_seconds,
                             settings.sweep_batch, settings.changelog_max_age_seconds * 1000)
-    amp_cells = CellService(storage.cells(settings.amp_namespace), clock, fair_share, registry)
-    proposal_service = ProposalService(storage.proposals, memory_service, amp_cells, clock,
-                                       settings.proposal_ttl_seconds,
-                                       settings.max_pending_proposals)
-    memory_service.gate = amp_cells.gate = proposal_service
+    amp_cells = CellService(storage.cells(settings.amp_namespace), clock, fair_share, registry,
+                            approvals)
+    proposal_service = ProposalService(storage.proposals, memory_service, amp_cells, clock)
     governance = GovernanceSweeper(storage.entries, proposal_service, storage.audit, clock,
                                    settings.audit_retention_seconds * 1000)
     amp_engine = LifecycleEngine(amp_cells, clock)

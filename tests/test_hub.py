@@ -10,10 +10,11 @@ from typing import Any
 import fakeredis
 import pytest
 
-from broker.amp.visibility import CellVisibility, Viewer
+from broker.amp.visibility import CellVisibility
 from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern
 from broker.runtime.supervisor import Supervisor
+from broker.services.visibility import Viewer
 from broker.storage import layout
 from broker.storage.changelog import ChangeLogStore, format_cursor, parse_cursor, position_key
 from broker.streaming.changes import Change, ChangeLog

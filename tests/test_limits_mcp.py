@@ -12,10 +12,10 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from broker.amp.visibility import Viewer
 from broker.core.grammar import compile_pattern
 from broker.mcp.resources import entry_uri
 from broker.mcp.watch import pump
+from broker.services.visibility import Viewer
 from broker.streaming.hub import Subscriber
 from tests.conftest import ADMIN_KEY, BACKENDS, Broker, BrokerProcess
 from tests.test_limits import agent_key, open_stream, set_limits, usage

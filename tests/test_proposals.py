@@ -12,8 +12,8 @@ import httpx
 import pytest
 import redis
 
-from broker.amp.visibility import Viewer
 from broker.core.grammar import compile_pattern
+from broker.services.visibility import Viewer
 from broker.storage import layout
 from broker.streaming.changes import Change
 from broker.streaming.hub import Subscriber

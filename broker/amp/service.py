@@ -26,9 +26,9 @@ from broker.amp.rules import can_read, can_write
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.models import Entry, Proposal
+from broker.services.approval import Proposed
 from broker.services.auth import Principal
 from broker.services.limits import FairShare
-from broker.services.memory import Proposed
 from broker.services.namespaces import NamespaceRegistry
 from broker.storage.amp import CellIndexStore, CellRecord, IndexUpdate
 from broker.storage.fairshare import Gate, open_gate
@@ -95,7 +95,7 @@ def loaded_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
 
 class CellGate(Protocol):
     """Where a create or patch goes when the namespace's rules require approval for the cell's
-    key (broker/governance/proposals.py)."""
+    key (broker/governance/gate.py)."""
 
     async def requires(self, namespace: str, key: str) -> bool:
         ...
@@ -113,14 +113,15 @@ class CellService:
 
     def __init__(self, index: CellIndexStore, clock: Clock,
                  fair_share: FairShare | None = None,
-                 namespaces: NamespaceRegistry | None = None) -> None:
+                 namespaces: NamespaceRegistry | None = None,
+                 approvals: CellGate | None = None) -> None:
         self.index = index
         self.namespace = index.namespace
         self.clock = clock
         self.access = AccessCounter(index)
         self.fair_share = fair_share
         self.namespaces = namespaces
-        self.gate: CellGate | None = None  # set by create_app: proposals
+        self.approvals = approvals  # where gated creates and patches go
 
     async def limit(self, by: Principal, agent: str, *, quotas: bool = True, cost: int = 1
                     ) -> Gate:
@@ -164,9 +165,9 @@ class CellService:
                      action: str, limit: Gate, patch: CellPatch | None = None) -> None:
         """Raise Proposed (202) when the cell's key requires approval: nothing is written,
         and the proposal takes the write's tokens."""
-        if self.gate is not None and await self.gate.requires(self.namespace, key):
-            raise Proposed(await self.gate.propose_cell(agent, self.namespace, key, cell,
-                                                        current, action, patch, limit))
+        if self.approvals is not None and await self.approvals.requires(self.namespace, key):
+            raise Proposed(await self.approvals.propose_cell(agent, self.namespace, key, cell,
+                                                             current, action, patch, limit))
 
     async def approval(self, key: str, value: bytes, base_version: int,
                        patch: CellPatch | None, now: int, rebase: bool

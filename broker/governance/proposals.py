@@ -1,154 +1,55 @@
-"""Approval-gated writes (docs/governance.md): a gated put, merge or delete becomes a pending
-proposal with an RFC 6902 diff; holders of `review` list, approve or reject it; an approval
-writes it with compare-and-set on the version it was made against, and expiry closes it."""
+"""Approval-gated writes (docs/governance.md) once proposed (broker/governance/gate.py makes
+them): holders of `review` list, approve or reject them; an approval writes the proposal with
+compare-and-set on the version it was made against, and expiry closes it."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import secrets
-import uuid
 from typing import Any
 
 import msgspec
 
-from broker.amp.cells import CellPatch, MemoryCell
+from broker.amp.cells import CellPatch
 from broker.amp.service import CellService
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.grammar import validate_key, validate_namespace
 from broker.core.models import Entry, Proposal, ProposalPage
+from broker.governance.gate import NULL, decoded, load, shown
 from broker.governance.patch import MISSING, diff
 from broker.services.auth import Principal
 from broker.services.fields import check_limit
-from broker.services.idempotency import reused
 from broker.services.memory import MemoryService, PutOptions
-from broker.storage.fairshare import Gate, open_gate
+from broker.storage.fairshare import open_gate
 from broker.storage.proposals import ProposalStore, StoredProposal
 from broker.storage.records import CorruptRecord, WriteOutcome, WriteRequest, skipped
 
-_ID_RE = re.compile(r"prop_[0-9a-f]{12}[0-9a-f]{16}")
 _CURSOR_RE = re.compile(r"([0-9]{1,16}):(prop_[0-9a-f]{28})")
 STATUSES = ("pending", "approved", "rejected", "expired")
 MAX_REASON = 2000
-_REQUEST_FIELDS = ("agent_id", "value", "entry_id", "ttl_seconds", "mode", "priority",
-                   "default_priority", "history_limit", "schema_errors", "conflicts", "action")
-
-
-_NULL = msgspec.Raw(b"null")
-
-
-def _value(raw: msgspec.Raw | None) -> Any:
-    return MISSING if raw is None else msgspec.json.decode(raw)
 
 
 def _proposed(proposal: Proposal) -> Any:
     """What a proposal would leave at its key (MISSING for a delete)."""
-    return MISSING if proposal.operation == "delete" else _value(proposal.value)
+    return MISSING if proposal.operation == "delete" else decoded(proposal.value)
 
 
 class ProposalService:
-    """Makes, lists, shows and decides proposals."""
+    """Lists, shows and decides proposals, and closes those whose time is up."""
 
     def __init__(self, store: ProposalStore, memory: MemoryService, cells: CellService,
-                 clock: Clock, ttl_seconds: int, max_pending: int = 0) -> None:
+                 clock: Clock) -> None:
         self.store = store
         self.memory = memory
         self.cells = cells
         self.clock = clock
-        self.ttl_ms = ttl_seconds * 1000
-        self.max_pending = max_pending or None  # per namespace (MEMP_MAX_PENDING_PROPOSALS)
-
-    # ---- the gate of CellService (AMP cells) ----
-
-    async def requires(self, namespace: str, key: str) -> bool:
-        return (await self.memory.namespaces.state(namespace)).requires_approval(key)
-
-    async def propose_cell(self, agent: str, namespace: str, key: str, cell: MemoryCell,
-                           current: Entry | None, action: str, patch: CellPatch | None,
-                           limit: Gate) -> Proposal:
-        """A cell create or patch as a proposal; its approval writes the cell and indexes it."""
-        now = self.clock()
-        request = WriteRequest(
-            agent_id=agent, now=now, timestamp=now, timestamp_from_client=False,
-            value=msgspec.json.encode(cell),
-            entry_id="" if current is not None else str(uuid.uuid4()), mode="merge",
-            actor=agent, action=action)
-        return await self._propose(namespace, key, "put", current, request,
-                                   msgspec.to_builtins(patch) if patch else None, limit,
-                                   cell=True)
-
-    # ---- making one (the gate of MemoryService) ----
-
-    async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
-                      current: Entry | None, request: WriteRequest, incoming: Any,
-                      limit: Gate) -> Proposal:
-        return await self._propose(namespace, key, operation, current, request,
-                                   incoming if operation == "merge" else None, limit)
-
-    async def _propose(self, namespace: str, key: str, operation: str, current: Entry | None,
-                       request: WriteRequest, incoming: Any, limit: Gate, cell: bool = False
-                       ) -> Proposal:
-        """Store the proposal, taking the write's tokens (`limit`: the proposer's and the
-        namespace's buckets) unless the namespace has `max_pending` proposals pending."""
-        now = request.now
-        proposal_id = f"prop_{now:012x}{secrets.token_hex(8)}"
-        value = _NULL if operation == "delete" else msgspec.Raw(request.value)
-        proposal = Proposal(
-            id=proposal_id, status="pending", namespace=namespace, key=key,
-            operation=operation,  # type: ignore[arg-type]
-            value=value, base_version=current.version if current else 0,
-            proposed_by=request.agent_id, created_at=now, expires_at=now + self.ttl_ms,
-            diff=msgspec.Raw(msgspec.json.encode(diff(
-                _value(current.value if current else None),
-                MISSING if operation == "delete" else _value(value)))),
-            ttl_seconds=request.ttl_seconds,
-            conflicts=msgspec.Raw(request.conflicts.encode()) if request.conflicts
-            else msgspec.UNSET)
-        saved = {name: getattr(request, name) for name in _REQUEST_FIELDS}
-        saved["value"] = request.value.decode()
-        saved["incoming"] = incoming
-        saved["cell"] = cell
-        verdict, reply = await self.store.propose(
-            namespace, key, request, limit, id=proposal_id, base=str(proposal.base_version),
-            doc=msgspec.json.encode(proposal), req=msgspec.json.encode(saved),
-            by=request.agent_id, created=now, expires=proposal.expires_at,
-            max_pending="" if self.max_pending is None else self.max_pending)
-        if verdict == "refused":
-            self.memory.fair_share.check_write(WriteOutcome.decode(["ok", reply]), limit, now)
-        if verdict == "moved":
-            raise MempError("write_conflict", "the key changed while the proposal was made; "
-                            "nothing was proposed: retry", {"key": key, "retryable": True})
-        if verdict == "reused":
-            raise reused(request.message_id)
-        outcome = WriteOutcome.decode([verdict, reply])
-        if outcome.status != "proposed":  # a message id first used for a write that applied
-            raise reused(request.message_id)
-        if outcome.replayed:
-            return await self._load(namespace, outcome.record["id"])
-        return proposal
-
-    # ---- reading ----
 
     async def _load(self, namespace: str, proposal_id: str) -> Proposal:
-        if not _ID_RE.fullmatch(proposal_id):
-            raise MempError("not_found", f"no proposal {proposal_id[:80]!r}",
-                            {"proposal": proposal_id[:80]})
-        stored = await self.store.load(namespace, proposal_id)
-        if stored is None:
-            raise MempError("not_found", f"no proposal {proposal_id!r}",
-                            {"proposal": proposal_id})
-        return self._shown(stored, namespace)
+        return await load(self.store, namespace, proposal_id, self.clock())
 
     def _shown(self, stored: StoredProposal, namespace: str) -> Proposal:
-        try:
-            proposal = msgspec.json.decode(stored.doc, type=Proposal)
-        except msgspec.DecodeError as exc:
-            raise CorruptRecord(f"stored proposal of {namespace}: {exc}",
-                                f"proposal of {namespace}") from None
-        if proposal.status == "pending" and proposal.expires_at <= self.clock():
-            proposal = msgspec.structs.replace(proposal, status="expired")  # not yet swept
-        return proposal
+        return shown(stored, namespace, self.clock())
 
     @staticmethod
     def _may_see(principal: Principal, namespace: str, proposal: Proposal) -> bool:
@@ -296,7 +197,7 @@ class ProposalService:
     async def _moved(self, namespace: str, proposal: Proposal) -> MempError:
         """409 with the current entry and the proposal's diff against it."""
         current = await self.memory.store.get(namespace, proposal.key, self.clock())
-        fresh = diff(_value(current.value if current else None), _proposed(proposal))
+        fresh = diff(decoded(current.value if current else None), _proposed(proposal))
         return MempError(
             "write_conflict", "the key changed since the proposal was made; approve it again "
             "with base_version set to the current version to apply it rebased",
@@ -322,11 +223,11 @@ class ProposalService:
             request = dataclasses.replace(request, value=rebased.value,
                                           conflicts=rebased.conflicts,
                                           schema_errors=rebased.schema_errors)
-        value = _NULL if proposal.operation == "delete" else msgspec.Raw(request.value)
+        value = NULL if proposal.operation == "delete" else msgspec.Raw(request.value)
         rebased_proposal = msgspec.structs.replace(proposal, base_version=base_version,
                                                    value=value)
         rebased_proposal.diff = msgspec.Raw(msgspec.json.encode(diff(
-            _value(current.value if current else None), _proposed(rebased_proposal))))
+            decoded(current.value if current else None), _proposed(rebased_proposal))))
         return rebased_proposal, request
 
     async def _rebased_cell(self, proposal: Proposal, base_version: int) -> Proposal:
@@ -338,7 +239,7 @@ class ProposalService:
     async def _diff_now(self, proposal: Proposal) -> msgspec.Raw:
         current = await self.memory.store.get(proposal.namespace, proposal.key, self.clock())
         return msgspec.Raw(msgspec.json.encode(diff(
-            _value(current.value if current else None), _proposed(proposal))))
+            decoded(current.value if current else None), _proposed(proposal))))
 
     async def reject(self, principal: Principal, namespace: str, proposal_id: str,
                      reason: str) -> Proposal:

@@ -33,8 +33,8 @@ from broker.mcp.resources import TEMPLATES, Resources
 from broker.mcp.sessions import OwnedSessions
 from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher, Watches, listen
+from broker.services.approval import Proposed
 from broker.services.auth import Principal
-from broker.services.memory import Proposed
 from broker.storage.client import STORE_DOWN, store_down
 from broker.storage.records import CorruptRecord
 

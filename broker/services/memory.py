@@ -7,11 +7,10 @@ import itertools
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
-from broker.amp.visibility import CellVisibility
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern, validate_key, validate_namespace
@@ -20,6 +19,7 @@ from broker.core.uuids import uuid4
 from broker.core.values import canonical, encode_value
 from broker.runtime.settings import Settings
 from broker.services.activity import AgentActivity
+from broker.services.approval import ApprovalGate, Proposed
 from broker.services.auth import Principal
 from broker.services.conflicts import MISSING, Conflict, merge
 from broker.services.fields import (
@@ -36,6 +36,7 @@ from broker.services.idempotency import fingerprint, reused
 from broker.services.limits import FairShare
 from broker.services.locks import KeyLocks
 from broker.services.namespaces import NamespaceRegistry, NamespaceState
+from broker.services.visibility import ReadPolicy
 from broker.storage import fairshare
 from broker.storage.entries import EntryStore
 from broker.storage.records import WriteOutcome, WriteRequest
@@ -52,23 +53,6 @@ class PutOptions:
     approval_required: bool = False
 
 
-class Proposed(Exception):
-    """A gated write became a proposal instead of a write (answered 202)."""
-
-    def __init__(self, proposal: Proposal) -> None:
-        super().__init__(proposal.id)
-        self.proposal = proposal
-
-
-class Gate(Protocol):
-    """Where gated writes go (broker/governance/proposals.py)."""
-
-    async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
-                      current: Entry | None, request: WriteRequest, incoming: Any,
-                      limit: fairshare.Gate) -> Proposal:
-        ...
-
-
 _MODES = {"last-write-wins": "lww", "agent-priority": "priority", "merge": "merge"}
 # A merge retries its compare-and-set until it lands or the key stays contended this long.
 _MERGE_BUDGET_SECONDS = 10.0
@@ -78,8 +62,8 @@ class MemoryService:
     """Checks, authorises and runs memory operations against the store."""
 
     def __init__(self, settings: Settings, store: EntryStore, namespaces: NamespaceRegistry,
-                 activity: AgentActivity, clock: Clock, cells: CellVisibility,
-                 fair_share: FairShare) -> None:
+                 activity: AgentActivity, clock: Clock, cells: ReadPolicy,
+                 fair_share: FairShare, approvals: ApprovalGate | None = None) -> None:
         self.settings = settings
         self.fair_share = fair_share
         self.store = store
@@ -88,7 +72,7 @@ class MemoryService:
         self.clock = clock
         self.cells = cells
         self._merges = KeyLocks()
-        self.gate: Gate | None = None  # set by create_app: proposals
+        self.approvals = approvals  # where gated writes go (broker/governance/gate.py)
 
     def _target(self, principal: Principal, permission: str, namespace: str, key: str
                 ) -> tuple[str, str]:
@@ -259,10 +243,10 @@ class MemoryService:
     async def _propose(self, principal: Principal, namespace: str, key: str, incoming: Any,
                        options: PutOptions, state: NamespaceState, sent: str, strategy: str,
                        limit: fairshare.Gate) -> Proposal:
-        """Hand a gated put, merge or delete (`strategy` "delete") to the gate, as the
+        """Hand a gated put, merge or delete (`strategy` "delete") to the approvals, as the
         request its approval will write against the current version; making the proposal
         takes the write's tokens (`limit`)."""
-        if self.gate is None:
+        if self.approvals is None:
             raise MempError("internal", "approval is required but proposals are not served")
         current = await self.store.get(namespace, key, self.clock())
         if (options.if_absent and current is not None) or (options.if_version is not None and (
@@ -274,7 +258,7 @@ class MemoryService:
                                               incoming, current, options, state, strategy)
         request = replace(request, fingerprint=sent)
         operation = strategy if strategy in ("delete", "merge") else "put"
-        return await self.gate.propose(principal, namespace, key, operation, current, request,
+        return await self.approvals.propose(principal, namespace, key, operation, current, request,
                                        incoming, limit)
 
     async def proposal_request(self, writer: str, principal: Principal, namespace: str,

@@ -1,6 +1,6 @@
 """Changes as subscribers get them: each change-log record decoded and encoded once for every
-subscriber of the process (its JSON payload and its SSE frame), with the audience of AMP cells
-(broker/amp/visibility.py)."""
+subscriber of the process (its JSON payload and its SSE frame), with the audience the read
+policy gives the changes of the namespace it guards (AMP cells: broker/amp/visibility.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from broker.amp.visibility import CellVisibility, Readers
 from broker.core.models import Entry
+from broker.services.visibility import Readers, ReadPolicy
 from broker.storage.changelog import (
     CORRUPT,
     ChangeLogStore,
@@ -63,7 +63,7 @@ class Change:
 class ChangeLog:
     """One namespace's changes, read from the store and prepared for subscribers."""
 
-    def __init__(self, store: ChangeLogStore, cells: CellVisibility) -> None:
+    def __init__(self, store: ChangeLogStore, cells: ReadPolicy) -> None:
         self.store = store
         self.cells = cells
 

@@ -11,10 +11,10 @@ import logging
 
 import anyio
 
-from broker.amp.visibility import Viewer
 from broker.core.errors import unavailable
 from broker.core.grammar import Pattern
 from broker.runtime.supervisor import Backoff, Supervisor
+from broker.services.visibility import Viewer
 from broker.storage.changelog import CORRUPT
 from broker.streaming.changes import Change, ChangeLog
 

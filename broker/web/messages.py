@@ -31,9 +31,10 @@ from broker.core.models import (
 )
 from broker.governance.proposals import ProposalService
 from broker.services.agents import AgentService
+from broker.services.approval import Proposed
 from broker.services.auth import Principal
 from broker.services.fields import check_message_id
-from broker.services.memory import MemoryService, Proposed, PutOptions, entry_warnings
+from broker.services.memory import MemoryService, PutOptions, entry_warnings
 from broker.storage.client import STORE_DOWN, store_down
 from broker.storage.records import CorruptRecord
 

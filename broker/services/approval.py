@@ -1,0 +1,30 @@
+"""Approval-gated writes as the core sees them: a write that needs approval goes to an
+`ApprovalGate` that the wiring passes in (governance: broker/governance/gate.py) and ends in
+`Proposed`, answered 202 with the proposal, instead of a write."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from broker.core.models import Entry, Proposal
+from broker.services.auth import Principal
+from broker.storage import fairshare
+from broker.storage.records import WriteRequest
+
+
+class Proposed(Exception):
+    """A gated write became a proposal instead of a write (answered 202)."""
+
+    def __init__(self, proposal: Proposal) -> None:
+        super().__init__(proposal.id)
+        self.proposal = proposal
+
+
+class ApprovalGate(Protocol):
+    """Where gated writes go: `request` is the write an approval would make against
+    `current`; making the proposal takes the write's tokens (`limit`)."""
+
+    async def propose(self, principal: Principal, namespace: str, key: str, operation: str,
+                      current: Entry | None, request: WriteRequest, incoming: Any,
+                      limit: fairshare.Gate) -> Proposal:
+        ...
