@@ -495,7 +495,7 @@ def data_client(app: Any) -> Any:
     its embedded server, its Redis, its Sentinel group's primary or its Cluster."""
     from broker.storage.urls import parse
 
-    storage = app.state.storage
+    storage = app.state.services.storage
     if storage.embedded:
         import fakeredis
 
@@ -503,7 +503,7 @@ def data_client(app: Any) -> Any:
         return fakeredis.FakeRedis(server=pool.connection_kwargs["server"])
     import redis
 
-    target = parse(str(app.state.settings.redis_url))
+    target = parse(str(app.state.services.settings.redis_url))
     credentials: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.kind == "cluster":
         from redis.cluster import ClusterNode, RedisCluster

@@ -16,9 +16,11 @@ from broker.core.grammar import compile_pattern
 from broker.runtime.supervisor import Supervisor
 from broker.services.visibility import Viewer
 from broker.storage import layout
-from broker.storage.changelog import ChangeLogStore, format_cursor, parse_cursor, position_key
+from broker.storage.changelog import ChangeLogStore, position_key
 from broker.streaming.changes import Change, ChangeLog
 from broker.streaming.hub import Hub, Subscriber
+from broker.web import frames
+from broker.web.frames import format_cursor, parse_cursor
 
 # ---- cursors ----
 
@@ -105,7 +107,9 @@ def test_a_queue_is_bounded_by_the_bytes_it_holds_too() -> None:
     never reads can hold is MEMP_SUBSCRIBER_QUEUE_BYTES, not MEMP_SUBSCRIBER_QUEUE_SIZE times
     the largest value. A change larger than the bound alone is still taken."""
     def big(version: int) -> Change:
-        return Change("a", f"{version}-0", "put", "k", version, b'"' + b"x" * 10_000 + b'"')
+        data = b'"' + b"x" * 10_000 + b'"'
+        return Change("a", f"{version}-0", "put", "k", version, data,
+                      frame=frames.change("a", f"{version}-0", "put", data))
 
     async def scenario() -> None:
         frame = len(big(1).frame)
@@ -135,7 +139,8 @@ def run_with_log(scenario: Callable[[Any, ChangeLog], Awaitable[None]]) -> None:
     async def main() -> None:
         client = fakeredis.FakeAsyncRedis()
         try:
-            await scenario(client, ChangeLog(ChangeLogStore(client), CellVisibility("amp")))
+            await scenario(client, ChangeLog(ChangeLogStore(client), CellVisibility("amp"),
+                                                     frames.change))
         finally:
             await client.aclose()
 

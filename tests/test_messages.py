@@ -319,7 +319,7 @@ def test_batch_items_that_are_not_messages_get_error_replies(admin: httpx.Client
 
 def test_batch_over_the_limit_is_refused_whole(broker: Broker, admin: httpx.Client,
                                                ns: str) -> None:
-    limit = broker.app.state.settings.max_batch
+    limit = broker.app.state.services.settings.max_batch
     batch = [message("memory.put", ns, key=f"k{i}", value=i) for i in range(limit + 1)]
     response = send(admin, batch)
     assert response.status_code == 413

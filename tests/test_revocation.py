@@ -13,7 +13,9 @@ from typing import Any
 import httpx
 import jwt
 import pytest
+from starlette.routing import Route
 
+from broker.mcp.mount import McpMount
 from tests.conftest import ADMIN_KEY, Broker, BrokerProcess
 from tests.test_subscribe import Stream
 
@@ -242,6 +244,9 @@ def test_an_mcp_session_ends_when_its_credential_does(
         listing = http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
                             headers=theirs)
         assert listing.status_code == 401
-        server = broker.app.state.mcp.started
+        mount = next(r.endpoint for r in broker.app.routes
+                     if isinstance(r, Route) and r.path == "/mcp")
+        assert isinstance(mount, McpMount)
+        server = mount.started
         assert server is not None
         assert session not in server.manager._server_instances

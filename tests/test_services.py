@@ -60,13 +60,14 @@ def run(scenario: Callable[[Starlette, Clock], Awaitable[None]], **overrides: An
 
 
 async def admin(app: Starlette) -> Principal:
-    principal: Principal = await app.state.auth.authenticate(f"Bearer {ADMIN}")
+    principal: Principal = await app.state.services.auth.authenticate(f"Bearer {ADMIN}")
     return principal
 
 
 async def agent(app: Starlette, name: str, namespace: str = NS) -> Principal:
-    registration = await app.state.agents.register(await admin(app), namespace, name, "custom")
-    principal: Principal = await app.state.auth.authenticate(
+    registration = await app.state.services.agents.register(await admin(app), namespace, name,
+                                                            "custom")
+    principal: Principal = await app.state.services.auth.authenticate(
         f"Bearer {registration.credentials.api_key}")
     return principal
 
@@ -80,7 +81,7 @@ def value_of(entry: Any) -> Any:
 
 
 async def put(app: Starlette, who: Principal, key: str, value: Any, **options: Any) -> Any:
-    entry, _ = await app.state.memory.put(who, NS, key, raw(value), PutOptions(**options))
+    entry, _ = await app.state.services.memory.put(who, NS, key, raw(value), PutOptions(**options))
     return entry
 
 
@@ -90,7 +91,7 @@ async def put(app: Starlette, who: Principal, key: str, value: Any, **options: A
 def test_versions_rise_through_puts_and_deletes() -> None:
     async def scenario(app: Starlette, clock: Clock) -> None:
         me = await admin(app)
-        memory = app.state.memory
+        memory = app.state.services.memory
         assert (await put(app, me, "k", 1)).version == 1
         clock.now += 5
         assert (await put(app, me, "k", 2)).version == 2
@@ -108,13 +109,13 @@ def test_an_entry_is_gone_at_its_expiry() -> None:
         me = await admin(app)
         await put(app, me, "short", "v", ttl_seconds=2)
         clock.now += 1_999
-        assert value_of(await app.state.memory.get(me, NS, "short")) == "v"
+        assert value_of(await app.state.services.memory.get(me, NS, "short")) == "v"
         clock.now += 1
         with pytest.raises(MempError) as gone:
-            await app.state.memory.get(me, NS, "short")
+            await app.state.services.memory.get(me, NS, "short")
         assert gone.value.code == "not_found"
-        assert await app.state.sweeper.sweep_once() == 1
-        history = await app.state.memory.history(me, NS, "short")
+        assert await app.state.services.sweeper.sweep_once() == 1
+        history = await app.state.services.memory.history(me, NS, "short")
         assert [(v.version, v.deleted) for v in history] == [(2, True), (1, False)]
 
     run(scenario)
@@ -128,7 +129,7 @@ def test_query_pages_in_key_order() -> None:
         await put(app, me, "other", 0)
         seen, cursor = [], None
         while True:
-            page = await app.state.memory.query(me, NS, "q/*", cursor, 3)
+            page = await app.state.services.memory.query(me, NS, "q/*", cursor, 3)
             seen += [e.key for e in page.entries]
             if page.next_cursor is None:
                 break
@@ -155,13 +156,13 @@ def test_agent_priority_keeps_the_higher_writer() -> None:
         chief, intern = await agent(app, "chief"), await agent(app, "intern")
         config = msgspec.convert({"strategy": "agent-priority", "priorities": [
             {"agent": chief.writer_id, "priority": 10}]}, type=NamespaceConfig)
-        await app.state.namespaces.save_config(NS, config, by="test", now=T0,
+        await app.state.services.namespaces.save_config(NS, config, by="test", now=T0,
                                                if_revision=None)
         await put(app, chief, "plan", "chief's")
         with pytest.raises(MempError) as lost:
             await put(app, intern, "plan", "intern's")
         assert lost.value.code == "write_conflict"
-        assert value_of(await app.state.memory.get(chief, NS, "plan")) == "chief's"
+        assert value_of(await app.state.services.memory.get(chief, NS, "plan")) == "chief's"
 
     run(scenario)
 
@@ -170,7 +171,7 @@ def test_merge_flags_what_both_sides_changed_since_the_base() -> None:
     async def scenario(app: Starlette, clock: Clock) -> None:
         me = await admin(app)
         config = msgspec.convert({"strategy": "merge"}, type=NamespaceConfig)
-        await app.state.namespaces.save_config(NS, config, by="test", now=T0,
+        await app.state.services.namespaces.save_config(NS, config, by="test", now=T0,
                                                if_revision=None)
         await put(app, me, "doc", {"a": 1, "b": 1})
         await put(app, me, "doc", {"a": 2})
@@ -192,7 +193,7 @@ def test_a_message_id_replays_its_request_and_refuses_another() -> None:
         with pytest.raises(MempError) as reused:
             await put(app, me, "idem", {"n": 2}, message_id="m-1")
         assert reused.value.code == "idempotency_key_reused"
-        assert value_of(await app.state.memory.get(me, NS, "idem")) == {"n": 1}
+        assert value_of(await app.state.services.memory.get(me, NS, "idem")) == {"n": 1}
 
     run(scenario)
 
@@ -200,9 +201,9 @@ def test_a_message_id_replays_its_request_and_refuses_another() -> None:
 def test_values_are_stored_canonical() -> None:
     async def scenario(app: Starlette, clock: Clock) -> None:
         me = await admin(app)
-        entry, _ = await app.state.memory.put(
+        entry, _ = await app.state.services.memory.put(
             me, NS, "canon", msgspec.Raw(b'{ "a" :\r\n 1, "a": 2 }'), PutOptions())
-        stored = await app.state.memory.get(me, NS, "canon")
+        stored = await app.state.services.memory.get(me, NS, "canon")
         assert bytes(entry.value) == bytes(stored.value) == b'{"a":2}'
 
     run(scenario)
@@ -213,12 +214,12 @@ def test_a_token_without_the_grant_changes_nothing() -> None:
         me, outsider = await admin(app), await agent(app, "outsider", "elsewhere")
         await put(app, me, "kept", "v")
         for attempt in (put(app, outsider, "kept", "x"),
-                        app.state.memory.delete(outsider, NS, "kept"),
-                        app.state.memory.get(outsider, NS, "kept")):
+                        app.state.services.memory.delete(outsider, NS, "kept"),
+                        app.state.services.memory.get(outsider, NS, "kept")):
             with pytest.raises(MempError) as refused:
                 await attempt
             assert refused.value.code == "forbidden"
-        assert value_of(await app.state.memory.get(me, NS, "kept")) == "v"
+        assert value_of(await app.state.services.memory.get(me, NS, "kept")) == "v"
 
     run(scenario)
 
@@ -232,9 +233,9 @@ def test_memp_paths_show_a_cell_only_to_its_readers_and_never_write_it() -> None
         body = msgspec.convert({"type": "semantic", "content": {"text": "alice's secret"},
                                 "identity": {"owner_id": alice.writer_id,
                                              "owner_type": "agent"}}, type=NewCell)
-        cell = await app.state.amp_cells.create(alice, alice.writer_id, body)
+        cell = await app.state.services.amp_cells.create(alice, alice.writer_id, body)
         key = f"cells/agent/{alice.writer_id}/{cell.id}"
-        memory = app.state.memory
+        memory = app.state.services.memory
         assert value_of(await memory.get(alice, "amp", key))["id"] == cell.id
         with pytest.raises(MempError) as hidden:
             await memory.get(mallory, "amp", key)
@@ -253,13 +254,13 @@ def test_memp_paths_show_a_cell_only_to_its_readers_and_never_write_it() -> None
 def test_removing_an_agent_revokes_its_key() -> None:
     async def scenario(app: Starlette, clock: Clock) -> None:
         me = await admin(app)
-        registration = await app.state.agents.register(me, NS, "doomed", "custom")
+        registration = await app.state.services.agents.register(me, NS, "doomed", "custom")
         token = f"Bearer {registration.credentials.api_key}"
-        assert (await app.state.auth.authenticate(token)).agent_id == registration.agent.id
-        await app.state.agents.remove(me, NS, registration.agent.id)
-        app.state.auth.forget()
+        assert (await app.state.services.auth.authenticate(token)).agent_id == registration.agent.id
+        await app.state.services.agents.remove(me, NS, registration.agent.id)
+        app.state.services.auth.forget()
         with pytest.raises(MempError) as revoked:
-            await app.state.auth.authenticate(token)
+            await app.state.services.auth.authenticate(token)
         assert revoked.value.code == "unauthorized"
 
     run(scenario)

@@ -260,7 +260,7 @@ def without_type(data: dict[str, Any]) -> dict[str, Any]:
 
 def readers(broker: Broker) -> dict[str, Any]:
     """The in-process hub's readers (namespace -> reader); read-only, to see who is following."""
-    return dict(broker.app.state.hub.readers)
+    return dict(broker.app.state.services.hub.readers)
 
 
 def subscriber_count(broker: Broker, ns: str) -> int:
@@ -801,7 +801,7 @@ def test_a_subscriber_that_never_reads_is_cut_and_holds_back_no_one(
         assert held.transport.is_closing()
         assert held.transport.get_write_buffer_size() == 0
         wait_until(lambda: subscriber_count(broker, ns) == 1, "the stuck stream to leave")
-        assert len(broker.app.state.send_watchdog.streams) == 1  # the reader's
+        assert len(broker.app.state.services.send_watchdog.streams) == 1  # the reader's
         got = sse_events(read_to_end(stuck))
     finally:
         stuck.close()

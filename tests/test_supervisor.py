@@ -294,7 +294,8 @@ def streams() -> Iterator[Callable[..., Stream]]:
 def test_the_lifespan_runs_every_loop_under_the_supervisor(
         broker_factory: Callable[..., Broker]) -> None:
     broker = broker_factory("embedded")
-    names = {task.get_name() for task in broker.app.state.supervisor.tasks} - {"stream recheck"}
+    tasks = broker.app.state.services.supervisor.tasks
+    names = {task.get_name() for task in tasks} - {"stream recheck"}
     assert names == {"expiry sweeper", "last-seen flusher", "invalidation listener",
                      "stream guard", "AMP lifecycle engine", "AMP term poster",
                      "SSE send watchdog", "store watch", "governance sweeper",
@@ -306,7 +307,7 @@ def test_the_sweeper_expires_entries_after_a_failed_sweep(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
         broker_factory: Callable[..., Broker], ns: str, backend: str) -> None:
     broker = broker_factory(backend, sweep_interval_seconds=0.02)
-    fault = Fault(monkeypatch, broker.app.state.storage.entries, "expire_due")
+    fault = Fault(monkeypatch, broker.app.state.services.storage.entries, "expire_due")
     with broker.client() as client:
         put = client.put(f"/v1/namespaces/{ns}/memory/brief",
                          json={"value": 1, "ttl_seconds": 1})
@@ -326,8 +327,8 @@ def test_a_change_log_reader_delivers_after_a_failed_read(
         broker_factory: Callable[..., Broker], streams: Callable[..., Stream], ns: str,
         backend: str) -> None:
     broker = broker_factory(backend)
-    hub = broker.app.state.hub
-    fault = Fault(monkeypatch, broker.app.state.changelog, "wait")
+    hub = broker.app.state.services.hub
+    fault = Fault(monkeypatch, broker.app.state.services.changelog, "wait")
     stream = streams(broker.url, ADMIN_KEY, f"{ns}:*")
     with broker.client() as client:
         assert client.put(f"/v1/namespaces/{ns}/memory/k", json={"value": 1}).status_code == 201
@@ -338,7 +339,7 @@ def test_a_change_log_reader_delivers_after_a_failed_read(
     stream.close()
     wait_until(lambda: ns not in hub.readers and reader.task.done(), "the reader to stop")
     time.sleep(0.2)
-    assert reader.task not in broker.app.state.supervisor.tasks
+    assert reader.task not in broker.app.state.services.supervisor.tasks
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -346,7 +347,7 @@ def test_the_term_poster_posts_after_a_failed_batch(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
         broker_factory: Callable[..., Broker], redis_url: str, ns: str, backend: str) -> None:
     with amp_broker(broker_factory, backend, ns, amp_post_interval_seconds=0.02) as amp:
-        fault = Fault(monkeypatch, amp.app.state.amp_cells.index, "post")
+        fault = Fault(monkeypatch, amp.app.state.services.amp_cells.index, "post")
         wait_until(fault.fired.is_set, "the poster to try")
         cell = amp.create("the heron nests by the river")
         client = sync_redis(amp, redis_url)
@@ -363,7 +364,7 @@ def test_the_lifecycle_engine_archives_after_a_failed_pass(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
         broker_factory: Callable[..., Broker], ns: str, backend: str) -> None:
     with amp_broker(broker_factory, backend, ns, amp_lifecycle_interval_seconds=0.05) as amp:
-        fault = Fault(monkeypatch, amp.app.state.amp_cells.index, "due")
+        fault = Fault(monkeypatch, amp.app.state.services.amp_cells.index, "due")
         cell = amp.create("until very soon", expires_at=iso(now_ms() + 300))
         wait_until(lambda: amp.status(cell) == "archived", "the engine to archive the cell")
     assert_restarted(caplog, fault, "AMP lifecycle engine")
@@ -391,7 +392,7 @@ def test_the_invalidation_listener_follows_announcements_after_a_failed_one(
     (first, first_id), (second, second_id) = _new_key(broker, ns), _new_key(broker, ns)
     on_first, on_second = streams(broker.url, first, f"{ns}:*"), streams(broker.url, second,
                                                                         f"{ns}:*")
-    fault = Fault(monkeypatch, broker.app.state.stream_guard, "recheck_soon")
+    fault = Fault(monkeypatch, broker.app.state.services.stream_guard, "recheck_soon")
     with broker.client() as admin:
         assert admin.delete(f"/v1/keys/{first_id}").status_code == 204
         # The announcement's handler failed; subscribing again checks every stream.
@@ -430,7 +431,7 @@ def test_the_last_seen_flusher_writes_after_a_failed_flush(
         registered = admin.post("/v1/agents", json={"name": "a", "namespace": ns})
         assert registered.status_code == 201, registered.text
         agent = registered.json()["agent"]
-        fault = Fault(monkeypatch, broker.app.state.storage.accounts, "touch_agents")
+        fault = Fault(monkeypatch, broker.app.state.services.storage.accounts, "touch_agents")
         with broker.client(registered.json()["credentials"]["api_key"]) as client:
             time.sleep(0.01)
             put = client.put(f"/v1/namespaces/{ns}/memory/k", json={"value": 1})
@@ -487,7 +488,7 @@ def test_stopping_a_broker_is_bounded_when_a_loop_ignores_a_cancel(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
         broker_factory: Callable[..., Broker]) -> None:
     broker = broker_factory("embedded", last_seen_flush_seconds=0.02)
-    store = broker.app.state.storage.accounts
+    store = broker.app.state.services.storage.accounts
     original = store.touch_agents
     entered = threading.Event()
     cancels: list[str] = []

@@ -27,16 +27,15 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from broker import __version__
-from broker.core.errors import MempError, corrupt_record
+from broker.core.errors import MempError
 from broker.core.models import encode
 from broker.mcp.resources import TEMPLATES, Resources
 from broker.mcp.sessions import OwnedSessions
 from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher, Watches, listen
-from broker.services.approval import Proposed
+from broker.services.approval import Proposed, pending
 from broker.services.auth import Principal
-from broker.storage.client import STORE_DOWN, store_down
-from broker.storage.records import CorruptRecord
+from broker.services.failures import FAILURES, Failures
 
 PRINCIPAL = "memp.principal"  # the scope key the endpoint leaves the caller under
 _WATCHES = "memp.watches"  # a connection's followed URIs (Connection.state)
@@ -50,15 +49,6 @@ Every entry is also a resource, memp://{namespace}/{key}; subscribe to one to he
 agent changes it."""
 
 
-def _error(exc: Exception) -> MempError:
-    """The broker's error for what a handler raised (store trouble included)."""
-    if isinstance(exc, MempError):
-        return exc
-    if isinstance(exc, CorruptRecord):
-        return corrupt_record(exc)
-    return store_down(exc)
-
-
 def _plain(error: MempError) -> dict[str, Any]:
     """The error's `{code, message, details}` as plain JSON values."""
     plain: dict[str, Any] = msgspec.json.decode(encode(error.body()["error"]))
@@ -69,9 +59,6 @@ def _protocol_error(error: MempError) -> MCPError:
     """A refusal of a non-tool request: a JSON-RPC error whose data is the broker's error."""
     code = types.INVALID_PARAMS if error.status < 500 else types.INTERNAL_ERROR
     return MCPError(code, f"{error.code}: {error.message}", _plain(error))
-
-
-_FAILURES: tuple[type[Exception], ...] = (MempError, CorruptRecord, *STORE_DOWN)
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
@@ -96,8 +83,9 @@ class McpServer:
     """The MCP server and the session manager that serves it over Streamable HTTP."""
 
     def __init__(self, toolbox: Toolbox, resources: Resources, watcher: Watcher,
-                 max_request_bytes: int) -> None:
+                 max_request_bytes: int, failures: Failures) -> None:
         self.toolbox = toolbox
+        self.failures = failures
         self.resources = resources
         self.watcher = watcher
         self.server: Server[Any] = Server(
@@ -144,10 +132,9 @@ class McpServer:
         try:
             result = await self.toolbox.call(principal, params.name, params.arguments)
         except Proposed as gated:  # not an error: the write awaits a reviewer
-            result = {"status": "pending_approval",
-                      "proposal": msgspec.json.decode(encode(gated.proposal))}
-        except _FAILURES as exc:
-            error = _error(exc)
+            result = msgspec.json.decode(encode(pending(gated)))
+        except FAILURES as exc:
+            error = self.failures.error(exc, "MCP tools/call")
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"{error.code}: {error.message}")],
                 structured_content={"error": _plain(error)}, is_error=True)
@@ -163,8 +150,8 @@ class McpServer:
             home = await self.toolbox.agents.home(principal.agent_id) \
                 if principal.agent_id else None
             return await self.resources.list(principal, home, params.cursor if params else None)
-        except _FAILURES as exc:
-            raise _protocol_error(_error(exc)) from None
+        except FAILURES as exc:
+            raise _protocol_error(self.failures.error(exc, "MCP resources/list")) from None
 
     async def _list_templates(self, ctx: ServerRequestContext[Any, Any],
                               params: types.PaginatedRequestParams | None
@@ -177,8 +164,8 @@ class McpServer:
         principal = _principal(ctx)
         try:
             return await self.resources.read(principal, params.uri)
-        except _FAILURES as exc:
-            raise _protocol_error(_error(exc)) from None
+        except FAILURES as exc:
+            raise _protocol_error(self.failures.error(exc, "MCP resources/read")) from None
 
     def _watches(self, ctx: ServerRequestContext[Any, Any]) -> Watches:
         connection = _connection(ctx)
@@ -199,8 +186,8 @@ class McpServer:
         principal = _principal(ctx)
         try:
             await self._watches(ctx).add(principal, params.uri)
-        except _FAILURES as exc:
-            raise _protocol_error(_error(exc)) from None
+        except FAILURES as exc:
+            raise _protocol_error(self.failures.error(exc, "MCP resources/subscribe")) from None
         return types.EmptyResult()
 
     async def _unsubscribe(self, ctx: ServerRequestContext[Any, Any],
@@ -222,5 +209,5 @@ class McpServer:
 
         try:
             return await listen(self.watcher, principal, request_id, params, send)
-        except _FAILURES as exc:
-            raise _protocol_error(_error(exc)) from None
+        except FAILURES as exc:
+            raise _protocol_error(self.failures.error(exc, "MCP subscriptions/listen")) from None

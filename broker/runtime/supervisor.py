@@ -40,6 +40,16 @@ class Backoff:
         return min(previous * 2, self.cap)
 
 
+@dataclass(frozen=True)
+class Supervised:
+    """A background loop as declared: `run()` again and again (or every `every` seconds)."""
+
+    name: str
+    run: Loop
+    every: float | None = None
+    backoff: Backoff | None = None
+
+
 class Supervisor:
     """Starts, restarts and stops the background loops of one process.
 
@@ -69,6 +79,13 @@ class Supervisor:
                 await job()
 
         return self.start(name, loop, backoff)
+
+    def start_all(self, loops: Iterable[Supervised]) -> None:
+        for loop in loops:
+            if loop.every is None:
+                self.start(loop.name, loop.run, loop.backoff)
+            else:
+                self.every(loop.name, loop.every, loop.run, loop.backoff)
 
     def spawn(self, name: str, job: Coroutine[Any, Any, object]) -> None:
         """Run a one-off job in the background: a failure is logged, not retried."""

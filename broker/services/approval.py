@@ -20,6 +20,11 @@ class Proposed(Exception):
         self.proposal = proposal
 
 
+def pending(gated: Proposed) -> dict[str, Any]:
+    """What a message or an MCP tool answers for a write that became a proposal."""
+    return {"status": "pending_approval", "proposal": gated.proposal}
+
+
 class ApprovalGate(Protocol):
     """Where gated writes go: `request` is the write an approval would make against
     `current`; making the proposal takes the write's tokens (`limit`)."""

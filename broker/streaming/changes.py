@@ -4,6 +4,7 @@ policy gives the changes of the namespace it guards (AMP cells: broker/amp/visib
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -14,7 +15,6 @@ from broker.storage.changelog import (
     CORRUPT,
     ChangeLogStore,
     ChangeRecord,
-    format_cursor,
     position_key,
 )
 
@@ -25,10 +25,9 @@ class ChangePayload(Entry, kw_only=True):
     type: str
 
 
-def encode_frame(event: bytes, cursor: bytes | None, data: bytes) -> bytes:
-    """One SSE event."""
-    head = b"id: " + cursor + b"\n" if cursor is not None else b""
-    return head + b"event: " + event + b"\ndata: " + data + b"\n\n"
+# How a change is framed for a subscriber following its namespace alone, made once per change:
+# (namespace, position, type, data) -> bytes. The wiring passes SSE's (broker/web/frames.py).
+Framer = Callable[[str, str, str, bytes], bytes]
 
 
 def encode_payload(entry: Entry, kind: str) -> bytes:
@@ -39,9 +38,9 @@ def encode_payload(entry: Entry, kind: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One change as subscribers get it. `data` is its JSON payload; `frame` is its SSE event
-    for a stream following this namespace only (whose cursor is then this position); `order`
-    is the position as numbers. All are made once here, not by each subscriber."""
+    """One change as subscribers get it. `data` is its JSON payload; `frame` is its event for
+    a stream following this namespace only (see `Framer`); `order` is the position as numbers.
+    All are made once here, not by each subscriber."""
 
     namespace: str
     position: str
@@ -51,34 +50,37 @@ class Change:
     data: bytes
     readers: Readers | None = None  # AMP cells: who may receive it (None: every subscriber)
     proposer: str | None = None  # a proposal's change: only its proposer and reviewers get it
+    frame: bytes = field(default=b"", repr=False, compare=False)
     order: tuple[int, int] = field(init=False, repr=False, compare=False)
-    frame: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "order", position_key(self.position))
-        cursor = format_cursor({self.namespace: self.position})
-        object.__setattr__(self, "frame", encode_frame(self.type.encode(), cursor, self.data))
 
 
 class ChangeLog:
     """One namespace's changes, read from the store and prepared for subscribers."""
 
-    def __init__(self, store: ChangeLogStore, cells: ReadPolicy) -> None:
+    def __init__(self, store: ChangeLogStore, cells: ReadPolicy, frame: Framer) -> None:
         self.store = store
         self.cells = cells
+        self.frame = frame
 
     def change(self, namespace: str, record: ChangeRecord) -> Change:
-        entry, kind, readers = record.entry, record.type, None
+        entry, kind, position = record.entry, record.type, record.position
         if kind == CORRUPT:
-            return Change(namespace, record.position, kind, record.key, 0, b"{}")
+            return Change(namespace, position, kind, record.key, 0, b"{}",
+                          frame=self.frame(namespace, position, kind, b"{}"))
         if entry is None:  # a proposal's change: its JSON with the type
             data = b'{"type":"' + kind.encode() + b'",' + record.doc.removeprefix(b"{")
-            return Change(namespace, record.position, kind, record.key, 0, data,
-                          proposer=record.proposer)
+            return Change(namespace, position, kind, record.key, 0, data,
+                          proposer=record.proposer,
+                          frame=self.frame(namespace, position, kind, data))
+        readers = None
         if self.cells.guards(namespace):
             entry, kind, readers = self.cells.audience(entry, kind)
-        return Change(namespace, record.position, kind, record.key, entry.version,
-                      encode_payload(entry, kind), readers)
+        data = encode_payload(entry, kind)
+        return Change(namespace, position, kind, record.key, entry.version, data, readers,
+                      frame=self.frame(namespace, position, kind, data))
 
     async def last_position(self, namespace: str) -> str:
         return await self.store.last_position(namespace)

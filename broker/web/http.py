@@ -16,6 +16,7 @@ from broker.core.errors import MempError
 from broker.core.models import MAX_SAFE_INT, encode
 from broker.runtime.logs import request_id
 from broker.services.auth import Principal
+from broker.web.services import services
 
 log = logging.getLogger("memp")
 T = TypeVar("T")
@@ -74,7 +75,7 @@ _REQUEST_ID_RE = re.compile(r"[!-~]{1,128}")
 async def authenticate(request: Request) -> Principal:
     """The caller, carrying the request's X-Request-ID (printable ASCII, at most 128
     characters; anything else is left out) for the audit log."""
-    principal: Principal = await request.app.state.auth.authenticate(
+    principal: Principal = await services(request).auth.authenticate(
         request.headers.get("authorization"))
     request_id = request.headers.get("x-request-id")
     if request_id and _REQUEST_ID_RE.fullmatch(request_id):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import uuid
 from typing import Any
 
@@ -11,7 +10,7 @@ import msgspec
 
 from broker import PROTOCOL_VERSION
 from broker.core.clock import Clock
-from broker.core.errors import MempError, corrupt_record
+from broker.core.errors import MempError
 from broker.core.grammar import NAMESPACE_RE
 from broker.core.models import (
     AgentGetMessage,
@@ -31,22 +30,20 @@ from broker.core.models import (
 )
 from broker.governance.proposals import ProposalService
 from broker.services.agents import AgentService
-from broker.services.approval import Proposed
+from broker.services.approval import Proposed, pending
 from broker.services.auth import Principal
+from broker.services.failures import FAILURES, Failures
 from broker.services.fields import check_message_id
 from broker.services.memory import MemoryService, PutOptions, entry_warnings
-from broker.storage.client import STORE_DOWN, store_down
-from broker.storage.records import CorruptRecord
-
-log = logging.getLogger("memp.messages")
 
 
 class MessageHandler:
     """Runs one protocol message and returns its reply (`ack`, `result` or `error`)."""
 
     def __init__(self, memory: MemoryService, agents: AgentService, clock: Clock,
-                 proposals: ProposalService) -> None:
+                 proposals: ProposalService, failures: Failures) -> None:
         self.memory = memory
+        self.failures = failures
         self.proposals = proposals
         self.agents = agents
         self.clock = clock
@@ -67,15 +64,9 @@ class MessageHandler:
         try:
             message = self.decode(raw)
             return 200, await self.handle(principal, message)
-        except MempError as error:
+        except FAILURES as exc:
+            error = self.failures.error(exc, f"message {message and message.id}")
             return error.status, self.error_reply(error, message)
-        except STORE_DOWN as exc:
-            down = store_down(exc)
-            return down.status, self.error_reply(down, message)
-        except CorruptRecord as exc:
-            log.error("corrupt record in message %s: %s", message and message.id, exc)
-            corrupt = corrupt_record(exc)
-            return corrupt.status, self.error_reply(corrupt, message)
 
     async def handle(self, principal: Principal, message: AnyMessage) -> dict[str, Any]:
         if message.memp != PROTOCOL_VERSION:
@@ -93,8 +84,7 @@ class MessageHandler:
         try:
             return await self._dispatch(principal, message, message.namespace)
         except Proposed as gated:
-            return self.reply("ack", message, status="pending_approval",
-                              proposal=gated.proposal)
+            return self.reply("ack", message, **pending(gated))
 
     async def _dispatch(self, principal: Principal, message: AnyMessage, ns: str
                         ) -> dict[str, Any]:

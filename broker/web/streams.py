@@ -9,15 +9,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import msgspec
-
 from broker.core.grammar import Pattern
 from broker.runtime.metrics import Metrics
 from broker.services.auth import Principal
 from broker.services.memory import MemoryService
-from broker.storage.changelog import CORRUPT, format_cursor, position_key
-from broker.streaming.changes import Change, ChangeLog, encode_frame, encode_payload
+from broker.storage.changelog import CORRUPT, position_key
+from broker.streaming.changes import Change, ChangeLog, encode_payload
 from broker.streaming.hub import Hub, Subscriber
+from broker.web import frames
 
 _REPLAY_BATCH = 500
 _LIVE_BATCH = 64  # queued changes sent in one write, at most
@@ -57,7 +56,7 @@ class EventStream:
 
     @property
     def cursor(self) -> bytes:
-        return format_cursor(self.positions)
+        return frames.format_cursor(self.positions)
 
     def _move(self, namespace: str, position: str) -> None:
         self.positions[namespace] = position
@@ -81,7 +80,7 @@ class EventStream:
 
     async def frames(self, lost: list[str]) -> AsyncIterator[bytes]:
         try:
-            yield f"retry: {self.retry_ms}\n\n".encode()
+            yield frames.retry(self.retry_ms)
             for namespace in lost:
                 yield self._reset(namespace, "the cursor is older than the retained change log")
             if self.request.cursor is None and self.request.snapshot:
@@ -125,17 +124,14 @@ class EventStream:
                         if seen in self.snapshot_versions:
                             continue
                         self.snapshot_versions[seen] = entry.version
-                        yield encode_frame(b"snapshot", None, encode_payload(entry, "snapshot"))
+                        yield frames.event(b"snapshot", None, encode_payload(entry, "snapshot"))
                     page_cursor = page.next_cursor
                     if page_cursor is None or self.subscriber.revoked is not None:
                         break
-        marker = msgspec.json.encode({"cursor": self.cursor.decode()})
-        yield encode_frame(b"snapshot-end", self.cursor, marker)
+        yield frames.snapshot_end(self.cursor)
 
     def _reset(self, namespace: str, reason: str) -> bytes:
-        data = msgspec.json.encode({"namespace": namespace, "reason": reason,
-                                    "cursor": self.cursor.decode()})
-        return encode_frame(b"reset", self.cursor, data)
+        return frames.reset(self.cursor, namespace, reason)
 
     def _fresh(self, change: Change, matched: bool = False) -> bool:
         """Not yet sent: after the namespace's position, newer than the snapshot's version, and
@@ -155,7 +151,7 @@ class EventStream:
         is the change's own position, so every such subscriber sends the same bytes."""
         if self.single:
             return change.frame
-        return encode_frame(change.type.encode(), self.cursor, change.data)
+        return frames.event(change.type.encode(), self.cursor, change.data)
 
     async def _catch_up(self) -> AsyncIterator[bytes]:
         """Read the log from each position until it is exhausted with no overflow meanwhile;
@@ -214,5 +210,4 @@ class EventStream:
         else:
             return None
         self.ended = event.decode()
-        data = msgspec.json.encode({"cursor": self.cursor.decode(), "reason": reason})
-        return encode_frame(event, self.cursor, data)
+        return frames.farewell(event, self.cursor, reason)

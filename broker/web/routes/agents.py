@@ -10,10 +10,11 @@ from broker.core.models import RegisterBody
 from broker.services.agents import AgentService
 from broker.services.fields import check_message_id
 from broker.web.http import authenticate, decode_json, int_param, json_response, read_body
+from broker.web.services import services
 
 
 def _service(request: Request) -> AgentService:
-    service: AgentService = request.app.state.agents
+    service: AgentService = services(request).agents
     return service
 
 
@@ -43,7 +44,7 @@ async def remove_agent(request: Request) -> Response:
         await service.remove(principal, request.path_params["namespace"],
                              request.path_params["agent_id"])
     finally:  # in effect here at once, even when replicas did not confirm it (a 503)
-        request.app.state.auth.forget()
+        services(request).auth.forget()
     return Response(status_code=204)
 
 

@@ -20,6 +20,7 @@ from broker.core.errors import MempError
 from broker.services.audit import actor_fields
 from broker.services.auth import Principal
 from broker.web.http import authenticate, json_response, read_body
+from broker.web.services import services
 
 _AGENT_HEADER = "x-amp-agent-id"
 
@@ -32,7 +33,7 @@ class RunBody(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def _cells(request: Request) -> CellService:
-    cells: CellService = request.app.state.amp_cells
+    cells: CellService = services(request).amp_cells
     return cells
 
 
@@ -45,7 +46,7 @@ async def _acting(request: Request) -> tuple[Principal, str]:
 
 async def _body(request: Request, kind: type[Any], limit: int | None = None) -> Any:
     """The body as `kind`, up to `limit` bytes (`MEMP_MAX_AMP_BODY_BYTES` unless given)."""
-    raw = await read_body(request, limit or request.app.state.settings.max_amp_body_bytes)
+    raw = await read_body(request, limit or services(request).settings.max_amp_body_bytes)
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as exc:
@@ -107,7 +108,7 @@ def _as_of(body: RunBody) -> int | None:
 async def run_lifecycle(request: Request) -> Response:
     await _acting_admin(request)
     body = await _body(request, RunBody)
-    engine: LifecycleEngine = request.app.state.amp_engine
+    engine: LifecycleEngine = services(request).amp_engine
     counts = await engine.run(_as_of(body))
     return json_response({"transitions": counts})
 
@@ -115,14 +116,14 @@ async def run_lifecycle(request: Request) -> Response:
 async def purge(request: Request) -> Response:
     principal, _ = await _acting_admin(request)
     body = await _body(request, RunBody)
-    purger: Purger = request.app.state.amp_purger
+    purger: Purger = services(request).amp_purger
     return json_response({"purged": await purger.purge(_as_of(body), body.ids,
                                                         actor_fields(principal))})
 
 
 async def import_cells(request: Request) -> Response:
     principal, agent = await _acting_admin(request)
-    body = await _body(request, ImportBody, request.app.state.settings.max_request_bytes)
+    body = await _body(request, ImportBody, services(request).settings.max_request_bytes)
     refused = await _cells(request).import_cells(principal, agent, body.cells)
     errors = [{"index": position, "id": cell.id, **error.body()}
               for position, (cell, error) in enumerate(zip(body.cells, refused, strict=True))

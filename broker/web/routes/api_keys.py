@@ -12,6 +12,7 @@ from broker.services.audit import actor_fields
 from broker.services.auth import Principal, check_binding, check_grants, create_api_key
 from broker.storage.writes import settle
 from broker.web.http import authenticate, decode_json, json_response, read_body
+from broker.web.services import services
 
 
 def _visible(principal: Principal, record: ApiKeyRecord) -> bool:
@@ -20,7 +21,7 @@ def _visible(principal: Principal, record: ApiKeyRecord) -> bool:
 
 async def create_key(request: Request) -> Response:
     principal = await authenticate(request)
-    state = request.app.state
+    state = services(request)
     body = decode_json(await read_body(request, state.settings.max_key_creation_bytes),
                        CreateKeyBody)
     grants = check_grants(body.grants)
@@ -43,13 +44,13 @@ async def list_keys(request: Request) -> Response:
     principal = await authenticate(request)
     if not principal.superuser and not any("admin" in g.permissions for g in principal.grants):
         raise MempError("forbidden", "listing keys needs admin permission")
-    records = await request.app.state.storage.accounts.list_api_keys()
+    records = await services(request).storage.accounts.list_api_keys()
     return json_response({"keys": [r for r in records if _visible(principal, r)]})
 
 
 async def revoke_key(request: Request) -> Response:
     principal = await authenticate(request)
-    store = request.app.state.storage.accounts
+    store = services(request).storage.accounts
     key_id = request.path_params["key_id"]
     records = {r.id: r for r in await store.list_api_keys()}
     record = records.get(key_id)
@@ -57,8 +58,8 @@ async def revoke_key(request: Request) -> Response:
         raise MempError("not_found", f"no API key {key_id!r}")
 
     async def revoked() -> None:  # confirmed by replicas or not: announced by the store
-        request.app.state.auth.forget()
-        await request.app.state.audit.record_for_grants(
+        services(request).auth.forget()
+        await services(request).audit.record_for_grants(
             record.grants, "key-revoke", actor_fields(principal), {"key": key_id})
 
     await settle(store.delete_api_key(key_id), revoked)

@@ -11,12 +11,13 @@ from starlette.routing import Route
 from broker.core.models import encode
 from broker.services.audit import AuditFilter, AuditService, parse_time
 from broker.web.http import authenticate, int_param, json_response
+from broker.web.services import services
 
 NDJSON = "application/x-ndjson"
 
 
 def _service(request: Request) -> AuditService:
-    service: AuditService = request.app.state.audit
+    service: AuditService = services(request).audit
     return service
 
 
@@ -27,7 +28,7 @@ def _filter(request: Request) -> AuditFilter:
         until=parse_time(params.get("until"), "until"),
         actor=params.get("actor") or None, key=params.get("key") or None,
         action=params.get("action") or None)
-    return AuditService.check_filter(selection, request.app.state.settings.max_key_bytes)
+    return AuditService.check_filter(selection, services(request).settings.max_key_bytes)
 
 
 async def list_audit(request: Request) -> Response:

@@ -22,6 +22,7 @@ from broker.web.http import (
     json_response,
     read_body,
 )
+from broker.web.services import services
 
 
 def _key(request: Request) -> str:
@@ -40,7 +41,7 @@ def _key(request: Request) -> str:
 
 
 def _service(request: Request) -> MemoryService:
-    service: MemoryService = request.app.state.memory
+    service: MemoryService = services(request).memory
     return service
 
 

@@ -24,12 +24,13 @@ from broker.schemas.compile import (
 from broker.services.audit import AuditService, actor_fields
 from broker.services.namespaces import NamespaceConfig, NamespaceRegistry, check_config
 from broker.web.http import authenticate, decode_json, int_header, json_response, read_body
+from broker.web.services import services
 
 T = TypeVar("T")
 
 
 def _registry(request: Request) -> NamespaceRegistry:
-    registry: NamespaceRegistry = request.app.state.namespaces
+    registry: NamespaceRegistry = services(request).namespaces
     return registry
 
 
@@ -43,7 +44,7 @@ async def _namespace(request: Request, permission: str) -> tuple[str, str]:
 
 
 async def _audit(request: Request, namespace: str, action: str, **details: object) -> None:
-    audit: AuditService = request.app.state.audit
+    audit: AuditService = services(request).audit
     await audit.record(namespace, action, request.state.actor, details=details)
 
 
@@ -55,13 +56,13 @@ async def get_config(request: Request) -> Response:
 
 async def put_config(request: Request) -> Response:
     namespace, subject = await _namespace(request, "admin")
-    settings = request.app.state.settings
+    settings = services(request).settings
     config = decode_json(await read_body(request, settings.max_config_bytes), NamespaceConfig)
     check_config(config, max_history=settings.max_history_limit,
                  max_ttl_seconds=settings.max_ttl_seconds)
     before = (await _registry(request).state(namespace)).config.shares
     stored = await _registry(request).save_config(
-        namespace, config, by=subject, now=request.app.state.clock(),
+        namespace, config, by=subject, now=services(request).clock(),
         if_revision=int_header(request, "if-match", minimum=0))
     await _audit(request, namespace, "config", revision=stored.revision)
     if msgspec.to_builtins(before) != msgspec.to_builtins(stored.shares):
@@ -72,8 +73,8 @@ async def put_config(request: Request) -> Response:
 async def get_usage(request: Request) -> Response:
     namespace, _ = await _namespace(request, "admin")
     limits = (await _registry(request).state(namespace)).config.limits
-    report = await request.app.state.fair_share.report(namespace, limits,
-                                                       request.app.state.clock())
+    report = await services(request).fair_share.report(namespace, limits,
+                                                       services(request).clock())
     return json_response(report)
 
 
@@ -101,19 +102,19 @@ async def get_schema(request: Request) -> Response:
 async def put_schema(request: Request) -> Response:
     namespace, subject = await _namespace(request, "admin")
     schema_id = _schema_id(request)
-    limit = request.app.state.settings.max_schema_bytes
+    limit = services(request).settings.max_schema_bytes
     body = decode_json(await read_body(request, limit), SchemaBody)
     compile_pattern(body.pattern)
     registry = _registry(request)
     draft = await _in_worker(registry, namespace, functools.partial(check_schema, body.schema),
                              "checking the schema against its meta-schema",
-                             request.app.state.settings.schema_check_timeout_ms / 1000)
+                             services(request).settings.schema_check_timeout_ms / 1000)
     await _in_worker(registry, namespace, functools.partial(probe_schema, body.schema),
                      "applying the schema to null, true, 0, \"\", [] and {}")
     existed = await registry.schema_record(namespace, schema_id) is not None
     record = SchemaRecord(id=schema_id, namespace=namespace, pattern=body.pattern,
                           schema=body.schema, enforce=body.enforce, draft=draft,
-                          created_at=request.app.state.clock(), created_by=subject)
+                          created_at=services(request).clock(), created_by=subject)
     await registry.save_schema(record)
     await _audit(request, namespace, "schema", schema=schema_id, pattern=body.pattern,
                  enforce=body.enforce)

@@ -9,12 +9,13 @@ from starlette.routing import Route
 from broker.core.models import ApproveBody, RejectBody
 from broker.governance.proposals import ProposalService
 from broker.web.http import authenticate, decode_json, int_param, json_response, read_body
+from broker.web.services import services
 
 _MAX_BODY = 16 * 1024
 
 
 def _service(request: Request) -> ProposalService:
-    service: ProposalService = request.app.state.proposals
+    service: ProposalService = services(request).proposals
     return service
 
 

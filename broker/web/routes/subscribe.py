@@ -12,10 +12,11 @@ from starlette.routing import Route
 from broker.core.errors import MempError
 from broker.core.grammar import Pattern, compile_pattern, validate_namespace
 from broker.services.auth import Principal
-from broker.storage.changelog import parse_cursor
 from broker.streaming.leases import StreamLeases
 from broker.streaming.revocation import StreamGuard
+from broker.web.frames import parse_cursor
 from broker.web.http import authenticate
+from broker.web.services import services
 from broker.web.sse import EventStreamResponse
 from broker.web.streams import EventStream, StreamRequest
 
@@ -40,14 +41,14 @@ async def _targets(request: Request, principal: Principal, limit: int, max_key_b
     targets: dict[str, list[Pattern]] = {}
     for namespace, text in pairs:
         validate_namespace(namespace)
-        await request.app.state.namespaces.require(principal, "subscribe", namespace)
+        await services(request).namespaces.require(principal, "subscribe", namespace)
         targets.setdefault(namespace, []).append(compile_pattern(text, max_key_bytes))
     return targets
 
 
 async def subscribe(request: Request) -> Response:
     principal = await authenticate(request)
-    state = request.app.state
+    state = services(request)
     settings = state.settings
     targets = await _targets(request, principal, settings.max_stream_patterns,
                              settings.max_key_bytes)

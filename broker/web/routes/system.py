@@ -16,6 +16,7 @@ from broker.runtime.metrics import CONTENT_TYPE
 from broker.storage.client import StoreError
 from broker.web import reference
 from broker.web.http import error_response, json_response
+from broker.web.services import services
 
 
 @lru_cache(maxsize=1)
@@ -31,7 +32,7 @@ _NOT_READY: tuple[type[Exception], ...] = (*StoreError, OSError)
 
 
 async def readyz(request: Request) -> Response:
-    storage = request.app.state.storage
+    storage = services(request).storage
     try:
         await storage.ping()
     except _NOT_READY:
@@ -42,7 +43,7 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
+    return Response(services(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
 async def openapi_yaml(request: Request) -> Response:
