@@ -37,7 +37,7 @@ from memp import (
     StrategyRule,
     Unauthorized,
 )
-from tests.conftest import ADMIN_KEY, Broker
+from tests.support.brokers import ADMIN_KEY, Broker
 
 # The MEMP draft, "SDK Reference -> Python", line for line.
 DRAFT_EXAMPLE = '''\

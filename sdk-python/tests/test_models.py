@@ -17,7 +17,7 @@ import pytest
 from broker.core.errors import STATUS_BY_CODE
 from memp import messages, models
 from memp.errors import ERROR_CLASSES, MempError, SchemaViolation, error_from_response
-from tests.conftest import load_yaml
+from tests.support.brokers import load_yaml
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "openapi.yaml"
 SPEC: dict[str, Any] = load_yaml(DOCUMENT.read_text())
