@@ -1,4 +1,5 @@
-"""Namespace, key and pattern grammar, and pattern matching (see PRODUCT.md)."""
+"""Namespace, key and pattern grammar, and pattern matching (openapi.yaml's "Names", the
+contract)."""
 
 from __future__ import annotations
 
