@@ -11,7 +11,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from tests.support.brokers import (
     start_broker,
     worker_database,
 )
+from tests.support.streams import Stream
 from tests.support.topologies import Credentials, RedisCluster, RedisSentinel, TlsRedis
 
 
@@ -161,6 +162,35 @@ def https_broker(certificate_authority: CertificateAuthority) -> Iterator[HTTPSB
                          thread)
     yield handle
     handle.stop()
+
+
+@pytest.fixture
+def subscribe(broker_factory: Callable[..., Broker]) -> Iterator[Callable[..., Stream]]:
+    """Open subscription streams; closed after the test (before any broker it started stops)."""
+    streams: list[Stream] = []
+
+    def open_stream(base_url: str, namespace: str | None = None, *patterns: str,
+                    subs: Iterable[str] = (), snapshot: bool = False,
+                    last_event_id: str | None = None, cursor_param: str | None = None,
+                    token: str | None = ADMIN_KEY, **options: Any) -> Stream:
+        params: list[tuple[str, str]] = [("sub", s) for s in subs]
+        if namespace is not None:
+            params.append(("namespace", namespace))
+            params += [("pattern", p) for p in patterns]
+        if snapshot:
+            params.append(("snapshot", "1"))
+        if cursor_param is not None:
+            params.append(("last_event_id", cursor_param))
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = last_event_id
+        stream = Stream(f"{base_url}/v1/subscribe", params, headers, **options)
+        streams.append(stream)
+        return stream
+
+    yield open_stream
+    for stream in streams:
+        stream.close()
 
 
 # Redis topologies, started once per session behind an ACL user (so every URL carries

@@ -19,7 +19,7 @@ from broker.streaming.changes import Change
 from broker.streaming.hub import Subscriber
 from tests.support.brokers import Broker
 from tests.support.clients import assert_error, create_key
-from tests.support.streams import Stream, subscribe  # noqa: F401 - a fixture
+from tests.support.streams import Stream
 
 pytestmark = pytest.mark.usefixtures("broker")
 
@@ -319,7 +319,7 @@ def test_proposal_events_reach_reviewers_and_the_proposer(
 
 
 def test_proposal_events_over_real_streams(admin: httpx.Client, broker: Broker, ns: str,
-                                           subscribe: Callable[..., Stream]  # noqa: F811
+                                           subscribe: Callable[..., Stream]
                                            ) -> None:
     """Reviewers and the proposer get `proposal` and `approved`; another subscriber gets only
     the write the approval made."""
@@ -370,7 +370,7 @@ def test_approval_checks_the_schemas_of_the_day(admin: httpx.Client, ns: str,
 
 
 def test_a_pending_write_is_not_in_a_snapshot(admin: httpx.Client, broker: Broker, ns: str,
-                                              subscribe: Callable[..., Stream]  # noqa: F811
+                                              subscribe: Callable[..., Stream]
                                               ) -> None:
     admin.put(mem(ns, "facts/kept"), json={"value": 1})
     gate(admin, ns)

@@ -8,17 +8,11 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import pytest
-
-from tests.support.brokers import (
-    ADMIN_KEY,
-    Broker,
-)
 
 WAIT = 15.0  # seconds any single expectation may take before the test fails
 
@@ -178,32 +172,3 @@ class Stream:
                 for e in self.events[-8:]]
         return (f"status={self.status} error={self.error!r} body={self.body[:300]!r} "
                 f"events={len(self.events)} last={tail}")
-
-
-@pytest.fixture
-def subscribe(broker_factory: Callable[..., Broker]) -> Iterator[Callable[..., Stream]]:
-    """Open subscription streams; closed after the test (before any broker it started stops)."""
-    streams: list[Stream] = []
-
-    def open_stream(base_url: str, namespace: str | None = None, *patterns: str,
-                    subs: Iterable[str] = (), snapshot: bool = False,
-                    last_event_id: str | None = None, cursor_param: str | None = None,
-                    token: str | None = ADMIN_KEY, **options: Any) -> Stream:
-        params: list[tuple[str, str]] = [("sub", s) for s in subs]
-        if namespace is not None:
-            params.append(("namespace", namespace))
-            params += [("pattern", p) for p in patterns]
-        if snapshot:
-            params.append(("snapshot", "1"))
-        if cursor_param is not None:
-            params.append(("last_event_id", cursor_param))
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        if last_event_id is not None:
-            headers["Last-Event-ID"] = last_event_id
-        stream = Stream(f"{base_url}/v1/subscribe", params, headers, **options)
-        streams.append(stream)
-        return stream
-
-    yield open_stream
-    for stream in streams:
-        stream.close()
