@@ -75,7 +75,7 @@ _REQUEST_ID_RE = re.compile(r"[!-~]{1,128}")
 async def authenticate(request: Request) -> Principal:
     """The caller, carrying the request's X-Request-ID (printable ASCII, at most 128
     characters; anything else is left out) for the audit log."""
-    principal: Principal = await services(request).auth.authenticate(
+    principal = await services(request).auth.authenticate(
         request.headers.get("authorization"))
     request_id = request.headers.get("x-request-id")
     if request_id and _REQUEST_ID_RE.fullmatch(request_id):

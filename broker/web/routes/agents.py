@@ -7,20 +7,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from broker.core.models import RegisterBody
-from broker.services.agents import AgentService
 from broker.services.fields import check_message_id
 from broker.web.http import authenticate, decode_json, int_param, json_response, read_body
 from broker.web.services import services
 
 
-def _service(request: Request) -> AgentService:
-    service: AgentService = services(request).agents
-    return service
-
-
 async def register_agent(request: Request) -> Response:
     principal = await authenticate(request)
-    service = _service(request)
+    service = services(request).agents
     body = decode_json(
         await read_body(request, service.settings.max_registration_bytes), RegisterBody)
     registration = await service.register(
@@ -32,14 +26,14 @@ async def register_agent(request: Request) -> Response:
 
 async def get_agent(request: Request) -> Response:
     principal = await authenticate(request)
-    agent = await _service(request).get(principal, request.path_params["namespace"],
-                                        request.path_params["agent_id"])
+    agent = await services(request).agents.get(principal, request.path_params["namespace"],
+                                               request.path_params["agent_id"])
     return json_response(agent)
 
 
 async def remove_agent(request: Request) -> Response:
     principal = await authenticate(request)
-    service = _service(request)
+    service = services(request).agents
     try:
         await service.remove(principal, request.path_params["namespace"],
                              request.path_params["agent_id"])
@@ -50,7 +44,7 @@ async def remove_agent(request: Request) -> Response:
 
 async def list_agents(request: Request) -> Response:
     principal = await authenticate(request)
-    agents, cursor = await _service(request).list(
+    agents, cursor = await services(request).agents.list(
         principal, request.path_params["namespace"], request.query_params.get("cursor"),
         int_param(request, "limit"))
     return json_response({"agents": agents, "next_cursor": cursor})

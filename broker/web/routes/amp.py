@@ -13,9 +13,7 @@ from starlette.routing import Route
 
 from broker.amp.acting import acting_agent, agent_id
 from broker.amp.cells import CellPatch, ImportBody, NewCell, parse_time
-from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.search import CellSearch, SearchBody
-from broker.amp.service import CellService
 from broker.core.errors import MempError
 from broker.services.audit import actor_fields
 from broker.services.auth import Principal
@@ -32,15 +30,10 @@ class RunBody(msgspec.Struct, forbid_unknown_fields=True):
     ids: list[str] | None = None
 
 
-def _cells(request: Request) -> CellService:
-    cells: CellService = services(request).amp_cells
-    return cells
-
-
 async def _acting(request: Request) -> tuple[Principal, str]:
     """The caller and the agent it acts as."""
     principal = await authenticate(request)
-    return principal, acting_agent(principal, _cells(request).namespace,
+    return principal, acting_agent(principal, services(request).amp_cells.namespace,
                                    request.headers.get(_AGENT_HEADER))
 
 
@@ -74,31 +67,33 @@ def _field_of(message: str) -> str | None:
 async def create_memory(request: Request) -> Response:
     principal, agent = await _acting(request)
     body = await _body(request, NewCell)
-    return json_response(await _cells(request).create(principal, agent, body), 201)
+    return json_response(await services(request).amp_cells.create(principal, agent, body), 201)
 
 
 async def read_memory(request: Request) -> Response:
     principal, agent = await _acting(request)
-    return json_response(await _cells(request).read(principal, agent, request.path_params["id"]))
+    cells = services(request).amp_cells
+    return json_response(await cells.read(principal, agent, request.path_params["id"]))
 
 
 async def patch_memory(request: Request) -> Response:
     principal, agent = await _acting(request)
     patch = await _body(request, CellPatch)
-    return json_response(await _cells(request).patch(principal, agent,
-                                                     request.path_params["id"], patch))
+    return json_response(await services(request).amp_cells.patch(principal, agent,
+                                                                 request.path_params["id"], patch))
 
 
 async def delete_memory(request: Request) -> Response:
     principal, agent = await _acting(request)
-    return json_response(await _cells(request).delete(principal, agent,
-                                                      request.path_params["id"]))
+    return json_response(await services(request).amp_cells.delete(principal, agent,
+                                                                  request.path_params["id"]))
 
 
 async def search_memories(request: Request) -> Response:
     principal, agent = await _acting(request)
     body = await _body(request, SearchBody)
-    return json_response(await CellSearch(_cells(request)).search(principal, agent, body))
+    search = CellSearch(services(request).amp_cells)
+    return json_response(await search.search(principal, agent, body))
 
 
 def _as_of(body: RunBody) -> int | None:
@@ -108,7 +103,7 @@ def _as_of(body: RunBody) -> int | None:
 async def run_lifecycle(request: Request) -> Response:
     await _acting_admin(request)
     body = await _body(request, RunBody)
-    engine: LifecycleEngine = services(request).amp_engine
+    engine = services(request).amp_engine
     counts = await engine.run(_as_of(body))
     return json_response({"transitions": counts})
 
@@ -116,7 +111,7 @@ async def run_lifecycle(request: Request) -> Response:
 async def purge(request: Request) -> Response:
     principal, _ = await _acting_admin(request)
     body = await _body(request, RunBody)
-    purger: Purger = services(request).amp_purger
+    purger = services(request).amp_purger
     return json_response({"purged": await purger.purge(_as_of(body), body.ids,
                                                         actor_fields(principal))})
 
@@ -124,7 +119,7 @@ async def purge(request: Request) -> Response:
 async def import_cells(request: Request) -> Response:
     principal, agent = await _acting_admin(request)
     body = await _body(request, ImportBody, services(request).settings.max_request_bytes)
-    refused = await _cells(request).import_cells(principal, agent, body.cells)
+    refused = await services(request).amp_cells.import_cells(principal, agent, body.cells)
     errors = [{"index": position, "id": cell.id, **error.body()}
               for position, (cell, error) in enumerate(zip(body.cells, refused, strict=True))
               if error is not None]
@@ -136,7 +131,7 @@ async def import_cells(request: Request) -> Response:
 
 async def _acting_admin(request: Request) -> tuple[Principal, str]:
     principal = await authenticate(request)
-    principal.require("admin", _cells(request).namespace)
+    principal.require("admin", services(request).amp_cells.namespace)
     claimed = request.headers.get(_AGENT_HEADER)
     return principal, agent_id(claimed) if claimed else principal.writer_id
 

@@ -16,11 +16,6 @@ from broker.web.services import services
 NDJSON = "application/x-ndjson"
 
 
-def _service(request: Request) -> AuditService:
-    service: AuditService = services(request).audit
-    return service
-
-
 def _filter(request: Request) -> AuditFilter:
     params = request.query_params
     selection = AuditFilter(
@@ -35,7 +30,7 @@ async def list_audit(request: Request) -> Response:
     principal = await authenticate(request)
     namespace = request.path_params["namespace"]
     selection = _filter(request)
-    service = _service(request)
+    service = services(request).audit
     if NDJSON in request.headers.get("accept", ""):
         records = service.export(principal, namespace, selection)
         first = await anext(records, None)  # refusals are answered before the stream starts
@@ -55,7 +50,7 @@ async def list_audit(request: Request) -> Response:
 
 async def verify_audit(request: Request) -> Response:
     principal = await authenticate(request)
-    verdict = await _service(request).verify(principal, request.path_params["namespace"])
+    verdict = await services(request).audit.verify(principal, request.path_params["namespace"])
     return json_response(verdict)
 
 

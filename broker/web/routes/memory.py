@@ -13,7 +13,7 @@ from starlette.routing import Route
 from broker.core.errors import MempError
 from broker.core.models import Entry, PutBody
 from broker.services.fields import check_message_id
-from broker.services.memory import MemoryService, PutOptions, entry_warnings
+from broker.services.memory import PutOptions, entry_warnings
 from broker.web.http import (
     authenticate,
     decode_json,
@@ -40,11 +40,6 @@ def _key(request: Request) -> str:
     return key
 
 
-def _service(request: Request) -> MemoryService:
-    service: MemoryService = services(request).memory
-    return service
-
-
 def _entry_response(entry: Entry, status: int = 200) -> Response:
     response = json_response(entry, status)
     response.raw_headers.append((b"etag", b'"%d"' % entry.version))
@@ -56,7 +51,7 @@ def _entry_response(entry: Entry, status: int = 200) -> Response:
 
 async def put_entry(request: Request) -> Response:
     principal = await authenticate(request)
-    service = _service(request)
+    service = services(request).memory
     body = decode_json(await read_body(request, service.settings.max_request_bytes), PutBody)
     options = PutOptions(
         ttl_seconds=body.ttl_seconds,
@@ -74,14 +69,14 @@ async def put_entry(request: Request) -> Response:
 
 async def get_entry(request: Request) -> Response:
     principal = await authenticate(request)
-    entry = await _service(request).get(principal, request.path_params["namespace"],
-                                        _key(request))
+    entry = await services(request).memory.get(principal, request.path_params["namespace"],
+                                               _key(request))
     return _entry_response(entry)
 
 
 async def delete_entry(request: Request) -> Response:
     principal = await authenticate(request)
-    entry = await _service(request).delete(
+    entry = await services(request).memory.delete(
         principal, request.path_params["namespace"], _key(request),
         timestamp=int_param(request, "timestamp", "invalid_timestamp"),
         message_id=check_message_id(request.headers.get("idempotency-key")),
@@ -93,7 +88,7 @@ async def delete_entry(request: Request) -> Response:
 
 async def query_entries(request: Request) -> Response:
     principal = await authenticate(request)
-    page = await _service(request).query(
+    page = await services(request).memory.query(
         principal, request.path_params["namespace"], request.query_params.get("pattern", "*"),
         request.query_params.get("cursor"), int_param(request, "limit"),
     )
@@ -103,7 +98,7 @@ async def query_entries(request: Request) -> Response:
 async def entry_history(request: Request) -> Response:
     principal = await authenticate(request)
     key = _key(request)
-    versions = await _service(request).history(
+    versions = await services(request).memory.history(
         principal, request.path_params["namespace"], key, int_param(request, "limit"))
     return json_response({"namespace": request.path_params["namespace"], "key": key,
                           "versions": versions})

@@ -9,7 +9,6 @@ from starlette.routing import Route
 
 from broker.core.errors import MempError
 from broker.web.http import authenticate, decode_json, json_response, read_body
-from broker.web.messages import MessageHandler
 from broker.web.services import services
 
 
@@ -17,7 +16,7 @@ async def post_messages(request: Request) -> Response:
     """A JSON object is one message (HTTP status follows its reply); a JSON array is a batch,
     run in order, answered with 200 and one reply per message."""
     principal = await authenticate(request)
-    handler: MessageHandler = services(request).messages
+    handler = services(request).messages
     settings = services(request).settings
     body = await read_body(request, settings.max_request_bytes)
     if body.lstrip()[:1] != b"[":

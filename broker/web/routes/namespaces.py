@@ -21,7 +21,7 @@ from broker.schemas.compile import (
     check_schema,
     probe_schema,
 )
-from broker.services.audit import AuditService, actor_fields
+from broker.services.audit import actor_fields
 from broker.services.namespaces import NamespaceConfig, NamespaceRegistry, check_config
 from broker.web.http import authenticate, decode_json, int_header, json_response, read_body
 from broker.web.services import services
@@ -29,28 +29,23 @@ from broker.web.services import services
 T = TypeVar("T")
 
 
-def _registry(request: Request) -> NamespaceRegistry:
-    registry: NamespaceRegistry = services(request).namespaces
-    return registry
-
-
 async def _namespace(request: Request, permission: str) -> tuple[str, str]:
     """Authorise the caller on the path's namespace; returns it and the caller's subject."""
     principal = await authenticate(request)
     namespace = validate_namespace(request.path_params["namespace"])
-    await _registry(request).require(principal, permission, namespace)
+    await services(request).namespaces.require(principal, permission, namespace)
     request.state.actor = actor_fields(principal)
     return namespace, principal.writer_id
 
 
 async def _audit(request: Request, namespace: str, action: str, **details: object) -> None:
-    audit: AuditService = services(request).audit
+    audit = services(request).audit
     await audit.record(namespace, action, request.state.actor, details=details)
 
 
 async def get_config(request: Request) -> Response:
     namespace, _ = await _namespace(request, "admin")
-    state = await _registry(request).state(namespace)
+    state = await services(request).namespaces.state(namespace)
     return json_response(state.config, headers={"ETag": f'"{state.config.revision}"'})
 
 
@@ -60,8 +55,8 @@ async def put_config(request: Request) -> Response:
     config = decode_json(await read_body(request, settings.max_config_bytes), NamespaceConfig)
     check_config(config, max_history=settings.max_history_limit,
                  max_ttl_seconds=settings.max_ttl_seconds)
-    before = (await _registry(request).state(namespace)).config.shares
-    stored = await _registry(request).save_config(
+    before = (await services(request).namespaces.state(namespace)).config.shares
+    stored = await services(request).namespaces.save_config(
         namespace, config, by=subject, now=services(request).clock(),
         if_revision=int_header(request, "if-match", minimum=0))
     await _audit(request, namespace, "config", revision=stored.revision)
@@ -72,7 +67,7 @@ async def put_config(request: Request) -> Response:
 
 async def get_usage(request: Request) -> Response:
     namespace, _ = await _namespace(request, "admin")
-    limits = (await _registry(request).state(namespace)).config.limits
+    limits = (await services(request).namespaces.state(namespace)).config.limits
     report = await services(request).fair_share.report(namespace, limits,
                                                        services(request).clock())
     return json_response(report)
@@ -87,13 +82,13 @@ def _schema_id(request: Request) -> str:
 
 async def list_schemas(request: Request) -> Response:
     namespace, _ = await _namespace(request, "read")
-    return json_response({"schemas": await _registry(request).schema_records(namespace)})
+    return json_response({"schemas": await services(request).namespaces.schema_records(namespace)})
 
 
 async def get_schema(request: Request) -> Response:
     namespace, _ = await _namespace(request, "read")
     schema_id = _schema_id(request)
-    record = await _registry(request).schema_record(namespace, schema_id)
+    record = await services(request).namespaces.schema_record(namespace, schema_id)
     if record is None:
         raise MempError("not_found", f"no schema {schema_id!r} in namespace {namespace!r}")
     return json_response(record)
@@ -105,7 +100,7 @@ async def put_schema(request: Request) -> Response:
     limit = services(request).settings.max_schema_bytes
     body = decode_json(await read_body(request, limit), SchemaBody)
     compile_pattern(body.pattern)
-    registry = _registry(request)
+    registry = services(request).namespaces
     draft = await _in_worker(registry, namespace, functools.partial(check_schema, body.schema),
                              "checking the schema against its meta-schema",
                              services(request).settings.schema_check_timeout_ms / 1000)
@@ -136,7 +131,7 @@ async def _in_worker(registry: NamespaceRegistry, namespace: str, job: Callable[
 async def delete_schema(request: Request) -> Response:
     namespace, _ = await _namespace(request, "admin")
     schema_id = _schema_id(request)
-    if not await _registry(request).delete_schema(namespace, schema_id):
+    if not await services(request).namespaces.delete_schema(namespace, schema_id):
         raise MempError("not_found", f"no schema {schema_id!r} in namespace {namespace!r}")
     await _audit(request, namespace, "schema-delete", schema=schema_id)
     return Response(status_code=204)

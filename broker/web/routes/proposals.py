@@ -7,22 +7,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from broker.core.models import ApproveBody, RejectBody
-from broker.governance.proposals import ProposalService
 from broker.web.http import authenticate, decode_json, int_param, json_response, read_body
 from broker.web.services import services
 
 _MAX_BODY = 16 * 1024
 
 
-def _service(request: Request) -> ProposalService:
-    service: ProposalService = services(request).proposals
-    return service
-
-
 async def list_proposals(request: Request) -> Response:
     principal = await authenticate(request)
     params = request.query_params
-    page = await _service(request).list(
+    page = await services(request).proposals.list(
         principal, request.path_params["namespace"], params.get("status") or None,
         params.get("key") or None, params.get("cursor") or None, int_param(request, "limit"))
     return json_response(page)
@@ -30,8 +24,8 @@ async def list_proposals(request: Request) -> Response:
 
 async def get_proposal(request: Request) -> Response:
     principal = await authenticate(request)
-    proposal = await _service(request).get(principal, request.path_params["namespace"],
-                                           request.path_params["proposal_id"])
+    proposal = await services(request).proposals.get(principal, request.path_params["namespace"],
+                                                     request.path_params["proposal_id"])
     return json_response(proposal)
 
 
@@ -46,7 +40,7 @@ async def _body(request: Request) -> bytes:
 async def approve_proposal(request: Request) -> Response:
     principal = await authenticate(request)
     body = decode_json(await _body(request), ApproveBody)
-    proposal, entry = await _service(request).approve(
+    proposal, entry = await services(request).proposals.approve(
         principal, request.path_params["namespace"], request.path_params["proposal_id"],
         body.base_version)
     return json_response({"proposal": proposal, "entry": entry})
@@ -55,7 +49,7 @@ async def approve_proposal(request: Request) -> Response:
 async def reject_proposal(request: Request) -> Response:
     principal = await authenticate(request)
     body = decode_json(await _body(request), RejectBody)
-    proposal = await _service(request).reject(
+    proposal = await services(request).proposals.reject(
         principal, request.path_params["namespace"], request.path_params["proposal_id"],
         body.reason)
     return json_response(proposal)
