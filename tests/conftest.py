@@ -34,7 +34,7 @@ from tests.topologies import Credentials, RedisCluster, RedisSentinel, TlsRedis
 ADMIN_KEY = "test-admin-key-0123456789"
 # The stores every contract test runs on: the embedded store and one redis-server by default.
 # `MEMP_TEST_BACKENDS=embedded,redis,cluster,sentinel` adds brokers on the Redis Cluster and
-# Sentinel topologies of tests/topologies.py (README, "Running the tests").
+# Sentinel topologies of tests/topologies.py (docs/tests.md, "Redis topologies").
 BACKENDS = os.environ.get("MEMP_TEST_BACKENDS", "embedded,redis").split(",")
 TOPOLOGY_BACKENDS = ("cluster", "sentinel")
 
