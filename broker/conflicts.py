@@ -7,9 +7,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
 from deepmerge import Merger
 
+from broker.errors import MempError
 from broker.grammar import compile_pattern, glob_match
+from broker.nesting import DECODED_DEPTH, TooDeep, decode_stored
 
 Strategy = Literal["last-write-wins", "agent-priority", "merge"]
 STRATEGIES: tuple[str, ...] = ("last-write-wins", "agent-priority", "merge")
@@ -72,6 +75,25 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy(v) for v in value]
     return copy.deepcopy(value) if isinstance(value, tuple | set) else value
+
+
+def merged_into(raw: msgspec.Raw | None, key: str) -> Any:
+    """The stored value a merge goes into; `409` when it nests too deep to look inside (stored
+    before MEMP_MAX_JSON_DEPTH): nothing is written, and deleting the key clears the way."""
+    try:
+        return None if raw is None else decode_stored(raw)
+    except TooDeep:
+        raise MempError("write_conflict", f"the stored value nests deeper than {DECODED_DEPTH} "
+                        "levels, too deep to merge into: delete the key, then write it",
+                        {"key": key, "limit": "max_json_depth"}) from None
+
+
+def merge_base(raw: msgspec.Raw) -> Any:
+    """A merge's base version; unknown (MISSING) when it nests too deep to look inside."""
+    try:
+        return decode_stored(raw)
+    except TooDeep:
+        return _MISSING
 
 
 def deep_merge(stored: Any, incoming: Any, arrays: ArrayMode = "replace") -> Any:
