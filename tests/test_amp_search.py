@@ -207,6 +207,37 @@ def test_relevance_is_combined_with_the_decay_score(amp: Amp) -> None:
     assert by_id[weak]["score"] == pytest.approx(relevance * (0.2 + 0.8 * 0.35), rel=1e-3)
 
 
+def relevances(amp: Amp, agent: str, query: str) -> dict[str, float]:
+    """Each hit's relevance: its score without the decay weight (which moves with the clock)."""
+    return {h["cell"]["id"]: h["score"] / (0.2 + 0.8 * h["decay_score"])
+            for h in amp.search(agent, query=query, limit=100)["results"]}
+
+
+def test_scores_come_only_from_cells_the_searcher_may_read(amp: Amp) -> None:
+    """Word weights count the cells the searcher may read, so no score tells an agent how many
+    private cells of others mention a word."""
+    def own(text: str, agent: str) -> str:
+        return str(amp.create(text, owner=agent, owner_type="agent", agent=agent)["id"])
+
+    mine = own("the falcon nests on the tower", "agent-a")
+    also_mine = own("a falcon and a kestrel", "agent-a")
+    theirs = own("falcon sightings by the kestrel", "agent-b")
+    query = "falcon kestrel"
+    before = {agent: relevances(amp, agent, query) for agent in ("agent-a", "agent-b")}
+    assert set(before["agent-a"]) == {mine, also_mine}
+    assert set(before["agent-b"]) == {theirs}
+    for i in range(30):  # another owner's private cells, with both words
+        own(f"falcon falcon kestrel note {i}", "agent-c")
+    own("a kestrel only", "agent-b")  # readable by agent-b alone
+    assert relevances(amp, "agent-a", query) == pytest.approx(before["agent-a"], rel=1e-9)
+    assert relevances(amp, "agent-c", query)  # agent-c ranks its own
+    # What agent-a may read does count: a public cell with the word moves its weights.
+    amp.create("kestrel kestrel", owner="agent-c", owner_type="agent", agent="agent-c",
+               access_policy={"public": True})
+    moved = relevances(amp, "agent-a", query)
+    assert moved[mine] != pytest.approx(before["agent-a"][mine], rel=1e-6)
+
+
 @pytest.mark.parametrize("body", [
     pytest.param({}, id="everything"),
     pytest.param({"owner_id": "u-1"}, id="one-owner"),

@@ -1,5 +1,6 @@
 """AMP search: candidates from indexes (owner prefix, term index, creation order), then filters,
-relevance x decay ranking and pagination. Only cells the caller may read are returned."""
+relevance x decay ranking and pagination. Only cells the caller may read are returned, and
+relevance weighs words by statistics of those cells alone (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,6 @@ class _Query:
     start: int | None
     end: int | None
     terms: set[str]
-    idf: dict[str, float]
     now: int
 
 
@@ -86,8 +86,7 @@ class CellSearch:
         if body.query is not None and not terms:
             raise MempError("invalid_request", "query has no searchable words", {"field": "query"})
         await self.cells.check_read(by, agent)
-        query = _Query(body, agent, statuses, start, end, terms, await self._idf(terms),
-                       self.cells.clock())
+        query = _Query(body, agent, statuses, start, end, terms, self.cells.clock())
         if not walk:
             candidates = await self._candidates(body, terms, start, end)
             if candidates is not None:
@@ -118,25 +117,28 @@ class CellSearch:
         return {"results": page, "next_cursor": f"p{position}"}
 
     async def _hits(self, candidates: list[str], query: _Query) -> list[SearchHit]:
-        """The candidates that pass every filter, scored, in candidate order."""
+        """The candidates that pass every filter (the caller's right to read included), scored,
+        in candidate order. A word's weight comes from how many of these cells have it: the
+        statistics of cells the caller may read, whatever else the namespace holds."""
         cells = self.cells
-        hits: dict[str, SearchHit] = {}
+        kept: list[tuple[MemoryCell, CellRecord, Counter[str]]] = []
         for record, raw in (await cells.index.load(candidates)).values():
             if record.status not in query.statuses:
                 continue
             found = loaded_cell(cells.namespace, record, raw, query.now)
-            if found is None:
+            if found is None or not self._keep(found[1], record, query):
                 continue
-            cell = found[1]
-            if not self._keep(cell, record, query):
-                continue
+            words = Counter(words_of(found[1].content.text)) if query.terms else Counter()
+            if not query.terms or any(words[t] for t in query.terms):
+                kept.append((found[1], record, words))
+        idf = _idf(query.terms, [words for _, _, words in kept])
+        hits: dict[str, SearchHit] = {}
+        for cell, record, words in kept:
             cell.scoring.access_count = record.count
             if record.accessed is not None:
                 cell.lifecycle.last_accessed_at = iso(record.accessed)
             decay = score_at(cell, record, query.now)
-            relevance = _relevance(cell.content.text, query.idf) if query.terms else 1.0
-            if query.terms and relevance == 0:
-                continue
+            relevance = _relevance(words, idf) if query.terms else 1.0
             hits[cell.id] = SearchHit(cell, relevance * (0.2 + 0.8 * decay), decay)
         return [hits[i] for i in candidates if i in hits]
 
@@ -165,14 +167,6 @@ class CellSearch:
         ids = await cells.index.created_between(start, end, 0, MAX_CANDIDATES + 1)
         return ids if len(ids) <= MAX_CANDIDATES else None
 
-    async def _idf(self, terms: set[str]) -> dict[str, float]:
-        if not terms:
-            return {}
-        words = sorted(terms)
-        total, counts = await self.cells.index.frequencies(words)
-        return {t: math.log(1 + (total + 1) / (c + 0.5)) for t, c in
-                zip(words, counts, strict=True)}
-
     @staticmethod
     def _keep(cell: MemoryCell, record: CellRecord, query: _Query) -> bool:
         body = query.body
@@ -198,9 +192,15 @@ class CellSearch:
 _ABSENT = object()
 
 
-def _relevance(text: str, idf: dict[str, float]) -> float:
+def _idf(terms: set[str], ranked: list[Counter[str]]) -> dict[str, float]:
+    """Inverse document frequency of each query word among the cells a search ranks."""
+    total = len(ranked)
+    return {t: math.log(1 + (total + 1) / (sum(1 for words in ranked if words[t]) + 0.5))
+            for t in terms}
+
+
+def _relevance(words: Counter[str], idf: dict[str, float]) -> float:
     """BM25-style: saturating term frequency weighted by inverse document frequency."""
-    words = Counter(words_of(text))
     return sum(idf[t] * words[t] / (words[t] + 1.2) for t in idf if words[t])
 
 
