@@ -520,10 +520,10 @@ def test_stored_patterns_are_matched_without_holding_anyone(tenant: Tenant,
 
 MCP_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {}}
-MCP_ARGUMENTS = {"memory_put": {"key": "k", "value": 1}, "memory_get": {"key": "k"},
-                 "memory_query": {}, "memory_delete": {"key": "k"}, "memory_history": {"key": "k"},
-                 "amp_remember": {"text": "x"}, "amp_recall": {"query": "x"},
-                 "amp_forget": {"id": "01J00000000000000000000000"}}
+MCP_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "memory_put": {"key": "k", "value": 1}, "memory_get": {"key": "k"}, "memory_query": {},
+    "memory_delete": {"key": "k"}, "memory_history": {"key": "k"}, "amp_remember": {"text": "x"},
+    "amp_recall": {"query": "x"}, "amp_forget": {"id": "01J00000000000000000000000"}}
 
 
 def test_every_mcp_tool_argument_takes_stars_depth_and_control_characters(
