@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -11,7 +12,7 @@ import msgspec
 from deepmerge import Merger
 
 from broker.errors import MempError
-from broker.grammar import compile_pattern, glob_match
+from broker.grammar import Pattern, compile_pattern, glob_match
 from broker.nesting import DECODED_DEPTH, TooDeep, decode_stored
 
 Strategy = Literal["last-write-wins", "agent-priority", "merge"]
@@ -39,9 +40,15 @@ class Conflict:
     base_missing: bool = False
 
 
+@functools.lru_cache(maxsize=4096)
+def _rule_pattern(pattern_text: str) -> Pattern:
+    """A configuration rule's pattern, compiled once (rules are matched on every write)."""
+    return compile_pattern(pattern_text)
+
+
 def specificity(pattern_text: str) -> tuple[int, int, int]:
     """Order rules so the most specific pattern wins: exact, then longer literal parts."""
-    pattern = compile_pattern(pattern_text)
+    pattern = _rule_pattern(pattern_text)
     literal_segments = sum(1 for s in pattern_text.split("/") if "*" not in s)
     return (1 if pattern.is_exact else 0, literal_segments, len(pattern.literal_prefix))
 
@@ -50,7 +57,7 @@ def pick_by_pattern(rules: list[tuple[str, Any]], key: str) -> Any:
     """The value of the most specific pattern matching `key`, or None."""
     best: tuple[tuple[int, int, int], Any] | None = None
     for pattern_text, value in rules:
-        if compile_pattern(pattern_text).matches(key):
+        if _rule_pattern(pattern_text).matches(key):
             rank = specificity(pattern_text)
             if best is None or rank > best[0]:
                 best = (rank, value)

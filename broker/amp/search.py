@@ -129,7 +129,7 @@ class CellSearch:
             if found is None or not self._keep(found[1], record, query):
                 continue
             words = Counter(words_of(found[1].content.text)) if query.terms else Counter()
-            if not query.terms or any(words[t] for t in query.terms):
+            if not query.terms or not query.terms.isdisjoint(words):
                 kept.append((found[1], record, words))
         idf = _idf(query.terms, [words for _, _, words in kept])
         hits: dict[str, SearchHit] = {}
@@ -194,14 +194,14 @@ _ABSENT = object()
 
 def _idf(terms: set[str], ranked: list[Counter[str]]) -> dict[str, float]:
     """Inverse document frequency of each query word among the cells a search ranks."""
-    total = len(ranked)
-    return {t: math.log(1 + (total + 1) / (sum(1 for words in ranked if words[t]) + 0.5))
-            for t in terms}
+    counts = Counter(t for words in ranked for t in terms & words.keys())
+    return {t: math.log(1 + (len(ranked) + 1) / (counts[t] + 0.5)) for t in sorted(terms)}
 
 
 def _relevance(words: Counter[str], idf: dict[str, float]) -> float:
-    """BM25-style: saturating term frequency weighted by inverse document frequency."""
-    return sum(idf[t] * words[t] / (words[t] + 1.2) for t in idf if words[t])
+    """BM25-style: saturating term frequency weighted by inverse document frequency, summed in
+    word order, so every process computes the same score to the last bit."""
+    return sum(idf[t] * words[t] / (words[t] + 1.2) for t in sorted(idf.keys() & words.keys()))
 
 
 def _json_equal(left: Any, right: Any) -> bool:
