@@ -310,6 +310,27 @@ def test_more_cells_than_one_request_ranks_are_paged_in_creation_order(
         walk_the_creation_order(amp)
 
 
+def test_which_cells_a_search_ranks_never_depends_on_unreadable_ones(
+        broker_factory: Callable[..., Broker], ns: str) -> None:
+    """More than MAX_CANDIDATES cells hold the word, all older than mine and private to
+    another agent: mine is still ranked, since the cut is made among what I may read. (On
+    Redis only, as above.)"""
+    with amp_broker(broker_factory, "redis", ns) as amp:
+        start = now_ms() - 10_000 * 60_000
+        for first in range(0, 5_001, 250):
+            cells = [{"id": ulid_at(start + i * 60_000), "type": "semantic",
+                      "content": {"text": f"osprey sighting {i}"},
+                      "identity": {"owner_id": "agent-c", "owner_type": "agent",
+                                   "created_by": "agent-c"},
+                      "lifecycle": {"created_at": iso(start + i * 60_000), "status": "active"}}
+                     for i in range(first, min(first + 250, 5_001))]
+            assert amp.import_cells(cells).json()["errors"] == []
+        mine = amp.create("an osprey over the lake", owner="agent-a", owner_type="agent",
+                          agent="agent-a")["id"]
+        assert amp.search_ids("agent-a", query="osprey") == [mine]
+        assert len(amp.search_ids("agent-c", query="osprey", limit=100)) == 100
+
+
 def walk_the_creation_order(amp: Amp) -> None:
     now = now_ms()
     cells: list[dict[str, Any]] = []

@@ -19,11 +19,12 @@ from broker.amp.rules import can_read
 from broker.amp.service import CellService, loaded_cell
 from broker.auth import Principal
 from broker.errors import MempError
-from broker.grammar import compile_pattern
+from broker.grammar import compile_pattern, glob_match
 from broker.storage.amp import CellRecord
 
 MAX_CANDIDATES = 5_000
 _WALK_BATCH = 500
+_ACCESS_BATCH = 2_000  # index records looked at per round trip when picking readable cells
 
 
 class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -88,7 +89,7 @@ class CellSearch:
         await self.cells.check_read(by, agent)
         query = _Query(body, agent, statuses, start, end, terms, self.cells.clock())
         if not walk:
-            candidates = await self._candidates(body, terms, start, end)
+            candidates = await self._candidates(query)
             if candidates is not None:
                 hits = await self._hits(candidates, query)
                 hits.sort(key=lambda h: (-h.score, h.cell.id))
@@ -142,11 +143,10 @@ class CellSearch:
             hits[cell.id] = SearchHit(cell, relevance * (0.2 + 0.8 * decay), decay)
         return [hits[i] for i in candidates if i in hits]
 
-    async def _candidates(self, body: SearchBody, terms: set[str], start: int | None,
-                          end: int | None) -> list[str] | None:
+    async def _candidates(self, query: _Query) -> list[str] | None:
         """Every candidate id, to rank then page; None when there are more than one request
         ranks (unfiltered by owner or words, over MAX_CANDIDATES cells)."""
-        cells = self.cells
+        cells, body, terms = self.cells, query.body, query.terms
         owned: set[str] | None = None
         if body.owner_id is not None:
             owned = set()
@@ -162,10 +162,27 @@ class CellSearch:
             # cell in the namespace, which a common word makes as large as the namespace.
             return sorted(owned)
         if terms:
-            found = await cells.index.by_term(terms)
-            return sorted(found)[:MAX_CANDIDATES]
-        ids = await cells.index.created_between(start, end, 0, MAX_CANDIDATES + 1)
+            found = sorted(await cells.index.by_term(terms))
+            return found if len(found) <= MAX_CANDIDATES else await self._readable(found, query)
+        ids = await cells.index.created_between(query.start, query.end, 0, MAX_CANDIDATES + 1)
         return ids if len(ids) <= MAX_CANDIDATES else None
+
+    async def _readable(self, ids: list[str], query: _Query) -> list[str]:
+        """The first MAX_CANDIDATES of `ids` in a status the search wants and readable by the
+        agent, by their index records: which cells make the cut never depends on cells the
+        agent may not read. A record without readers (written before records held them) is
+        let through, and `_keep` decides."""
+        kept: list[str] = []
+        for at in range(0, len(ids), _ACCESS_BATCH):
+            batch = ids[at:at + _ACCESS_BATCH]
+            for cell_id, (status, globs) in zip(batch, await self.cells.index.access(batch),
+                                                 strict=True):
+                if status in query.statuses and (globs is None or any(
+                        glob_match(g, query.agent) for g in globs.split())):
+                    kept.append(cell_id)
+                    if len(kept) == MAX_CANDIDATES:
+                        return kept
+        return kept
 
     @staticmethod
     def _keep(cell: MemoryCell, record: CellRecord, query: _Query) -> bool:

@@ -343,6 +343,16 @@ class CellIndexStore:
             CELL_POST.pack(record_prefix=layout.amp_cell(self.namespace, ""),
                            term_prefix=layout.amp_term(self.namespace, ""), limit=limit)))
 
+    async def access(self, cell_ids: Sequence[str]) -> list[tuple[str | None, str | None]]:
+        """Each cell's status and the globs of the agents that may read it, from its index
+        record alone (None for what the record does not hold)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for cell_id in cell_ids:
+                pipe.hmget(layout.amp_cell(self.namespace, cell_id), "status", "readers")
+            rows = await pipe.execute()
+        return [(text(s) if s is not None else None, text(r) if r is not None else None)
+                for s, r in rows]
+
     async def created_between(self, start: int | None, end: int | None, offset: int,
                               limit: int) -> list[str]:
         """Ids by creation time, newest first, optionally bounded by time."""
