@@ -381,7 +381,7 @@ def test_search_finds_cells_whose_terms_are_not_posted_yet(
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_rarer_word_ranks_first_before_any_term_is_posted(
         backend: str, broker_factory: Callable[..., Broker], ns: str) -> None:
-    # Document frequencies count the unposted cells by their recorded words.
+    # Word weights count the unposted cells by their current text, as every other cell.
     with amp_broker(broker_factory, backend, ns, amp_post_interval_seconds=3600) as amp:
         common = [amp.create(f"python note {i}")["id"] for i in range(8)]
         rare = amp.create("haskell")["id"]

@@ -265,7 +265,8 @@ def numeric_fields(obj: Any, at: tuple[str, ...] = ()) -> Iterator[tuple[str, ..
         yield at
 
 
-def with_raw(body: dict[str, Any], at: tuple[str, ...], raw: bytes) -> bytes:
+def with_raw(body: Any, at: tuple[Any, ...], raw: bytes) -> bytes:
+    """`body` encoded with the JSON text `raw` at `at` (object names and array indices)."""
     copy = json.loads(json.dumps(body))
     holder = copy
     for name in at[:-1]:
@@ -403,16 +404,6 @@ def text_leaves(value: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...
         yield at
 
 
-def placed(body: Any, at: tuple[Any, ...], raw: bytes) -> bytes:
-    """`body` encoded with the JSON text `raw` at `at`."""
-    copy = json.loads(json.dumps(body))
-    holder = copy
-    for step in at[:-1]:
-        holder = holder[step]
-    holder[at[-1]] = "\x00HERE\x00"
-    return json.dumps(copy).encode().replace(b'"\\u0000HERE\\u0000"', raw)
-
-
 def attacks(tenant: Tenant, method: str, path: str, op: dict[str, Any]
             ) -> Iterator[tuple[str, bytes, bytes | None]]:
     """(what, target, body): each path parameter, query parameter and body field holding 128
@@ -438,10 +429,10 @@ def attacks(tenant: Tenant, method: str, path: str, op: dict[str, Any]
     for at in text_leaves(body):
         for name, text in HOSTILE_TEXTS.items():
             yield (f"{'.'.join(map(str, at))}={name}", quote(base).encode(),
-                   placed(body, at, json.dumps(text).encode()))
+                   with_raw(body, at, json.dumps(text).encode()))
     for top in (body if isinstance(body, dict) else {"": None}):
         yield (f"{top}=1000-deep", quote(base).encode(),
-               placed(body, (top,), DEEP_VALUE) if top else DEEP_VALUE)
+               with_raw(body, (top,), DEEP_VALUE) if top else DEEP_VALUE)
 
 
 def test_every_field_of_every_route_takes_stars_depth_and_control_characters(
@@ -545,7 +536,7 @@ def test_every_mcp_tool_argument_takes_stars_depth_and_control_characters(
                 call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
                     "name": tool.name, "arguments": {**MCP_ARGUMENTS[tool.name], name: None},
                     "_meta": MCP_META}}
-                body = placed(call, ("params", "arguments", name), hostile)
+                body = with_raw(call, ("params", "arguments", name), hostile)
                 headers = [(b"Accept", b"application/json, text/event-stream"),
                            (b"MCP-Protocol-Version", b"2026-07-28"),
                            (b"mcp-method", b"tools/call"), (b"mcp-name", tool.name.encode())]
