@@ -16,6 +16,7 @@ from broker.auth import Principal
 from broker.errors import MempError
 from broker.logs import request_id
 from broker.models import MAX_SAFE_INT, encode
+from broker.nesting import check_body
 
 log = logging.getLogger("memp")
 T = TypeVar("T")
@@ -90,7 +91,8 @@ def _check_content_type(request: Request) -> None:
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing anything over `limit` bytes before it is all read."""
+    """The request body, refusing anything over `limit` bytes before it is all read, and JSON
+    nested deeper than MEMP_MAX_JSON_DEPTH before it is decoded."""
     _check_content_type(request)
     declared = request.headers.get("content-length")
     if declared is not None:
@@ -114,6 +116,7 @@ async def read_body(request: Request, limit: int) -> bytes:
         except UnicodeDecodeError as exc:
             raise MempError("invalid_json", f"body is not valid UTF-8 (byte {exc.start})") \
                 from None
+    check_body(body, request.app.state.settings.max_json_depth)
     return body
 
 

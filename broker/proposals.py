@@ -21,6 +21,7 @@ from broker.grammar import validate_key, validate_namespace
 from broker.idempotency import reused
 from broker.memory import MemoryService, PutOptions
 from broker.models import Entry, Proposal, ProposalPage
+from broker.nesting import TooDeep, decode_stored
 from broker.patch import MISSING, diff
 from broker.storage.fairshare import Gate, open_gate
 from broker.storage.proposals import ProposalStore, StoredProposal
@@ -39,7 +40,11 @@ _NULL = msgspec.Raw(b"null")
 
 
 def _value(raw: msgspec.Raw | None) -> Any:
-    return MISSING if raw is None else msgspec.json.decode(raw)
+    """A stored value to diff; raw when too deep to look inside, so the diff replaces it whole."""
+    try:
+        return MISSING if raw is None else decode_stored(raw)
+    except TooDeep:
+        return raw
 
 
 def _proposed(proposal: Proposal) -> Any:
@@ -143,7 +148,7 @@ class ProposalService:
     def _shown(self, stored: StoredProposal, namespace: str) -> Proposal:
         try:
             proposal = msgspec.json.decode(stored.doc, type=Proposal)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise CorruptRecord(f"stored proposal of {namespace}: {exc}",
                                 f"proposal of {namespace}") from None
         if proposal.status == "pending" and proposal.expires_at <= self.clock():
@@ -377,7 +382,7 @@ class ProposalService:
                 continue
             try:
                 proposal = msgspec.json.decode(stored.doc, type=Proposal)
-            except msgspec.DecodeError as exc:  # never closed, and in the way of no other
+            except (msgspec.DecodeError, RecursionError) as exc:  # never closed, in no one's way
                 skipped(CorruptRecord(f"stored proposal of {namespace}: {exc}"))
                 continue
             try:

@@ -1,9 +1,16 @@
-"""Unit tests of broker/keys.py: namespace, key and pattern grammar, and glob matching."""
+"""Unit tests of broker/grammar.py: namespace, key and pattern grammar, and the one glob matcher
+(in Python and as storage/lua/amp_common.lua runs it, on both stores)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from importlib import resources
+from typing import Any
+
+import fakeredis
 import pytest
-from hypothesis import given
+import redis
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.errors import MempError
@@ -348,3 +355,128 @@ def test_glob_covers_never_over_grants(outer: str, inner: str, fillers: list[str
                    for i, part in enumerate(parts))
     assert glob_match(inner, name)
     assert glob_match(outer, name)
+
+
+# ---- globs: one matcher, linear time, the same in Lua ----
+
+
+def reference_glob(glob: str, text: str) -> bool:
+    """The definition, slowly: the text positions reachable after each glob character, where
+    `*` reaches every position from the first reachable one and any other character itself."""
+    reachable = {0}
+    for char in glob:
+        if char == "*":
+            reachable = set(range(min(reachable), len(text) + 1)) if reachable else set()
+        else:
+            reachable = {i + 1 for i in reachable if i < len(text) and text[i] == char}
+    return len(text) in reachable
+
+
+_GLOBS_SMALL = st.text(alphabet="ab*", max_size=12)
+_TEXTS_SMALL = st.text(alphabet="ab", max_size=12)
+_AGENT_CHARS = "abcxyzAZ09._:@+-"
+_GLOBS_WIDE = st.lists(st.one_of(st.text(_AGENT_CHARS, max_size=4), st.just("*"),
+                                 st.just("**")), max_size=8).map("".join)
+
+
+@settings(max_examples=500)
+@given(_GLOBS_SMALL, _TEXTS_SMALL)
+def test_glob_match_agrees_with_the_definition(glob: str, text: str) -> None:
+    assert glob_match(glob, text) is reference_glob(glob, text)
+
+
+@settings(max_examples=300)
+@given(_GLOBS_WIDE, st.data())
+def test_glob_match_agrees_with_the_definition_on_agent_ids(glob: str,
+                                                              data: st.DataObject) -> None:
+    # Half the texts are built from the glob itself, so matches are common.
+    parts = glob.split("*")
+    fill = data.draw(st.lists(st.text(_AGENT_CHARS, max_size=3), min_size=len(parts),
+                              max_size=len(parts)))
+    text = data.draw(st.one_of(st.text(_AGENT_CHARS, max_size=12),
+                               st.just("".join(p + f for p, f in zip(parts, fill, strict=True)))))
+    assert glob_match(glob, text) is reference_glob(glob, text)
+
+
+_GLOB_IN_LUA = (resources.files("broker.storage").joinpath("lua", "amp_common.lua").read_text()
+                + "return glob_match(ARGV[1], ARGV[2]) and 1 or 0")
+
+
+@pytest.fixture(scope="module", params=["embedded", "redis"])
+def lua_client(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Any]:
+    """Where the Lua matcher runs: the embedded store's Lua, and a real redis-server's."""
+    client = fakeredis.FakeRedis() if request.param == "embedded" \
+        else redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(glob=st.one_of(_GLOBS_SMALL, _GLOBS_WIDE), text=st.one_of(_TEXTS_SMALL,
+                                                                 st.text(_AGENT_CHARS, max_size=9)))
+def test_the_lua_glob_agrees_with_the_definition(lua_client: Any, glob: str, text: str) -> None:
+    assert lua_client.eval(_GLOB_IN_LUA, 0, glob, text) == int(reference_glob(glob, text))
+
+
+# Patterns a tenant may write (a grant, a share, an agent priority, an AMP policy) that make a
+# backtracking engine take time exponential in the number of stars, against texts they miss.
+HOSTILE_GLOBS = [
+    pytest.param("*" * 128 + "Z", "a" * 10_000, id="128-stars-then-a-letter"),
+    pytest.param("*a" * 64 + "Z", "a" * 10_000, id="star-letter-64-times"),
+    pytest.param("acme-" + "*" * 120 + ".", "acme-" + "x" * 5_000, id="grant-shaped"),
+    pytest.param("*********Z", "agent-" * 2_000, id="nine-stars"),
+    pytest.param("*ab" * 40 + "*", "ab" * 39 + "a" * 5_000, id="one-part-short"),
+]
+
+
+@pytest.mark.parametrize(("glob", "text"), [
+    pytest.param(*p.values, id=p.id) for p in HOSTILE_GLOBS])
+def test_the_lua_glob_refuses_hostile_globs(lua_client: Any, glob: str, text: str) -> None:
+    # Redis would answer BUSY to every client while a script ran long; this one answers.
+    assert lua_client.eval(_GLOB_IN_LUA, 0, glob, text) == 0
+
+
+class _CountedText(str):
+    """A text that counts the characters the matcher's searches in it may examine."""
+
+    examined = 0
+    calls = 0
+
+    def _count(self, size: int) -> None:
+        type(self).examined += size
+        type(self).calls += 1
+
+    def startswith(self, prefix: Any, *args: Any) -> bool:
+        self._count(len(prefix))
+        return str.startswith(self, prefix, *args)
+
+    def endswith(self, suffix: Any, *args: Any) -> bool:
+        self._count(len(suffix))
+        return str.endswith(self, suffix, *args)
+
+    def find(self, sub: Any, start: Any = 0, end: Any = None) -> int:
+        found = str.find(self, sub, start, end)
+        stop = len(self) if end is None else end
+        self._count(found + len(sub) - start if found >= 0 else stop - start)
+        return found
+
+
+@pytest.mark.parametrize(("glob", "text"), HOSTILE_GLOBS)
+def test_a_glob_match_examines_each_character_a_bounded_number_of_times(glob: str,
+                                                                        text: str) -> None:
+    """The cost of a match, counted in characters its searches examine rather than timed: at
+    most the text once plus each literal part once, so 128 stars against 10,000 characters
+    cost about 10,000 steps where a backtracking regex takes longer than anyone waits."""
+    _CountedText.examined = _CountedText.calls = 0
+    counted = _CountedText(text)
+    assert glob_match(glob, counted) is False
+    assert reference_glob(glob, text) is False
+    assert _CountedText.calls > 0  # the match went through the counted searches
+    assert _CountedText.examined <= len(text) + len(glob)
+    assert _CountedText.calls <= glob.count("*") + 2
+
+
+@pytest.mark.parametrize(("glob", "text"), HOSTILE_GLOBS)
+def test_hostile_globs_still_match_what_they_describe(glob: str, text: str) -> None:
+    fitting = "".join(part + "q" for part in glob.split("*"))[:-1]
+    assert glob_match(glob, fitting) is reference_glob(glob, fitting) is True

@@ -18,7 +18,8 @@ BROKER = Path(__file__).resolve().parent.parent / "broker"
 STORAGE = BROKER / "storage"
 REDIS_LIBRARIES = ("redis", "fakeredis", "hiredis")
 # What storage may build on: the wire records, the error shape, values and the key grammar.
-BELOW_STORAGE = ("broker.models", "broker.errors", "broker.values", "broker.grammar")
+BELOW_STORAGE = ("broker.models", "broker.errors", "broker.values", "broker.grammar",
+                 "broker.nesting")
 
 
 def modules(root: Path) -> list[Path]:

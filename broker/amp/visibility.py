@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 import msgspec
 
-from broker.amp.cells import MemoryCell, parse_time
+from broker.amp.cells import MemoryCell, decode_stored_cell, parse_time
 from broker.amp.rules import readers
 from broker.auth import Principal
 from broker.errors import MempError
 from broker.grammar import glob_match
 from broker.models import Entry
+from broker.nesting import TooDeep
 
 Readers = tuple[str, ...]
-_cell_decoder = msgspec.json.Decoder(MemoryCell)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +38,8 @@ def _cell(entry: Entry) -> MemoryCell | None:
     if entry.value is None:
         return None
     try:
-        return _cell_decoder.decode(entry.value)
-    except msgspec.DecodeError:  # not a cell: nothing AMP wrote, so nothing to show
+        return decode_stored_cell(entry.value)
+    except (msgspec.DecodeError, TooDeep):  # not a cell AMP can read: nothing to show
         return None
 
 

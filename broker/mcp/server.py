@@ -35,6 +35,7 @@ from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher, Watches, listen
 from broker.memory import Proposed
 from broker.models import encode
+from broker.nesting import TooDeep, decode_stored
 from broker.storage.client import STORE_DOWN, store_down
 from broker.storage.records import CorruptRecord
 
@@ -69,6 +70,16 @@ def _protocol_error(error: MempError) -> MCPError:
     """A refusal of a non-tool request: a JSON-RPC error whose data is the broker's error."""
     code = types.INVALID_PARAMS if error.status < 500 else types.INTERNAL_ERROR
     return MCPError(code, f"{error.code}: {error.message}", _plain(error))
+
+
+def _structured(text: bytes) -> dict[str, Any] | None:
+    """A tool's reply as plain JSON for `structuredContent`; None (the text alone) when it holds
+    a value stored before MEMP_MAX_JSON_DEPTH and nested too deep for the MCP serialiser."""
+    try:
+        plain = decode_stored(text)
+    except TooDeep:
+        return None
+    return plain if isinstance(plain, dict) else None
 
 
 _FAILURES: tuple[type[Exception], ...] = (MempError, CorruptRecord, *STORE_DOWN)
@@ -144,16 +155,15 @@ class McpServer:
         try:
             result = await self.toolbox.call(principal, params.name, params.arguments)
         except Proposed as gated:  # not an error: the write awaits a reviewer
-            result = {"status": "pending_approval",
-                      "proposal": msgspec.json.decode(encode(gated.proposal))}
+            result = {"status": "pending_approval", "proposal": gated.proposal}
         except _FAILURES as exc:
             error = _error(exc)
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"{error.code}: {error.message}")],
                 structured_content={"error": _plain(error)}, is_error=True)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=encode(result).decode())],
-            structured_content=result)
+        text = encode(result)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text.decode())],
+                                    structured_content=_structured(text))
 
     async def _list_resources(self, ctx: ServerRequestContext[Any, Any],
                               params: types.PaginatedRequestParams | None
