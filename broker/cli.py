@@ -58,8 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve", help="run the broker", formatter_class=raw,
         epilog=_epilog("serve",
-                       "Every setting is also an environment variable MEMP_<NAME> (README, "
-                       "Configuration). Fair share (docs/limits.md): MEMP_AGENT_WRITES_PER_SECOND "
+                       "Every setting is also an environment variable MEMP_<NAME> "
+                       "(docs/configuration.md). Fair share (docs/limits.md): "
+                       "MEMP_AGENT_WRITES_PER_SECOND "
                        "and MEMP_AGENT_READS_PER_SECOND (each agent's own rate in each "
                        "namespace, bursts MEMP_AGENT_WRITE_BURST and MEMP_AGENT_READ_BURST), "
                        "MEMP_MAX_STREAMS_PER_TOKEN (open streams per credential), "
@@ -205,7 +206,7 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
     elif not (settings.admin_key or settings.jwt_secret or settings.jwt_public_key):
         # Otherwise a first start on Redis answers every request 401 with no word why.
         print("memp-broker: no MEMP_ADMIN_KEY and no JWT key: the only tokens are API keys "
-              "made with `memp-broker keys create --namespace NS` (README, Authentication)",
+              "made with `memp-broker keys create --namespace NS` (docs/authentication.md)",
               flush=True)
     options: dict[str, Any] = dict(
         host=settings.host, port=settings.port, log_config=log_config, log_level=log_level,

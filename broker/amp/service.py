@@ -17,6 +17,7 @@ from broker.amp.cells import (
     Lifecycle,
     MemoryCell,
     NewCell,
+    decode_stored_cell,
     iso,
     new_ulid,
     parse_time,
@@ -26,6 +27,7 @@ from broker.amp.rules import can_read, can_write
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.models import Entry, Proposal
+from broker.core.nesting import TooDeep
 from broker.services.approval import Proposed
 from broker.services.auth import Principal
 from broker.services.limits import FairShare
@@ -62,15 +64,12 @@ def _not_found(cell_id: str) -> MempError:
     return MempError("not_found", f"no memory cell {cell_id!r}")
 
 
-_cell_decoder = msgspec.json.Decoder(MemoryCell)
-
-
 def parse_cell(value: bytes, namespace: str, key: str) -> MemoryCell:
     """A stored cell's content; CorruptRecord when it is not one (written past the bridge: a
-    hand edit, a restore)."""
+    hand edit, a restore) or nests too deep to look inside."""
     try:
-        return _cell_decoder.decode(value)
-    except msgspec.MsgspecError as exc:
+        return decode_stored_cell(value)
+    except (msgspec.MsgspecError, TooDeep) as exc:
         where = f"entry {namespace}/{key}"
         raise CorruptRecord(f"{where}: not an AMP cell: {exc}", where) from None
 

@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import msgspec
 
-from broker.amp.cells import MemoryCell, parse_time
+from broker.amp.cells import MemoryCell, decode_stored_cell, parse_time
 from broker.amp.rules import readers
 from broker.core.errors import MempError
 from broker.core.models import Entry
+from broker.core.nesting import TooDeep
 from broker.services.auth import Principal
 from broker.services.visibility import Readers, Viewer
-
-_cell_decoder = msgspec.json.Decoder(MemoryCell)
 
 
 def _cell(entry: Entry) -> MemoryCell | None:
     if entry.value is None:
         return None
     try:
-        return _cell_decoder.decode(entry.value)
-    except msgspec.DecodeError:  # not a cell: nothing AMP wrote, so nothing to show
+        return decode_stored_cell(entry.value)
+    except (msgspec.DecodeError, TooDeep):  # not a cell AMP can read: nothing to show
         return None
 
 

@@ -3,7 +3,6 @@ contract)."""
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 
@@ -64,11 +63,12 @@ def _reject_surrogates(text: str, code: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Pattern:
-    """A compiled key pattern: exact key, trailing-`*` prefix, and whole-segment `*` wildcards."""
+    """A compiled key pattern: exact key, trailing-`*` prefix, and whole-segment `*` wildcards.
+    Matched segment by segment, never by a regular expression: linear in the key's length."""
 
     text: str
     literal_prefix: str
-    _regex: re.Pattern[str] | None
+    _segments: tuple[str, ...] | None  # with a middle `*`: the segments, the last maybe `x*`
 
     @property
     def is_exact(self) -> bool:
@@ -77,14 +77,33 @@ class Pattern:
     @property
     def is_prefix(self) -> bool:
         """True when every key starting with `literal_prefix` matches (no middle wildcard)."""
-        return self._regex is None and not self.is_exact
+        return self._segments is None and not self.is_exact
 
     def matches(self, key: str) -> bool:
         if self.is_exact:
             return key == self.text
-        if self._regex is None:
+        if self._segments is None:
             return key.startswith(self.literal_prefix)
-        return self._regex.fullmatch(key) is not None
+        return _segments_match(self._segments, key)
+
+
+def _segments_match(segments: tuple[str, ...], key: str) -> bool:
+    """Whether `key` matches literal segments and `*` segments (exactly one non-empty segment
+    each), the last segment either literal or `stem*` (the rest of the key, starting with
+    `stem`, at least one character, not a `/`)."""
+    *middle, last = segments
+    parts = key.split("/", len(middle))
+    if len(parts) <= len(middle):
+        return False
+    rest = parts[-1]
+    if last.endswith("*"):
+        stem = last[:-1]
+        if not rest.startswith(stem) or (not stem and rest[:1] in ("", "/")):
+            return False
+    elif rest != last:
+        return False
+    return all(part == pattern if pattern != "*" else part != ""
+               for pattern, part in zip(middle, parts, strict=False))
 
 
 def compile_pattern(pattern: object, max_bytes: int = MAX_KEY_BYTES) -> Pattern:
@@ -101,7 +120,6 @@ def compile_pattern(pattern: object, max_bytes: int = MAX_KEY_BYTES) -> Pattern:
             raise MempError("invalid_pattern", exc.message, {"pattern": pattern[:200]}) from None
         return Pattern(pattern, pattern, None)
     segments = pattern.split("/")
-    parts: list[str] = []
     middle_star = False
     for index, segment in enumerate(segments):
         last = index == len(segments) - 1
@@ -109,19 +127,15 @@ def compile_pattern(pattern: object, max_bytes: int = MAX_KEY_BYTES) -> Pattern:
             stem = segment[:-1]  # the start of a segment: '.' and '..' begin '.x' and '..x'
             if stem not in ("", ".", "..") and _segment_problem(stem):
                 raise _bad_pattern(pattern, _segment_problem(stem))
-            parts.append(re.escape(stem) + r".*" if stem else r"[^/].*")
             continue
         if segment == "*":
             middle_star = True
-            parts.append(r"[^/]+")
             continue
         problem = _segment_problem(segment)
         if problem:
             raise _bad_pattern(pattern, problem + " ('*' must be a whole middle segment)")
-        parts.append(re.escape(segment))
     literal_prefix = pattern.split("*", 1)[0]
-    regex = re.compile("/".join(parts), re.DOTALL) if middle_star else None
-    return Pattern(pattern, literal_prefix, regex)
+    return Pattern(pattern, literal_prefix, tuple(segments) if middle_star else None)
 
 
 def _bad_pattern(pattern: str, problem: str | None) -> MempError:
@@ -129,15 +143,26 @@ def _bad_pattern(pattern: str, problem: str | None) -> MempError:
 
 
 def glob_match(glob: str, text: str) -> bool:
-    """Match a grant or policy glob where `*` stands for any run of characters."""
+    """Whether `text` matches `glob`, where `*` stands for any run of characters (grants,
+    shares, agent priorities, AMP access policies). The one glob matcher, the same algorithm
+    as `glob_match` in storage/lua/amp_common.lua: the literal parts between the stars are
+    found leftmost-first (which is exact when `*` is the only wildcard), so a match takes
+    time linear in len(glob) + len(text), never the backtracking a regex engine does on
+    `a*a*a*...b` (CWE-1333)."""
     if "*" not in glob:
         return glob == text
-    return _glob_regex(glob).fullmatch(text) is not None
-
-
-@functools.lru_cache(maxsize=4096)
-def _glob_regex(glob: str) -> re.Pattern[str]:
-    return re.compile(".*".join(re.escape(part) for part in glob.split("*")), re.DOTALL)
+    parts = glob.split("*")
+    first, last = parts[0], parts[-1]
+    end = len(text) - len(last)  # where the last part must start
+    if end < len(first) or not text.startswith(first) or not text.endswith(last):
+        return False
+    at = len(first)
+    for part in parts[1:-1]:
+        found = text.find(part, at, end)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
 
 
 def glob_covers(outer: str, inner: str) -> bool:

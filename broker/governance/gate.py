@@ -16,6 +16,7 @@ from broker.amp.cells import CellPatch, MemoryCell
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.core.models import Entry, Proposal
+from broker.core.nesting import TooDeep, decode_stored
 from broker.governance.patch import MISSING, diff
 from broker.services.auth import Principal
 from broker.services.idempotency import reused
@@ -32,15 +33,19 @@ NULL = msgspec.Raw(b"null")
 
 
 def decoded(raw: msgspec.Raw | None) -> Any:
-    """A stored JSON value, or MISSING for none."""
-    return MISSING if raw is None else msgspec.json.decode(raw)
+    """A stored JSON value to diff, or MISSING for none; raw when too deep to look inside, so
+    the diff replaces it whole."""
+    try:
+        return MISSING if raw is None else decode_stored(raw)
+    except TooDeep:
+        return raw
 
 
 def shown(stored: StoredProposal, namespace: str, now: int) -> Proposal:
     """A stored proposal as callers see it: expired once its time is up, swept or not."""
     try:
         proposal = msgspec.json.decode(stored.doc, type=Proposal)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise CorruptRecord(f"stored proposal of {namespace}: {exc}",
                             f"proposal of {namespace}") from None
     if proposal.status == "pending" and proposal.expires_at <= now:

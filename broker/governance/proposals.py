@@ -278,7 +278,7 @@ class ProposalService:
                 continue
             try:
                 proposal = msgspec.json.decode(stored.doc, type=Proposal)
-            except msgspec.DecodeError as exc:  # never closed, and in the way of no other
+            except (msgspec.DecodeError, RecursionError) as exc:  # never closed, in no one's way
                 skipped(CorruptRecord(f"stored proposal of {namespace}: {exc}"))
                 continue
             try:

@@ -29,6 +29,7 @@ from starlette.types import Receive, Scope, Send
 from broker import __version__
 from broker.core.errors import MempError
 from broker.core.models import encode
+from broker.core.nesting import TooDeep, decode_stored
 from broker.mcp.resources import TEMPLATES, Resources
 from broker.mcp.sessions import OwnedSessions
 from broker.mcp.tools import Toolbox
@@ -59,6 +60,16 @@ def _protocol_error(error: MempError) -> MCPError:
     """A refusal of a non-tool request: a JSON-RPC error whose data is the broker's error."""
     code = types.INVALID_PARAMS if error.status < 500 else types.INTERNAL_ERROR
     return MCPError(code, f"{error.code}: {error.message}", _plain(error))
+
+
+def _structured(text: bytes) -> dict[str, Any] | None:
+    """A tool's reply as plain JSON for `structuredContent`; None (the text alone) when it holds
+    a value stored before MEMP_MAX_JSON_DEPTH and nested too deep for the MCP serialiser."""
+    try:
+        plain = decode_stored(text)
+    except TooDeep:
+        return None
+    return plain if isinstance(plain, dict) else None
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
@@ -132,15 +143,15 @@ class McpServer:
         try:
             result = await self.toolbox.call(principal, params.name, params.arguments)
         except Proposed as gated:  # not an error: the write awaits a reviewer
-            result = msgspec.json.decode(encode(pending(gated)))
+            result = pending(gated)
         except FAILURES as exc:
             error = self.failures.error(exc, "MCP tools/call")
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"{error.code}: {error.message}")],
                 structured_content={"error": _plain(error)}, is_error=True)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=encode(result).decode())],
-            structured_content=result)
+        text = encode(result)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text.decode())],
+                                    structured_content=_structured(text))
 
     async def _list_resources(self, ctx: ServerRequestContext[Any, Any],
                               params: types.PaginatedRequestParams | None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.core.grammar import NAMESPACE_RE
+from broker.core.nesting import DEFAULT_MAX_DEPTH, MAX_DEPTH_SETTING
 from broker.storage import urls
 
 
@@ -49,6 +50,8 @@ class Settings:
     max_config_bytes: int = 256 * 1024
     max_amp_body_bytes: int = 256 * 1024
     max_key_bytes: int = 1024
+    # How deep any JSON a tenant sends may nest (broker/core/nesting.py, docs/security.md).
+    max_json_depth: int = DEFAULT_MAX_DEPTH
     max_query_limit: int = 1000
     default_query_limit: int = 100
     max_query_scan: int = 10_000
@@ -192,6 +195,7 @@ class Settings:
 # highest; None for no ceiling).
 _BOUNDS: dict[str, tuple[float, str, float | None]] = {
     "port": (1, "", 65535),
+    "max_json_depth": (1, "", MAX_DEPTH_SETTING),
     **{name: (0, " (no limit)", 1_000_000) for name in (
         "agent_writes_per_second", "agent_write_burst", "agent_reads_per_second",
         "agent_read_burst", "max_streams_per_token", "max_pending_proposals")},

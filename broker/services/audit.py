@@ -51,7 +51,7 @@ def decode_record(stored: StoredAudit) -> AuditRecord:
             content_hash=fields.get("content_hash"), request_id=fields.get("request_id"),
             details=details if isinstance(details, dict) else {"value": details},
             prev=str(fields.get("prev") or ""), hash=stored.hash)
-    except (msgspec.DecodeError, ValueError, TypeError) as exc:
+    except (msgspec.DecodeError, ValueError, TypeError, RecursionError) as exc:
         raise CorruptRecord(f"audit record {stored.position}: {exc}") from None
 
 

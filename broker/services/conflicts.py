@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
 from deepmerge import Merger
 
-from broker.core.grammar import compile_pattern, glob_match
+from broker.core.errors import MempError
+from broker.core.grammar import Pattern, compile_pattern, glob_match
+from broker.core.nesting import DECODED_DEPTH, TooDeep, decode_stored
 
 Strategy = Literal["last-write-wins", "agent-priority", "merge"]
 STRATEGIES: tuple[str, ...] = ("last-write-wins", "agent-priority", "merge")
@@ -36,9 +40,15 @@ class Conflict:
     base_missing: bool = False
 
 
+@functools.lru_cache(maxsize=4096)
+def _rule_pattern(pattern_text: str) -> Pattern:
+    """A configuration rule's pattern, compiled once (rules are matched on every write)."""
+    return compile_pattern(pattern_text)
+
+
 def specificity(pattern_text: str) -> tuple[int, int, int]:
     """Order rules so the most specific pattern wins: exact, then longer literal parts."""
-    pattern = compile_pattern(pattern_text)
+    pattern = _rule_pattern(pattern_text)
     literal_segments = sum(1 for s in pattern_text.split("/") if "*" not in s)
     return (1 if pattern.is_exact else 0, literal_segments, len(pattern.literal_prefix))
 
@@ -47,7 +57,7 @@ def pick_by_pattern(rules: list[tuple[str, Any]], key: str) -> Any:
     """The value of the most specific pattern matching `key`, or None."""
     best: tuple[tuple[int, int, int], Any] | None = None
     for pattern_text, value in rules:
-        if compile_pattern(pattern_text).matches(key):
+        if _rule_pattern(pattern_text).matches(key):
             rank = specificity(pattern_text)
             if best is None or rank > best[0]:
                 best = (rank, value)
@@ -72,6 +82,25 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy(v) for v in value]
     return copy.deepcopy(value) if isinstance(value, tuple | set) else value
+
+
+def merged_into(raw: msgspec.Raw | None, key: str) -> Any:
+    """The stored value a merge goes into; `409` when it nests too deep to look inside (stored
+    before MEMP_MAX_JSON_DEPTH): nothing is written, and deleting the key clears the way."""
+    try:
+        return None if raw is None else decode_stored(raw)
+    except TooDeep:
+        raise MempError("write_conflict", f"the stored value nests deeper than {DECODED_DEPTH} "
+                        "levels, too deep to merge into: delete the key, then write it",
+                        {"key": key, "limit": "max_json_depth"}) from None
+
+
+def merge_base(raw: msgspec.Raw) -> Any:
+    """A merge's base version; unknown (MISSING) when it nests too deep to look inside."""
+    try:
+        return decode_stored(raw)
+    except TooDeep:
+        return _MISSING
 
 
 def deep_merge(stored: Any, incoming: Any, arrays: ArrayMode = "replace") -> Any:

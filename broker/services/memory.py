@@ -21,7 +21,7 @@ from broker.runtime.settings import Settings
 from broker.services.activity import AgentActivity
 from broker.services.approval import ApprovalGate, Proposed
 from broker.services.auth import Principal
-from broker.services.conflicts import MISSING, Conflict, merge
+from broker.services.conflicts import MISSING, Conflict, merge, merge_base, merged_into
 from broker.services.fields import (
     check_limit,
     check_message_id,
@@ -226,7 +226,7 @@ class MemoryService:
     async def _merge_with(self, namespace: str, key: str, current: Entry, incoming: Any,
                           writer: str, options: PutOptions, state: NamespaceState
                           ) -> tuple[Any, list[Conflict]]:
-        stored = msgspec.json.decode(current.value) if current.value is not None else None
+        stored = merged_into(current.value, key)
         base: Any = MISSING
         if options.base_version is not None:
             if options.base_version == current.version:
@@ -235,7 +235,7 @@ class MemoryService:
                 kept = await self.store.history(namespace, key, self.settings.max_history_limit)
                 for version in kept:
                     if version.version == options.base_version and version.value is not None:
-                        base = msgspec.json.decode(version.value)
+                        base = merge_base(version.value)
         return merge(stored, incoming, base=base, base_known=options.base_version is not None,
                      stored_agent=current.agent_id, incoming_agent=writer,
                      arrays=state.config.merge_arrays)

@@ -266,5 +266,5 @@ T = TypeVar("T")
 def _decode(raw: bytes, kind: type[T], what: str) -> T:
     try:
         return msgspec.json.decode(raw, type=kind)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise CorruptRecord(f"stored {what}: {exc}") from None

@@ -48,7 +48,7 @@ def _record(namespace: str, record: StreamRecord) -> ChangeRecord:
     raw_id, raw_fields = record
     try:
         return _change(namespace, raw_id.decode(), raw_fields)
-    except (CorruptRecord, UnicodeDecodeError, msgspec.DecodeError) as exc:
+    except (CorruptRecord, UnicodeDecodeError, msgspec.DecodeError, RecursionError) as exc:
         skipped(CorruptRecord(f"change-log record {namespace}/{raw_id.decode()}: {exc}"))
         return ChangeRecord(raw_id.decode(), CORRUPT, "", None)
 

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker.core.errors import MempError
 from broker.core.models import MAX_SAFE_INT, encode
+from broker.core.nesting import check_body
 from broker.runtime.logs import request_id
 from broker.services.auth import Principal
 from broker.web.services import services
@@ -91,7 +92,8 @@ def _check_content_type(request: Request) -> None:
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing anything over `limit` bytes before it is all read."""
+    """The request body, refusing anything over `limit` bytes before it is all read, and JSON
+    nested deeper than MEMP_MAX_JSON_DEPTH before it is decoded."""
     _check_content_type(request)
     declared = request.headers.get("content-length")
     if declared is not None:
@@ -115,6 +117,7 @@ async def read_body(request: Request, limit: int) -> bytes:
         except UnicodeDecodeError as exc:
             raise MempError("invalid_json", f"body is not valid UTF-8 (byte {exc.start})") \
                 from None
+    check_body(body, services(request).settings.max_json_depth)
     return body
 
 

@@ -1,4 +1,4 @@
-"""Typed results, mirroring the broker's wire format (its `broker/models.py`).
+"""Typed results, mirroring the broker's wire format (its `broker/core/models.py`).
 
 Unknown fields from newer brokers are ignored, so an older SDK keeps working."""
 

@@ -207,6 +207,37 @@ def test_relevance_is_combined_with_the_decay_score(amp: Amp) -> None:
     assert by_id[weak]["score"] == pytest.approx(relevance * (0.2 + 0.8 * 0.35), rel=1e-3)
 
 
+def relevances(amp: Amp, agent: str, query: str) -> dict[str, float]:
+    """Each hit's relevance: its score without the decay weight (which moves with the clock)."""
+    return {h["cell"]["id"]: h["score"] / (0.2 + 0.8 * h["decay_score"])
+            for h in amp.search(agent, query=query, limit=100)["results"]}
+
+
+def test_scores_come_only_from_cells_the_searcher_may_read(amp: Amp) -> None:
+    """Word weights count the cells the searcher may read, so no score tells an agent how many
+    private cells of others mention a word."""
+    def own(text: str, agent: str) -> str:
+        return str(amp.create(text, owner=agent, owner_type="agent", agent=agent)["id"])
+
+    mine = own("the falcon nests on the tower", "agent-a")
+    also_mine = own("a falcon and a kestrel", "agent-a")
+    theirs = own("falcon sightings by the kestrel", "agent-b")
+    query = "falcon kestrel"
+    before = {agent: relevances(amp, agent, query) for agent in ("agent-a", "agent-b")}
+    assert set(before["agent-a"]) == {mine, also_mine}
+    assert set(before["agent-b"]) == {theirs}
+    for i in range(30):  # another owner's private cells, with both words
+        own(f"falcon falcon kestrel note {i}", "agent-c")
+    own("a kestrel only", "agent-b")  # readable by agent-b alone
+    assert relevances(amp, "agent-a", query) == pytest.approx(before["agent-a"], rel=1e-9)
+    assert relevances(amp, "agent-c", query)  # agent-c ranks its own
+    # What agent-a may read does count: a public cell with the word moves its weights.
+    amp.create("kestrel kestrel", owner="agent-c", owner_type="agent", agent="agent-c",
+               access_policy={"public": True})
+    moved = relevances(amp, "agent-a", query)
+    assert moved[mine] != pytest.approx(before["agent-a"][mine], rel=1e-6)
+
+
 @pytest.mark.parametrize("body", [
     pytest.param({}, id="everything"),
     pytest.param({"owner_id": "u-1"}, id="one-owner"),
@@ -279,6 +310,27 @@ def test_more_cells_than_one_request_ranks_are_paged_in_creation_order(
         walk_the_creation_order(amp)
 
 
+def test_which_cells_a_search_ranks_never_depends_on_unreadable_ones(
+        broker_factory: Callable[..., Broker], ns: str) -> None:
+    """More than MAX_CANDIDATES cells hold the word, all older than mine and private to
+    another agent: mine is still ranked, since the cut is made among what I may read. (On
+    Redis only, as above.)"""
+    with amp_broker(broker_factory, "redis", ns) as amp:
+        start = now_ms() - 10_000 * 60_000
+        for first in range(0, 5_001, 250):
+            cells = [{"id": ulid_at(start + i * 60_000), "type": "semantic",
+                      "content": {"text": f"osprey sighting {i}"},
+                      "identity": {"owner_id": "agent-c", "owner_type": "agent",
+                                   "created_by": "agent-c"},
+                      "lifecycle": {"created_at": iso(start + i * 60_000), "status": "active"}}
+                     for i in range(first, min(first + 250, 5_001))]
+            assert amp.import_cells(cells).json()["errors"] == []
+        mine = amp.create("an osprey over the lake", owner="agent-a", owner_type="agent",
+                          agent="agent-a")["id"]
+        assert amp.search_ids("agent-a", query="osprey") == [mine]
+        assert len(amp.search_ids("agent-c", query="osprey", limit=100)) == 100
+
+
 def walk_the_creation_order(amp: Amp) -> None:
     now = now_ms()
     cells: list[dict[str, Any]] = []
@@ -329,7 +381,7 @@ def test_search_finds_cells_whose_terms_are_not_posted_yet(
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_rarer_word_ranks_first_before_any_term_is_posted(
         backend: str, broker_factory: Callable[..., Broker], ns: str) -> None:
-    # Document frequencies count the unposted cells by their recorded words.
+    # Word weights count the unposted cells by their current text, as every other cell.
     with amp_broker(broker_factory, backend, ns, amp_post_interval_seconds=3600) as amp:
         common = [amp.create(f"python note {i}")["id"] for i in range(8)]
         rare = amp.create("haskell")["id"]

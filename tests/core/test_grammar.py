@@ -1,9 +1,13 @@
-"""Unit tests of broker/keys.py: namespace, key and pattern grammar, and glob matching."""
+"""Unit tests of broker/core/grammar.py: namespace, key and pattern grammar, and the one glob
+matcher against its definition, in linear time (as storage/lua/amp_common.lua runs it, on both
+stores: tests/storage/test_globs.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.core.errors import MempError
@@ -14,6 +18,14 @@ from broker.core.grammar import (
     glob_match,
     validate_key,
     validate_namespace,
+)
+from tests.support.globs import (
+    AGENT_CHARS,
+    GLOBS_SMALL,
+    GLOBS_WIDE,
+    HOSTILE_GLOBS,
+    TEXTS_SMALL,
+    reference_glob,
 )
 
 pytestmark = pytest.mark.fast  # in-process, no redis-server: `pytest -m fast`
@@ -350,3 +362,71 @@ def test_glob_covers_never_over_grants(outer: str, inner: str, fillers: list[str
                    for i, part in enumerate(parts))
     assert glob_match(inner, name)
     assert glob_match(outer, name)
+
+
+# ---- globs: one matcher, in linear time ----
+
+
+@settings(max_examples=500)
+@given(GLOBS_SMALL, TEXTS_SMALL)
+def test_glob_match_agrees_with_the_definition(glob: str, text: str) -> None:
+    assert glob_match(glob, text) is reference_glob(glob, text)
+
+
+@settings(max_examples=300)
+@given(GLOBS_WIDE, st.data())
+def test_glob_match_agrees_with_the_definition_on_agent_ids(glob: str,
+                                                              data: st.DataObject) -> None:
+    # Half the texts are built from the glob itself, so matches are common.
+    parts = glob.split("*")
+    fill = data.draw(st.lists(st.text(AGENT_CHARS, max_size=3), min_size=len(parts),
+                              max_size=len(parts)))
+    text = data.draw(st.one_of(st.text(AGENT_CHARS, max_size=12),
+                               st.just("".join(p + f for p, f in zip(parts, fill, strict=True)))))
+    assert glob_match(glob, text) is reference_glob(glob, text)
+
+
+class _CountedText(str):
+    """A text that counts the characters the matcher's searches in it may examine."""
+
+    examined = 0
+    calls = 0
+
+    def _count(self, size: int) -> None:
+        type(self).examined += size
+        type(self).calls += 1
+
+    def startswith(self, prefix: Any, *args: Any) -> bool:
+        self._count(len(prefix))
+        return str.startswith(self, prefix, *args)
+
+    def endswith(self, suffix: Any, *args: Any) -> bool:
+        self._count(len(suffix))
+        return str.endswith(self, suffix, *args)
+
+    def find(self, sub: Any, start: Any = 0, end: Any = None) -> int:
+        found = str.find(self, sub, start, end)
+        stop = len(self) if end is None else end
+        self._count(found + len(sub) - start if found >= 0 else stop - start)
+        return found
+
+
+@pytest.mark.parametrize(("glob", "text"), HOSTILE_GLOBS)
+def test_a_glob_match_examines_each_character_a_bounded_number_of_times(glob: str,
+                                                                        text: str) -> None:
+    """The cost of a match, counted in characters its searches examine rather than timed: at
+    most the text once plus each literal part once, so 128 stars against 10,000 characters
+    cost about 10,000 steps where a backtracking regex takes longer than anyone waits."""
+    _CountedText.examined = _CountedText.calls = 0
+    counted = _CountedText(text)
+    assert glob_match(glob, counted) is False
+    assert reference_glob(glob, text) is False
+    assert _CountedText.calls > 0  # the match went through the counted searches
+    assert _CountedText.examined <= len(text) + len(glob)
+    assert _CountedText.calls <= glob.count("*") + 2
+
+
+@pytest.mark.parametrize(("glob", "text"), HOSTILE_GLOBS)
+def test_hostile_globs_still_match_what_they_describe(glob: str, text: str) -> None:
+    fitting = "".join(part + "q" for part in glob.split("*"))[:-1]
+    assert glob_match(glob, fitting) is reference_glob(glob, fitting) is True

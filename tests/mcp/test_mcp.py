@@ -14,14 +14,13 @@ from typing import Any
 import httpx
 import mcp_types as types
 import pytest
-from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
 from broker.mcp.resources import entry_uri, parse_uri
 from broker.mcp.tools import TOOLS
 from tests.support.brokers import ADMIN_KEY, Broker
-from tests.support.mcp import LEGACY_SUBSCRIBE, WAIT, call, connect, register, run
+from tests.support.mcp import LEGACY_SUBSCRIBE, WAIT, call, connect, refused, register, run
 
 MODES = [pytest.param("legacy", id="handshake-era"), pytest.param("auto", id="2026-07-28")]
 
@@ -31,17 +30,6 @@ def key_for(broker: Broker, grants: list[dict[str, Any]]) -> str:
         reply = admin.post("/v1/keys", json={"name": "mcp test", "grants": grants})
         assert reply.status_code == 201, reply.text
         return str(reply.json()["api_key"])
-
-
-async def refused(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
-    """A tool call the broker refused: its `{code, message, details}`."""
-    result = await client.call_tool(name, arguments)
-    assert result.is_error, result.structured_content
-    error: dict[str, Any] = result.structured_content["error"]
-    text = result.content[0]
-    assert isinstance(text, types.TextContent)
-    assert text.text.startswith(f"{error['code']}: ")
-    return error
 
 
 @pytest.mark.parametrize("mode", MODES)

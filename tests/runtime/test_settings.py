@@ -25,12 +25,13 @@ def test_defaults_from_an_empty_environment() -> None:
     assert settings.max_value_bytes == 1024 * 1024
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGURATION = ROOT / "docs" / "configuration.md"
 
 
 def configuration_table() -> dict[str, str]:
-    """README's configuration table: each variable and the default it states."""
-    section = README.read_text().split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    """docs/configuration.md's table of settings: each variable and the default it states."""
+    section = CONFIGURATION.read_text().split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
     stated: dict[str, str] = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip("|").split("|")]
@@ -44,7 +45,7 @@ def configuration_table() -> dict[str, str]:
     return stated
 
 
-def test_every_setting_is_in_the_readme_with_its_default() -> None:
+def test_every_setting_is_in_the_configuration_page_with_its_default() -> None:
     stated = configuration_table()
     variables = {f"MEMP_{f.name.upper()}": f for f in dataclasses.fields(Settings)}
     assert set(stated) - {"AMP_PURGE_RETENTION"} == set(variables)
@@ -56,6 +57,20 @@ def test_every_setting_is_in_the_readme_with_its_default() -> None:
             assert text == str(default), variable
         elif re.fullmatch(r"[0-9.]+", text):
             assert float(text) == default, variable
+
+
+def test_every_variable_the_code_names_is_on_the_configuration_page() -> None:
+    """Beyond the settings: what `serve`, the SDKs and the CLI read (`MEMP_LOG_LEVEL`,
+    `MEMP_BASE_URL`, ...), found in their sources. A `_FILE` form counts as its setting's."""
+    sources = [*ROOT.glob("broker/**/*.py"), *ROOT.glob("sdk-python/memp/**/*.py"),
+               *ROOT.glob("sdk-js/src/**/*.ts")]
+    named = {name for source in sources
+             for name in re.findall(r"\bMEMP_[A-Z0-9_]*[A-Z0-9]\b", source.read_text())}
+    assert "MEMP_LOG_LEVEL" in named and "MEMP_BASE_URL" in named  # the search finds them
+    page = CONFIGURATION.read_text()
+    missing = {name for name in named
+               if f"`{name}`" not in page and f"`{name.removesuffix('_FILE')}`" not in page}
+    assert not missing, sorted(missing)
 
 
 def test_environment_values_are_converted_to_their_types() -> None:

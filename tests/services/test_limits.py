@@ -125,7 +125,7 @@ def test_writes_over_the_rate_get_429_and_write_nothing(
     assert agent.delete(mem(ns, "k0")).status_code == 429  # deletes are writes
     assert admin.get(mem(ns, "k3")).status_code == 404
     assert admin.get(mem(ns, "k0")).status_code == 200
-    # the broker's admin key is exempt from rates (README, "Fair share")
+    # the broker's admin key is exempt from rates (docs/limits.md, "Who is exempt")
     assert admin.put(mem(ns, "k4"), json={"value": 4}).status_code == 201
     metrics = admin.get("/metrics").text
     assert 'memp_rate_limited_total{limit="writes_per_second",scope="namespace"}' in metrics

@@ -2,7 +2,7 @@
 session on loopback, behind an ACL user): the contract's core behaviours on each, then a
 primary killed under load through two broker processes.
 
-The whole contract suite can also run against either topology (README, "Running the tests");
+The whole contract suite can also run against either topology (docs/tests.md, "Redis topologies");
 CI runs this subset, marked `topology`."""
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ ADMIN_KEY = "test-admin-key-0123456789"
 
 # The stores every contract test runs on: the embedded store and one redis-server by default.
 # `MEMP_TEST_BACKENDS=embedded,redis,cluster,sentinel` adds brokers on the Redis Cluster and
-# Sentinel topologies of tests/support/topologies.py (README, "Running the tests").
+# Sentinel topologies of tests/support/topologies.py (docs/tests.md, "Redis topologies").
 BACKENDS = os.environ.get("MEMP_TEST_BACKENDS", "embedded,redis").split(",")
 
 
@@ -41,7 +41,7 @@ TOPOLOGY_BACKENDS = ("cluster", "sentinel")
 
 def load_yaml(text: str) -> Any:
     """YAML text as `yaml.safe_load` reads it, with libyaml's loader (the tests read
-    openapi.yaml often; tests/test_openapi.py also checks the served document against
+    openapi.yaml often; tests/web/test_openapi.py also checks the served document against
     `yaml.safe_load`'s reading)."""
     from broker.web.reference import load_document
 

@@ -1,5 +1,5 @@
-"""An MCP client of a broker's `/mcp` (the official `mcp` package): connect, call a tool,
-register an agent, follow a resource."""
+"""An MCP client of a broker's `/mcp` (the official `mcp` package): connect, call a tool or
+see it refused, register an agent, follow a resource."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import httpx2
+import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.session import MessageHandlerFnT
@@ -54,3 +55,14 @@ async def call(client: Client, name: str, **arguments: Any) -> Any:
     result = await client.call_tool(name, arguments)
     assert not result.is_error, result.content
     return result.structured_content
+
+
+async def refused(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
+    """A tool call the broker refused: its `{code, message, details}`."""
+    result = await client.call_tool(name, arguments)
+    assert result.is_error, result.structured_content
+    error: dict[str, Any] = result.structured_content["error"]
+    text = result.content[0]
+    assert isinstance(text, types.TextContent)
+    assert text.text.startswith(f"{error['code']}: ")
+    return error

@@ -3,7 +3,7 @@ writers that retry every write with its message id on either process, and subscr
 resume with Last-Event-ID on either process, while Redis is killed (with and without
 persistence) or frozen, and while a broker is killed or stopped.
 
-What must hold (README, "Retries are safe" and "Subscriptions"): a write answered 2xx is
+What must hold (docs/api.md, "Retries are safe"; docs/subscriptions.md): a write answered 2xx is
 durable (when Redis persists), a write answered 503 or cut off is applied once or not at all
 and its retry applies it exactly once, and every subscriber sees each version of each key
 once, in order, with a `reset` where Redis lost its data."""

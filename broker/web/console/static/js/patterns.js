@@ -1,4 +1,4 @@
-// The broker's key patterns (README "Concepts"): an exact key, a prefix ending in `*`, or `*`
+// The broker's key patterns (docs/api.md, "Concepts"): an exact key, a prefix ending in `*`, or `*`
 // as whole middle segments matching exactly one segment.
 
 /** Does `key` match `pattern`? */
