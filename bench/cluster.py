@@ -1,7 +1,7 @@
 """Cluster benchmark: `python -m bench.cluster --help`.
 
 Starts, on loopback, one redis-server and a Redis Cluster of 3 primaries with a replica each
-(tests/topologies.py), and two `memp-broker serve` processes on each of three targets: the
+(tests/support/topologies.py), and two `memp-broker serve` processes on each of three targets: the
 one Redis, the cluster, and the cluster with `MEMP_WRITE_REPLICAS=1`. Each target is driven
 with PUTs and GETs spread over --namespaces namespaces (which the cluster spreads over its
 shards), half the connections to each of its two brokers, round after round with the order
@@ -35,7 +35,7 @@ from bench.servers import (
     start_redis,
 )
 from broker.storage import layout
-from tests.topologies import RedisCluster
+from tests.support.topologies import RedisCluster
 
 HOST = "127.0.0.1"
 TARGETS = {"redis": "one Redis", "cluster": "cluster",

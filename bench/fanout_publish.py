@@ -75,7 +75,7 @@ class FloorPublisher:
         key = f"fanout/k-{seq % 64}"
         value = bench_value(phase, seq, self.value_bytes)
         now = time.time_ns() // 1_000_000
-        # The same fields as the broker's event payload (broker.changelog.ChangePayload).
+        # The same fields as the broker's event payload (broker.streaming.changes.ChangePayload).
         data = msgspec.json.encode({
             "id": str(uuid.uuid4()), "agent_id": self.agent, "namespace": self.namespace,
             "key": key, "value": msgspec.Raw(value), "ttl_seconds": None, "version": seq + 1,

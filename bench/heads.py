@@ -1,4 +1,4 @@
-"""What the bounded HTTP protocol (broker/connections.py) costs a request, in process.
+"""What the bounded HTTP protocol (broker/runtime/connections.py) costs a request, in process.
 
 `python -m bench.heads` feeds the same kept-alive PUT (the head and a 256-byte JSON body, as
 `bench.http` sends them) to uvicorn's `HttpToolsProtocol` and to the broker's `BoundedProtocol`,
@@ -19,8 +19,8 @@ from uvicorn import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from broker.connections import BoundedProtocol, ConnectionLimits, ServerConfig
-from broker.settings import Settings
+from broker.runtime.connections import BoundedProtocol, ConnectionLimits, ServerConfig
+from broker.runtime.settings import Settings
 
 BODY = b'{"value": "' + b"v" * 256 + b'"}'
 REQUEST = (b"PUT /v1/namespaces/bench/memory/bench/key-01234 HTTP/1.1\r\n"

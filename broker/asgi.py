@@ -3,8 +3,8 @@
 from starlette.applications import Starlette
 
 from broker.app import create_app
-from broker.gc_tuning import tune_for_server
-from broker.settings import Settings
+from broker.runtime.gc_tuning import tune_for_server
+from broker.runtime.settings import Settings
 
 
 def build() -> Starlette:

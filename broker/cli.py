@@ -16,14 +16,14 @@ from typing import Any
 
 import msgspec
 
-from broker.audit import AuditService, actor_fields
-from broker.auth import Principal, check_binding, check_grants, create_api_key
-from broker.clock import system_clock
-from broker.errors import MempError
-from broker.listen import PortTaken, bind, bind_each
-from broker.logs import FORMATS, LEVELS
-from broker.models import PERMISSIONS, Grant
-from broker.settings import Settings, SettingsError
+from broker.core.clock import system_clock
+from broker.core.errors import MempError
+from broker.core.models import PERMISSIONS, Grant
+from broker.runtime.listen import PortTaken, bind, bind_each
+from broker.runtime.logs import FORMATS, LEVELS
+from broker.runtime.settings import Settings, SettingsError
+from broker.services.audit import AuditService, actor_fields
+from broker.services.auth import Principal, check_binding, check_grants, create_api_key
 from broker.storage import Storage
 from broker.storage.client import StoreError
 from broker.storage.urls import redacted
@@ -58,8 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve", help="run the broker", formatter_class=raw,
         epilog=_epilog("serve",
-                       "Every setting is also an environment variable MEMP_<NAME> (README, "
-                       "Configuration). Fair share (docs/limits.md): MEMP_AGENT_WRITES_PER_SECOND "
+                       "Every setting is also an environment variable MEMP_<NAME> "
+                       "(docs/configuration.md). Fair share (docs/limits.md): "
+                       "MEMP_AGENT_WRITES_PER_SECOND "
                        "and MEMP_AGENT_READS_PER_SECOND (each agent's own rate in each "
                        "namespace, bursts MEMP_AGENT_WRITE_BURST and MEMP_AGENT_READ_BURST), "
                        "MEMP_MAX_STREAMS_PER_TOKEN (open streams per credential), "
@@ -175,24 +176,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(settings: Settings, requested: int | str, log_level: str, log_format: str) -> int:
-    from broker import logs
+    from broker.runtime import logs
 
     workers = _worker_count(requested, settings)
     if workers > 1:
         if settings.embedded:
             raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per "
                                 "process")
-        from broker.metrics import prepare_multiprocess, remove_multiprocess
+        from broker.runtime.metrics import prepare_multiprocess, remove_multiprocess
 
         # Before the app (and prometheus_client) is imported: the workers add up their metrics.
         metrics_dir = prepare_multiprocess()
     import uvicorn
 
     from broker.app import create_app
-    from broker.connections import ConnectionLimits, ServerConfig
-    from broker.gc_tuning import tune_for_server
-    from broker.tls import CertificateFiles
-    from broker.workers import WorkerPool
+    from broker.runtime.connections import ConnectionLimits, ServerConfig
+    from broker.runtime.gc_tuning import tune_for_server
+    from broker.runtime.tls import CertificateFiles
+    from broker.runtime.workers import WorkerPool
 
     log_config = logs.configure(log_level, log_format)
     certificates = CertificateFiles.of(settings)
@@ -206,33 +207,25 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
     elif not (settings.admin_key or settings.jwt_secret or settings.jwt_public_key):
         # Otherwise a first start on Redis answers every request 401 with no word why.
         print("memp-broker: no MEMP_ADMIN_KEY and no JWT key: the only tokens are API keys "
-              "made with `memp-broker keys create --namespace NS` (README, Authentication)",
+              "made with `memp-broker keys create --namespace NS` (docs/authentication.md)",
               flush=True)
     options: dict[str, Any] = dict(
         host=settings.host, port=settings.port, log_config=log_config, log_level=log_level,
         access_log=False, proxy_headers=False, timeout_graceful_shutdown=10,
         ssl_context_factory=certificates)
     limits = ConnectionLimits.of(settings)
-    config: uvicorn.Config
     if workers > 1:
-        # Every worker process builds its own listening context from the files (`broker.tls`).
+        # Every worker process builds its own listening context from the files
+        # (`broker.runtime.tls`).
         _hand_down(settings)
         config = ServerConfig("broker.asgi:build", limits, factory=True, workers=workers,
                               **options)
+        listeners = bind_each(settings.host, settings.port, workers)
     else:
         config = ServerConfig(create_app(settings), limits, **options)
         tune_for_server()
-    if workers > 1:
-        listeners = bind_each(settings.host, settings.port, workers)
-    else:
         listeners = [bind(settings.host, settings.port)]
-    where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
-        else f"in Redis at {redacted(settings.redis_url or '')}"
-    scheme = "https" if certificates else "http"
-    console = f"; console at {scheme}://{settings.host}:{settings.port}/console" \
-        if settings.console else ""
-    print(f"memp-broker: listening on {scheme}://{settings.host}:{settings.port}; "
-          f"data lives {where}{console}", flush=True)
+    _announce(settings, https=certificates is not None)
     if workers > 1:
         try:
             WorkerPool(config, listeners).run()
@@ -241,6 +234,17 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
     else:
         uvicorn.Server(config).run(sockets=listeners)
     return 0
+
+
+def _announce(settings: Settings, https: bool) -> None:
+    """The line that says where the broker listens and where its data lives."""
+    where = "in memory (embedded store; gone when the broker stops)" if settings.embedded \
+        else f"in Redis at {redacted(settings.redis_url or '')}"
+    scheme = "https" if https else "http"
+    console = f"; console at {scheme}://{settings.host}:{settings.port}/console" \
+        if settings.console else ""
+    print(f"memp-broker: listening on {scheme}://{settings.host}:{settings.port}; "
+          f"data lives {where}{console}", flush=True)
 
 
 def _hand_down(settings: Settings) -> None:

@@ -13,8 +13,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from broker.errors import MempError
-from broker.models import MAX_SAFE_INT
+from broker.core.errors import MempError
+from broker.core.models import MAX_SAFE_INT
+from broker.core.nesting import check_stored
 
 AMP_VERSION = "0.1.0"
 MemoryType = Literal["episodic", "semantic", "procedural"]
@@ -122,6 +123,16 @@ class MemoryCell(Struct, forbid_unknown_fields=True, kw_only=True):
     lifecycle: Lifecycle = msgspec.field(default_factory=Lifecycle)
     access_policy: AccessPolicy = msgspec.field(default_factory=AccessPolicy)
     provenance: Provenance = msgspec.field(default_factory=Provenance)
+
+
+_cell_decoder = msgspec.json.Decoder(MemoryCell)
+
+
+def decode_stored_cell(value: bytes | msgspec.Raw) -> MemoryCell:
+    """A stored cell: msgspec's error when it is not one, TooDeep when it nests too deep to
+    look inside (stored before MEMP_MAX_JSON_DEPTH)."""
+    check_stored(value)
+    return _cell_decoder.decode(value)
 
 
 class NewCell(Struct, forbid_unknown_fields=True, kw_only=True):

@@ -17,10 +17,10 @@ from broker.amp.cells import MemoryCell, iso, parse_time
 from broker.amp.index import due_times, index_update, reference_ms, terms_of
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
 from broker.amp.service import CellService, loaded_cell, parse_cell
-from broker.audit import AuditService
-from broker.clock import Clock
-from broker.errors import MempError
-from broker.identities import AMP_ENGINE
+from broker.core.clock import Clock
+from broker.core.errors import MempError
+from broker.services.audit import AuditService
+from broker.services.identities import AMP_ENGINE
 from broker.storage.amp import CellRecord, IndexUpdate
 from broker.storage.amp_status import StatusChange
 from broker.storage.entries import content_hash

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from broker.amp.cells import MemoryCell
-from broker.grammar import glob_match
+from broker.core.grammar import glob_match
 
 DAY_MS = 86_400_000
 STALE_BELOW = 0.3

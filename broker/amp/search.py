@@ -1,5 +1,6 @@
 """AMP search: candidates from indexes (owner prefix, term index, creation order), then filters,
-relevance x decay ranking and pagination. Only cells the caller may read are returned."""
+relevance x decay ranking and pagination. Only cells the caller may read are returned, and
+relevance weighs words by statistics of those cells alone (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from broker.amp.index import terms_of, words_of
 from broker.amp.lifecycle import score_at
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, loaded_cell
-from broker.auth import Principal
-from broker.errors import MempError
-from broker.grammar import compile_pattern
+from broker.core.errors import MempError
+from broker.core.grammar import compile_pattern, glob_match
+from broker.services.auth import Principal
 from broker.storage.amp import CellRecord
 
 MAX_CANDIDATES = 5_000
 _WALK_BATCH = 500
+_ACCESS_BATCH = 2_000  # index records looked at per round trip when picking readable cells
 
 
 class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -57,7 +59,6 @@ class _Query:
     start: int | None
     end: int | None
     terms: set[str]
-    idf: dict[str, float]
     now: int
 
 
@@ -86,10 +87,9 @@ class CellSearch:
         if body.query is not None and not terms:
             raise MempError("invalid_request", "query has no searchable words", {"field": "query"})
         await self.cells.check_read(by, agent)
-        query = _Query(body, agent, statuses, start, end, terms, await self._idf(terms),
-                       self.cells.clock())
+        query = _Query(body, agent, statuses, start, end, terms, self.cells.clock())
         if not walk:
-            candidates = await self._candidates(body, terms, start, end)
+            candidates = await self._candidates(query)
             if candidates is not None:
                 hits = await self._hits(candidates, query)
                 hits.sort(key=lambda h: (-h.score, h.cell.id))
@@ -118,33 +118,35 @@ class CellSearch:
         return {"results": page, "next_cursor": f"p{position}"}
 
     async def _hits(self, candidates: list[str], query: _Query) -> list[SearchHit]:
-        """The candidates that pass every filter, scored, in candidate order."""
+        """The candidates that pass every filter (the caller's right to read included), scored,
+        in candidate order. A word's weight comes from how many of these cells have it: the
+        statistics of cells the caller may read, whatever else the namespace holds."""
         cells = self.cells
-        hits: dict[str, SearchHit] = {}
+        kept: list[tuple[MemoryCell, CellRecord, Counter[str]]] = []
         for record, raw in (await cells.index.load(candidates)).values():
             if record.status not in query.statuses:
                 continue
             found = loaded_cell(cells.namespace, record, raw, query.now)
-            if found is None:
+            if found is None or not self._keep(found[1], record, query):
                 continue
-            cell = found[1]
-            if not self._keep(cell, record, query):
-                continue
+            words = Counter(words_of(found[1].content.text)) if query.terms else Counter()
+            if not query.terms or not query.terms.isdisjoint(words):
+                kept.append((found[1], record, words))
+        idf = _idf(query.terms, [words for _, _, words in kept])
+        hits: dict[str, SearchHit] = {}
+        for cell, record, words in kept:
             cell.scoring.access_count = record.count
             if record.accessed is not None:
                 cell.lifecycle.last_accessed_at = iso(record.accessed)
             decay = score_at(cell, record, query.now)
-            relevance = _relevance(cell.content.text, query.idf) if query.terms else 1.0
-            if query.terms and relevance == 0:
-                continue
+            relevance = _relevance(words, idf) if query.terms else 1.0
             hits[cell.id] = SearchHit(cell, relevance * (0.2 + 0.8 * decay), decay)
         return [hits[i] for i in candidates if i in hits]
 
-    async def _candidates(self, body: SearchBody, terms: set[str], start: int | None,
-                          end: int | None) -> list[str] | None:
+    async def _candidates(self, query: _Query) -> list[str] | None:
         """Every candidate id, to rank then page; None when there are more than one request
         ranks (unfiltered by owner or words, over MAX_CANDIDATES cells)."""
-        cells = self.cells
+        cells, body, terms = self.cells, query.body, query.terms
         owned: set[str] | None = None
         if body.owner_id is not None:
             owned = set()
@@ -160,18 +162,27 @@ class CellSearch:
             # cell in the namespace, which a common word makes as large as the namespace.
             return sorted(owned)
         if terms:
-            found = await cells.index.by_term(terms)
-            return sorted(found)[:MAX_CANDIDATES]
-        ids = await cells.index.created_between(start, end, 0, MAX_CANDIDATES + 1)
+            found = sorted(await cells.index.by_term(terms))
+            return found if len(found) <= MAX_CANDIDATES else await self._readable(found, query)
+        ids = await cells.index.created_between(query.start, query.end, 0, MAX_CANDIDATES + 1)
         return ids if len(ids) <= MAX_CANDIDATES else None
 
-    async def _idf(self, terms: set[str]) -> dict[str, float]:
-        if not terms:
-            return {}
-        words = sorted(terms)
-        total, counts = await self.cells.index.frequencies(words)
-        return {t: math.log(1 + (total + 1) / (c + 0.5)) for t, c in
-                zip(words, counts, strict=True)}
+    async def _readable(self, ids: list[str], query: _Query) -> list[str]:
+        """The first MAX_CANDIDATES of `ids` in a status the search wants and readable by the
+        agent, by their index records: which cells make the cut never depends on cells the
+        agent may not read. A record without readers (written before records held them) is
+        let through, and `_keep` decides."""
+        kept: list[str] = []
+        for at in range(0, len(ids), _ACCESS_BATCH):
+            batch = ids[at:at + _ACCESS_BATCH]
+            for cell_id, (status, globs) in zip(batch, await self.cells.index.access(batch),
+                                                 strict=True):
+                if status in query.statuses and (globs is None or any(
+                        glob_match(g, query.agent) for g in globs.split())):
+                    kept.append(cell_id)
+                    if len(kept) == MAX_CANDIDATES:
+                        return kept
+        return kept
 
     @staticmethod
     def _keep(cell: MemoryCell, record: CellRecord, query: _Query) -> bool:
@@ -198,10 +209,16 @@ class CellSearch:
 _ABSENT = object()
 
 
-def _relevance(text: str, idf: dict[str, float]) -> float:
-    """BM25-style: saturating term frequency weighted by inverse document frequency."""
-    words = Counter(words_of(text))
-    return sum(idf[t] * words[t] / (words[t] + 1.2) for t in idf if words[t])
+def _idf(terms: set[str], ranked: list[Counter[str]]) -> dict[str, float]:
+    """Inverse document frequency of each query word among the cells a search ranks."""
+    counts = Counter(t for words in ranked for t in terms & words.keys())
+    return {t: math.log(1 + (len(ranked) + 1) / (counts[t] + 0.5)) for t in sorted(terms)}
+
+
+def _relevance(words: Counter[str], idf: dict[str, float]) -> float:
+    """BM25-style: saturating term frequency weighted by inverse document frequency, summed in
+    word order, so every process computes the same score to the last bit."""
+    return sum(idf[t] * words[t] / (words[t] + 1.2) for t in sorted(idf.keys() & words.keys()))
 
 
 def _json_equal(left: Any, right: Any) -> bool:

@@ -17,19 +17,21 @@ from broker.amp.cells import (
     Lifecycle,
     MemoryCell,
     NewCell,
+    decode_stored_cell,
     iso,
     new_ulid,
     parse_time,
 )
 from broker.amp.index import index_update, reference_ms
 from broker.amp.rules import can_read, can_write
-from broker.auth import Principal
-from broker.clock import Clock
-from broker.errors import MempError
-from broker.limits import FairShare
-from broker.memory import Proposed
-from broker.models import Entry, Proposal
-from broker.namespaces import NamespaceRegistry
+from broker.core.clock import Clock
+from broker.core.errors import MempError
+from broker.core.models import Entry, Proposal
+from broker.core.nesting import TooDeep
+from broker.services.approval import Proposed
+from broker.services.auth import Principal
+from broker.services.limits import FairShare
+from broker.services.namespaces import NamespaceRegistry
 from broker.storage.amp import CellIndexStore, CellRecord, IndexUpdate
 from broker.storage.fairshare import Gate, open_gate
 from broker.storage.records import (
@@ -62,15 +64,12 @@ def _not_found(cell_id: str) -> MempError:
     return MempError("not_found", f"no memory cell {cell_id!r}")
 
 
-_cell_decoder = msgspec.json.Decoder(MemoryCell)
-
-
 def parse_cell(value: bytes, namespace: str, key: str) -> MemoryCell:
     """A stored cell's content; CorruptRecord when it is not one (written past the bridge: a
-    hand edit, a restore)."""
+    hand edit, a restore) or nests too deep to look inside."""
     try:
-        return _cell_decoder.decode(value)
-    except msgspec.MsgspecError as exc:
+        return decode_stored_cell(value)
+    except (msgspec.MsgspecError, TooDeep) as exc:
         where = f"entry {namespace}/{key}"
         raise CorruptRecord(f"{where}: not an AMP cell: {exc}", where) from None
 
@@ -95,7 +94,7 @@ def loaded_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
 
 class CellGate(Protocol):
     """Where a create or patch goes when the namespace's rules require approval for the cell's
-    key (broker/proposals.py)."""
+    key (broker/governance/gate.py)."""
 
     async def requires(self, namespace: str, key: str) -> bool:
         ...
@@ -113,14 +112,15 @@ class CellService:
 
     def __init__(self, index: CellIndexStore, clock: Clock,
                  fair_share: FairShare | None = None,
-                 namespaces: NamespaceRegistry | None = None) -> None:
+                 namespaces: NamespaceRegistry | None = None,
+                 approvals: CellGate | None = None) -> None:
         self.index = index
         self.namespace = index.namespace
         self.clock = clock
         self.access = AccessCounter(index)
         self.fair_share = fair_share
         self.namespaces = namespaces
-        self.gate: CellGate | None = None  # set by create_app: proposals
+        self.approvals = approvals  # where gated creates and patches go
 
     async def limit(self, by: Principal, agent: str, *, quotas: bool = True, cost: int = 1
                     ) -> Gate:
@@ -164,9 +164,9 @@ class CellService:
                      action: str, limit: Gate, patch: CellPatch | None = None) -> None:
         """Raise Proposed (202) when the cell's key requires approval: nothing is written,
         and the proposal takes the write's tokens."""
-        if self.gate is not None and await self.gate.requires(self.namespace, key):
-            raise Proposed(await self.gate.propose_cell(agent, self.namespace, key, cell,
-                                                        current, action, patch, limit))
+        if self.approvals is not None and await self.approvals.requires(self.namespace, key):
+            raise Proposed(await self.approvals.propose_cell(agent, self.namespace, key, cell,
+                                                             current, action, patch, limit))
 
     async def approval(self, key: str, value: bytes, base_version: int,
                        patch: CellPatch | None, now: int, rebase: bool

@@ -8,38 +8,23 @@ cells change only through `/amp`, so AMP's state machine cannot be bypassed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 
-from broker.amp.cells import MemoryCell, parse_time
+from broker.amp.cells import MemoryCell, decode_stored_cell, parse_time
 from broker.amp.rules import readers
-from broker.auth import Principal
-from broker.errors import MempError
-from broker.grammar import glob_match
-from broker.models import Entry
-
-Readers = tuple[str, ...]
-_cell_decoder = msgspec.json.Decoder(MemoryCell)
-
-
-@dataclass(frozen=True, slots=True)
-class Viewer:
-    """Who reads the AMP namespace through MEMP: an agent id ("" for none), or anyone's eyes."""
-
-    agent: str
-    everything: bool = False
-
-    def may_read(self, globs: Readers) -> bool:
-        return self.everything or any(glob_match(glob, self.agent) for glob in globs)
+from broker.core.errors import MempError
+from broker.core.models import Entry
+from broker.core.nesting import TooDeep
+from broker.services.auth import Principal
+from broker.services.visibility import Readers, Viewer
 
 
 def _cell(entry: Entry) -> MemoryCell | None:
     if entry.value is None:
         return None
     try:
-        return _cell_decoder.decode(entry.value)
-    except msgspec.DecodeError:  # not a cell: nothing AMP wrote, so nothing to show
+        return decode_stored_cell(entry.value)
+    except (msgspec.DecodeError, TooDeep):  # not a cell AMP can read: nothing to show
         return None
 
 
@@ -54,7 +39,7 @@ def _hidden(cell: MemoryCell, now: int) -> bool:
 
 
 class CellVisibility:
-    """Applies AMP's read policy to MEMP reads and events of the AMP namespace."""
+    """AMP's read policy for MEMP reads and events of the AMP namespace (a `ReadPolicy`)."""
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace

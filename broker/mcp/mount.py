@@ -15,10 +15,10 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from broker.auth import Authenticator
-from broker.errors import MempError
-from broker.http import error_response
+from broker.core.errors import MempError
+from broker.services.auth import Authenticator
 from broker.storage.client import STORE_DOWN, store_down
+from broker.web.http import error_response
 
 if TYPE_CHECKING:
     from broker.mcp.server import McpServer

@@ -13,11 +13,11 @@ from urllib.parse import parse_qs, quote, unquote_to_bytes, urlsplit
 import mcp_types as types
 import msgspec
 
-from broker.auth import Principal
-from broker.errors import MempError
-from broker.grammar import validate_namespace
-from broker.memory import MemoryService
-from broker.models import Entry, encode
+from broker.core.errors import MempError
+from broker.core.grammar import validate_namespace
+from broker.core.models import Entry, encode
+from broker.services.auth import Principal
+from broker.services.memory import MemoryService
 
 SCHEME = "memp"
 JSON = "application/json"

@@ -27,16 +27,16 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from broker import __version__
-from broker.auth import Principal
-from broker.errors import MempError, corrupt_record
+from broker.core.errors import MempError
+from broker.core.models import encode
+from broker.core.nesting import TooDeep, decode_stored
 from broker.mcp.resources import TEMPLATES, Resources
 from broker.mcp.sessions import OwnedSessions
 from broker.mcp.tools import Toolbox
 from broker.mcp.watch import Watcher, Watches, listen
-from broker.memory import Proposed
-from broker.models import encode
-from broker.storage.client import STORE_DOWN, store_down
-from broker.storage.records import CorruptRecord
+from broker.services.approval import Proposed, pending
+from broker.services.auth import Principal
+from broker.services.failures import FAILURES, Failures
 
 PRINCIPAL = "memp.principal"  # the scope key the endpoint leaves the caller under
 _WATCHES = "memp.watches"  # a connection's followed URIs (Connection.state)
@@ -48,15 +48,6 @@ memory_history); leave the namespace out to use your agent's own. AMP memory cel
 remembered facts and events with importance and decay (amp_remember, amp_recall, amp_forget).
 Every entry is also a resource, memp://{namespace}/{key}; subscribe to one to hear when another
 agent changes it."""
-
-
-def _error(exc: Exception) -> MempError:
-    """The broker's error for what a handler raised (store trouble included)."""
-    if isinstance(exc, MempError):
-        return exc
-    if isinstance(exc, CorruptRecord):
-        return corrupt_record(exc)
-    return store_down(exc)
 
 
 def _plain(error: MempError) -> dict[str, Any]:
@@ -71,7 +62,14 @@ def _protocol_error(error: MempError) -> MCPError:
     return MCPError(code, f"{error.code}: {error.message}", _plain(error))
 
 
-_FAILURES: tuple[type[Exception], ...] = (MempError, CorruptRecord, *STORE_DOWN)
+def _structured(text: bytes) -> dict[str, Any] | None:
+    """A tool's reply as plain JSON for `structuredContent`; None (the text alone) when it holds
+    a value stored before MEMP_MAX_JSON_DEPTH and nested too deep for the MCP serialiser."""
+    try:
+        plain = decode_stored(text)
+    except TooDeep:
+        return None
+    return plain if isinstance(plain, dict) else None
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
@@ -96,8 +94,9 @@ class McpServer:
     """The MCP server and the session manager that serves it over Streamable HTTP."""
 
     def __init__(self, toolbox: Toolbox, resources: Resources, watcher: Watcher,
-                 max_request_bytes: int) -> None:
+                 max_request_bytes: int, failures: Failures) -> None:
         self.toolbox = toolbox
+        self.failures = failures
         self.resources = resources
         self.watcher = watcher
         self.server: Server[Any] = Server(
@@ -144,16 +143,15 @@ class McpServer:
         try:
             result = await self.toolbox.call(principal, params.name, params.arguments)
         except Proposed as gated:  # not an error: the write awaits a reviewer
-            result = {"status": "pending_approval",
-                      "proposal": msgspec.json.decode(encode(gated.proposal))}
-        except _FAILURES as exc:
-            error = _error(exc)
+            result = pending(gated)
+        except FAILURES as exc:
+            error = self.failures.error(exc, "MCP tools/call")
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"{error.code}: {error.message}")],
                 structured_content={"error": _plain(error)}, is_error=True)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=encode(result).decode())],
-            structured_content=result)
+        text = encode(result)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text.decode())],
+                                    structured_content=_structured(text))
 
     async def _list_resources(self, ctx: ServerRequestContext[Any, Any],
                               params: types.PaginatedRequestParams | None
@@ -163,8 +161,8 @@ class McpServer:
             home = await self.toolbox.agents.home(principal.agent_id) \
                 if principal.agent_id else None
             return await self.resources.list(principal, home, params.cursor if params else None)
-        except _FAILURES as exc:
-            raise _protocol_error(_error(exc)) from None
+        except FAILURES as exc:
+            raise _protocol_error(self.failures.error(exc, "MCP resources/list")) from None
 
     async def _list_templates(self, ctx: ServerRequestContext[Any, Any],
                               params: types.PaginatedRequestParams | None
@@ -177,8 +175,8 @@ class McpServer:
         principal = _principal(ctx)
         try:
             return await self.resources.read(principal, params.uri)
-        except _FAILURES as exc:
-            raise _protocol_error(_error(exc)) from None
+        except FAILURES as exc:
+            raise _protocol_error(self.failures.error(exc, "MCP resources/read")) from None
 
     def _watches(self, ctx: ServerRequestContext[Any, Any]) -> Watches:
         connection = _connection(ctx)
@@ -199,8 +197,8 @@ class McpServer:
         principal = _principal(ctx)
         try:
             await self._watches(ctx).add(principal, params.uri)
-        except _FAILURES as exc:
-            raise _protocol_error(_error(exc)) from None
+        except FAILURES as exc:
+            raise _protocol_error(self.failures.error(exc, "MCP resources/subscribe")) from None
         return types.EmptyResult()
 
     async def _unsubscribe(self, ctx: ServerRequestContext[Any, Any],
@@ -222,5 +220,5 @@ class McpServer:
 
         try:
             return await listen(self.watcher, principal, request_id, params, send)
-        except _FAILURES as exc:
-            raise _protocol_error(_error(exc)) from None
+        except FAILURES as exc:
+            raise _protocol_error(self.failures.error(exc, "MCP subscriptions/listen")) from None

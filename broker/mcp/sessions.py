@@ -11,8 +11,8 @@ from types import MappingProxyType
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Message, Send
 
-from broker.auth import Principal
-from broker.revocation import StreamGuard
+from broker.services.auth import Principal
+from broker.streaming.revocation import StreamGuard
 
 _SESSION_HEADER = b"mcp-session-id"
 _NO_NAMESPACES: Mapping[str, object] = MappingProxyType({})

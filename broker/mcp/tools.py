@@ -13,16 +13,16 @@ import mcp_types as types
 import msgspec
 from msgspec import Meta, Struct
 
-from broker.agents import AgentService
+from broker.amp.acting import acting_agent
 from broker.amp.cells import NewCell
-from broker.amp.routes import acting_agent
 from broker.amp.search import CellSearch, SearchBody
 from broker.amp.service import CellService
-from broker.auth import Principal
-from broker.errors import MempError
-from broker.memory import MemoryService, PutOptions
-from broker.models import encode
-from broker.values import check_finite
+from broker.core.errors import MempError
+from broker.core.nesting import check_value
+from broker.core.values import check_finite
+from broker.services.agents import AgentService
+from broker.services.auth import Principal
+from broker.services.memory import MemoryService, PutOptions
 
 T = TypeVar("T")
 
@@ -198,11 +198,6 @@ TOOLS = (
 _BY_NAME = {tool.name: tool for tool in TOOLS}
 
 
-def _plain(value: Any) -> Any:
-    """Wire Structs (entries with raw JSON values, cells) as plain JSON values."""
-    return msgspec.json.decode(encode(value))
-
-
 class Toolbox:
     """Runs the tools for a caller against the broker's services."""
 
@@ -220,16 +215,17 @@ class Toolbox:
         }
 
     async def call(self, principal: Principal, name: str, arguments: dict[str, Any] | None
-                   ) -> dict[str, Any]:
-        """The tool's result as a JSON object; a refusal raises MempError."""
+                   ) -> Any:
+        """The tool's result, a JSON object as wire Structs (entries keep their values as
+        stored); a refusal raises MempError."""
         tool = _BY_NAME.get(name)
         if tool is None:
             raise MempError("not_found", f"no tool {name!r}", {"tool": name})
+        check_value(arguments, self.memory.settings.max_json_depth)
         for field, value in (arguments or {}).items():
             check_finite(value, field)
         args = _decode(tool.args, arguments or {})
-        result: dict[str, Any] = await self._run[name](principal, args)
-        return result
+        return await self._run[name](principal, args)
 
     async def namespace(self, principal: Principal, given: str | None) -> str:
         """The namespace a call names, else the caller's agent's home namespace."""
@@ -242,43 +238,39 @@ class Toolbox:
                             {"field": "namespace"})
         return home
 
-    async def _put(self, principal: Principal, args: MemoryPut) -> dict[str, Any]:
+    async def _put(self, principal: Principal, args: MemoryPut) -> Any:
         namespace = await self.namespace(principal, args.namespace)
         entry, _ = await self.memory.put(
             principal, namespace, args.key, msgspec.Raw(msgspec.json.encode(args.value)),
             PutOptions(ttl_seconds=args.ttl_seconds, if_version=args.if_version,
                        if_absent=args.if_absent))
-        result: dict[str, Any] = _plain(entry)
-        return result
+        return entry
 
-    async def _get(self, principal: Principal, args: MemoryGet) -> dict[str, Any]:
+    async def _get(self, principal: Principal, args: MemoryGet) -> Any:
         namespace = await self.namespace(principal, args.namespace)
-        result: dict[str, Any] = _plain(await self.memory.get(principal, namespace, args.key))
-        return result
+        return await self.memory.get(principal, namespace, args.key)
 
-    async def _query(self, principal: Principal, args: MemoryQuery) -> dict[str, Any]:
+    async def _query(self, principal: Principal, args: MemoryQuery) -> Any:
         namespace = await self.namespace(principal, args.namespace)
         page = await self.memory.query(principal, namespace, args.pattern, args.cursor,
                                        args.limit)
-        result: dict[str, Any] = _plain(page)
-        return result
+        return page
 
-    async def _delete(self, principal: Principal, args: MemoryDelete) -> dict[str, Any]:
+    async def _delete(self, principal: Principal, args: MemoryDelete) -> Any:
         namespace = await self.namespace(principal, args.namespace)
         entry = await self.memory.delete(principal, namespace, args.key,
                                          if_version=args.if_version)
-        result: dict[str, Any] = _plain(entry)
-        return result
+        return entry
 
-    async def _history(self, principal: Principal, args: MemoryHistory) -> dict[str, Any]:
+    async def _history(self, principal: Principal, args: MemoryHistory) -> Any:
         namespace = await self.namespace(principal, args.namespace)
         versions = await self.memory.history(principal, namespace, args.key, args.limit)
-        return {"namespace": namespace, "key": args.key, "versions": _plain(versions)}
+        return {"namespace": namespace, "key": args.key, "versions": versions}
 
     def _acting(self, principal: Principal, claimed: str | None) -> str:
         return acting_agent(principal, self.cells.namespace, claimed, "agent")
 
-    async def _remember(self, principal: Principal, args: AmpRemember) -> dict[str, Any]:
+    async def _remember(self, principal: Principal, args: AmpRemember) -> Any:
         agent = self._acting(principal, args.agent)
         body = _decode(NewCell, {
             "type": args.type,
@@ -290,21 +282,18 @@ class Toolbox:
             "provenance": {"source_type": "mcp"},
             "expires_at": args.expires_at,
         })
-        result: dict[str, Any] = _plain(await self.cells.create(principal, agent, body))
-        return result
+        return await self.cells.create(principal, agent, body)
 
-    async def _recall(self, principal: Principal, args: AmpRecall) -> dict[str, Any]:
+    async def _recall(self, principal: Principal, args: AmpRecall) -> Any:
         agent = self._acting(principal, args.agent)
         fields = msgspec.structs.asdict(args)
         del fields["agent"]
         body = _decode(SearchBody, {k: v for k, v in fields.items() if v is not None})
-        result: dict[str, Any] = _plain(await CellSearch(self.cells).search(principal, agent, body))
-        return result
+        return await CellSearch(self.cells).search(principal, agent, body)
 
-    async def _forget(self, principal: Principal, args: AmpForget) -> dict[str, Any]:
+    async def _forget(self, principal: Principal, args: AmpForget) -> Any:
         agent = self._acting(principal, args.agent)
-        result: dict[str, Any] = _plain(await self.cells.delete(principal, agent, args.id))
-        return result
+        return await self.cells.delete(principal, agent, args.id)
 
 
 def _decode(kind: type[T], arguments: dict[str, Any]) -> T:

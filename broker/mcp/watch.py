@@ -22,16 +22,16 @@ from mcp.shared.subscriptions import (
     event_to_notification,
 )
 
-from broker.auth import Principal
-from broker.errors import MempError
-from broker.grammar import compile_pattern
-from broker.hub import Hub, Subscriber
+from broker.core.errors import MempError
+from broker.core.grammar import compile_pattern
 from broker.mcp.resources import parse_uri
-from broker.memory import MemoryService
-from broker.namespaces import NamespaceRegistry
-from broker.revocation import StreamGuard
-from broker.settings import Settings
-from broker.stream_leases import StreamLeases
+from broker.runtime.settings import Settings
+from broker.services.auth import Principal
+from broker.services.memory import MemoryService
+from broker.services.namespaces import NamespaceRegistry
+from broker.streaming.hub import Hub, Subscriber
+from broker.streaming.leases import StreamLeases
+from broker.streaming.revocation import StreamGuard
 
 Notify = Callable[[str], Awaitable[None]]
 

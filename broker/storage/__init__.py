@@ -4,7 +4,7 @@ One `Storage` per process holds a store per concern: entries, accounts (agents, 
 idempotency replies), namespace configuration, the change log, and the AMP indexes of the AMP
 namespace. Services above pass domain values (namespaces, keys, message ids, versions) and
 get records back; no module outside this package imports `redis` or names a Redis key
-(tests/test_layers.py checks it). docs/design.md shows the layers."""
+(tests/storage/test_scripts.py checks it). docs/design.md shows the layers."""
 
 from __future__ import annotations
 

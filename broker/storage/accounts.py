@@ -8,7 +8,7 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
-from broker.models import Agent, ApiKeyRecord
+from broker.core.models import Agent, ApiKeyRecord
 from broker.storage import layout, scripts
 from broker.storage.client import Backend, ScriptCall, text
 from broker.storage.entries import EntryStore

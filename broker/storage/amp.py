@@ -55,7 +55,7 @@ CELL_TOUCH_KEYS = Fields("cell_touch_keys", ("recheck",), rest="records", counte
 CELL_TOUCH = Fields("cell_touch", ("id", "now"))
 CELL_POST_KEYS = Fields("cell_post_keys", ("unposted",))
 CELL_POST = Fields("cell_post", ("record_prefix", "term_prefix", "limit"))
-CELL_TERMS_KEYS = Fields("cell_terms_keys", ("unposted", "created"), rest="term_sets",
+CELL_TERMS_KEYS = Fields("cell_terms_keys", ("unposted",), rest="term_sets",
                          counted=False)
 CELL_TERMS = Fields("cell_terms", ("record_prefix",), rest="terms")
 
@@ -160,8 +160,6 @@ class CellIndexStore:
         self._post = scripts.register(client, ["amp_post.lua"], [CELL_POST_KEYS, CELL_POST])
         self._match = scripts.register(client, ["amp_match.lua"],
                                        [CELL_TERMS_KEYS, CELL_TERMS])
-        self._frequency = scripts.register(client, ["amp_frequency.lua"],
-                                           [CELL_TERMS_KEYS, CELL_TERMS])
         self._index_keys = CELL_INDEX_KEYS.pack(
             created=layout.amp_created(ns), recheck=layout.amp_recover(ns),
             unposted=layout.amp_unposted(ns),
@@ -325,7 +323,6 @@ class CellIndexStore:
     def _terms_keys(self, terms: Sequence[str]) -> list[str]:
         ns = self.namespace
         return CELL_TERMS_KEYS.pack(unposted=layout.amp_unposted(ns),
-                                    created=layout.amp_created(ns),
                                     term_sets=[layout.amp_term(ns, t) for t in terms])
 
     async def by_term(self, terms: Iterable[str]) -> set[str]:
@@ -338,13 +335,6 @@ class CellIndexStore:
             CELL_TERMS.pack(record_prefix=layout.amp_cell(self.namespace, ""), terms=words))
         return {text(i) for i in found}
 
-    async def frequencies(self, terms: list[str]) -> tuple[int, list[int]]:
-        """How many cells there are, and how many have each term (posted or not yet)."""
-        counts = await self.backend.call(
-            self._frequency, self._terms_keys(terms),
-            CELL_TERMS.pack(record_prefix=layout.amp_cell(self.namespace, ""), terms=terms))
-        return int(counts[0]), [int(c) for c in counts[1:]]
-
     async def post(self, limit: int) -> int:
         """Post the changed search terms of up to `limit` cells to the term sets (amp_post.lua);
         returns how many cells it took."""
@@ -352,6 +342,16 @@ class CellIndexStore:
             self._post, CELL_POST_KEYS.pack(unposted=layout.amp_unposted(self.namespace)),
             CELL_POST.pack(record_prefix=layout.amp_cell(self.namespace, ""),
                            term_prefix=layout.amp_term(self.namespace, ""), limit=limit)))
+
+    async def access(self, cell_ids: Sequence[str]) -> list[tuple[str | None, str | None]]:
+        """Each cell's status and the globs of the agents that may read it, from its index
+        record alone (None for what the record does not hold)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for cell_id in cell_ids:
+                pipe.hmget(layout.amp_cell(self.namespace, cell_id), "status", "readers")
+            rows = await pipe.execute()
+        return [(text(s) if s is not None else None, text(r) if r is not None else None)
+                for s, r in rows]
 
     async def created_between(self, start: int | None, end: int | None, offset: int,
                               limit: int) -> list[str]:

@@ -1,43 +1,20 @@
-"""Reads of the per-namespace change log, a Redis Stream the write scripts append to, and the
-stream cursor: the format of a resume cursor (`ns:ms-seq[,ns:ms-seq...]`) and its parser."""
+"""Reads of the per-namespace change log, a Redis Stream the write scripts append to, and its
+positions (`ms-seq`) as numbers. A stream's resume cursor is the web layer's
+(broker/web/frames.py)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, cast
 
 import msgspec
 
-from broker.errors import MempError
-from broker.models import Entry
+from broker.core.models import Entry
 from broker.storage import layout
 from broker.storage.client import Redis, read_stream
 from broker.storage.records import CorruptRecord, entry_from_fields, skipped
 
-_CURSOR_PART_RE = re.compile(r"([a-z0-9][a-z0-9._-]{0,62}):([0-9]{1,20})-([0-9]{1,20})")
-_STREAM_ID_MAX = 2**64 - 1  # each half of a Redis stream id is an unsigned 64-bit number
 StreamRecord = tuple[bytes, dict[bytes, bytes]]
-
-
-def format_cursor(positions: dict[str, str]) -> bytes:
-    """A stream's cursor, sent as every event's id: `ns:ms-seq[,ns:ms-seq...]`, sorted."""
-    return ",".join(f"{ns}:{pos}" for ns, pos in sorted(positions.items())).encode()
-
-
-def parse_cursor(text: str | None) -> dict[str, str] | None:
-    """The positions of a cursor `format_cursor` made (None for none given); anything else is
-    `invalid_request`."""
-    if text is None or text.strip() == "":
-        return None
-    positions = {}
-    for part in text.strip().split(","):
-        match = _CURSOR_PART_RE.fullmatch(part)
-        if match is None or max(int(match[2]), int(match[3])) > _STREAM_ID_MAX:
-            raise MempError("invalid_request", "Last-Event-ID is not a cursor this broker issued",
-                            {"last_event_id": text[:200]})
-        positions[match[1]] = f"{int(match[2])}-{int(match[3])}"
-    return positions
 
 
 def position_key(position: str) -> tuple[int, int]:
@@ -71,7 +48,7 @@ def _record(namespace: str, record: StreamRecord) -> ChangeRecord:
     raw_id, raw_fields = record
     try:
         return _change(namespace, raw_id.decode(), raw_fields)
-    except (CorruptRecord, UnicodeDecodeError, msgspec.DecodeError) as exc:
+    except (CorruptRecord, UnicodeDecodeError, msgspec.DecodeError, RecursionError) as exc:
         skipped(CorruptRecord(f"change-log record {namespace}/{raw_id.decode()}: {exc}"))
         return ChangeRecord(raw_id.decode(), CORRUPT, "", None)
 

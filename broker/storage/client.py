@@ -37,7 +37,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from broker.errors import MempError, unavailable
+from broker.core.errors import MempError, unavailable
 from broker.storage.pipe import AutoPipeline
 from broker.storage.records import corrupt
 from broker.storage.urls import RedisTarget, parse

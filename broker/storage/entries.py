@@ -11,8 +11,8 @@ from typing import Any, cast
 import msgspec
 from redis.exceptions import ResponseError
 
-from broker.grammar import Pattern
-from broker.models import Entry
+from broker.core.grammar import Pattern
+from broker.core.models import Entry
 from broker.storage import layout, scripts
 from broker.storage.client import Backend, text
 from broker.storage.fairshare import (

@@ -11,8 +11,9 @@ from typing import Any
 
 import msgspec
 
-from broker.models import Entry
-from broker.values import recanonical
+from broker.core.models import Entry
+from broker.core.nesting import balanced
+from broker.core.values import recanonical
 
 # An entry hash's fields, in the order scripts flatten them: id, author, the canonical JSON
 # value, version, created and updated (ms), last-write-wins timestamp, TTL (s), expiry (ms),
@@ -57,12 +58,17 @@ _raw_json = msgspec.json.Decoder(msgspec.Raw)
 
 def _json(raw: bytes, name: str, where: str) -> bytes:
     """Stored JSON (a value, schema errors, conflicts), checked whole: well-formed UTF-8 JSON
-    (a value that is not would make the reply that carries it unreadable)."""
+    (a value that is not would make the reply that carries it unreadable). JSON nested deeper
+    than the decoder reaches (stored before MEMP_MAX_JSON_DEPTH) is served as stored once its
+    strings and brackets are seen to close."""
     try:
         raw.decode()
         _raw_json.decode(raw)
     except (UnicodeDecodeError, msgspec.DecodeError):
         raise CorruptRecord(f"{where}: field {name!r} is not JSON", where) from None
+    except RecursionError:
+        if not balanced(raw):
+            raise CorruptRecord(f"{where}: field {name!r} is not JSON", where) from None
     return raw
 
 

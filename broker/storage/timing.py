@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 
 class CommandObserver(Protocol):
-    """Where timings go (`broker.metrics.Metrics`)."""
+    """Where timings go (`broker.runtime.metrics.Metrics`)."""
 
     def redis_command(self, command: str, seconds: float) -> None: ...
 

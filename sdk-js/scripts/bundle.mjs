@@ -1,4 +1,4 @@
-// The browser bundle the broker's console loads (broker/console/static/vendor/memp-sdk.js):
+// The browser bundle the broker's console loads (broker/web/console/static/vendor/memp-sdk.js):
 // one ES module with eventsource-parser inside, made by esbuild from src/. `node
 // scripts/bundle.mjs` writes it; test/bundle.test.js checks the committed copy is current.
 
@@ -8,7 +8,7 @@ import { dirname, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const SDK_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..')
-export const BUNDLE = resolve(SDK_DIR, '..', 'broker', 'console', 'static', 'vendor', 'memp-sdk.js')
+export const BUNDLE = resolve(SDK_DIR, '..', 'broker', 'web', 'console', 'static', 'vendor', 'memp-sdk.js')
 const BANNER =
   '// memp-sdk browser bundle: generated from sdk-js/src by `npm run bundle:console`; do not edit.'
 

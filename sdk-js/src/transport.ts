@@ -2,7 +2,7 @@
  * Sending requests: the bearer token, timeouts, and retries with backoff.
  *
  * Retries resend the very same request, so a write keeps its Idempotency-Key and the broker
- * applies it once however often it arrives (README "Retries are safe"). Only web-platform APIs
+ * applies it once however often it arrives (docs/api.md, "Retries are safe"). Only web-platform APIs
  * (fetch, AbortController, crypto, TextDecoder) are used, so this runs in browsers as is.
  */
 

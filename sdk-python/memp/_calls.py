@@ -16,11 +16,11 @@ import httpx
 import msgspec
 
 from memp.errors import ApprovalPending, SchemaViolationWarning
+from memp.messages import AnyMessage, Reply
 from memp.models import (
     AccessPolicy,
     Agent,
     AgentPage,
-    AnyMessage,
     ApiKey,
     Approval,
     AuditPage,
@@ -38,7 +38,6 @@ from memp.models import (
     ProposalPage,
     Provenance,
     Registration,
-    Reply,
     SchemaRecord,
     StoredConfig,
     UsageReport,

@@ -1,7 +1,7 @@
 """Sending calls: one pooled httpx client, the bearer token, and retries with backoff.
 
 Retries resend the very same request, so a write keeps its Idempotency-Key and the broker
-applies it once however often it arrives (README "Retries are safe")."""
+applies it once however often it arrives (docs/api.md, "Retries are safe")."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from memp import _calls
 from memp._transport import AsyncTransport, SyncTransport
-from memp.models import Agent, AgentPage, AnyMessage, Reply
+from memp.messages import AnyMessage, Reply
+from memp.models import Agent, AgentPage
 
 
 class Agents:

@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 
 from memp import MEMP, AsyncMEMP, Event, Subscription  # noqa: E402
 from tests import conftest as shared  # noqa: E402
-from tests.conftest import ADMIN_KEY, Broker, free_port, start_broker, wait_for_port  # noqa: E402
+from tests.support.brokers import ADMIN_KEY, Broker, free_port, start_broker, wait_for_port  # noqa: E402
 
 # The repository's fixtures, shared rather than copied.
 redis_server = shared.redis_server

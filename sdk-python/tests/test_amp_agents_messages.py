@@ -24,7 +24,7 @@ from memp import (
     PutMessage,
     QueryMessage,
 )
-from tests.conftest import ADMIN_KEY, Broker
+from tests.support.brokers import ADMIN_KEY, Broker
 
 
 def register(server: Broker, ns: str, name: str) -> MEMP:

@@ -16,7 +16,7 @@ from typing import IO, Any
 import pytest
 
 from memp.cli import build_parser
-from tests.conftest import ADMIN_KEY, Broker, free_port
+from tests.support.brokers import ADMIN_KEY, Broker, free_port
 
 WAIT = 15.0
 _BIN = Path(sys.executable).with_name("memp")

@@ -9,11 +9,11 @@ import httpx
 import msgspec
 import pytest
 
-import broker.models as wire
-import broker.namespaces as wire_namespaces
-import broker.schemas as wire_schemas
-from broker.conflicts import Conflict as BrokerConflict
-from broker.schemas import SchemaErrorDetail
+import broker.core.models as wire
+import broker.schemas.compile as wire_schemas
+import broker.services.namespaces as wire_namespaces
+from broker.schemas.compile import SchemaErrorDetail
+from broker.services.conflicts import Conflict as BrokerConflict
 from memp import (
     MEMP,
     Conflict,
@@ -37,7 +37,7 @@ from memp import (
     StrategyRule,
     Unauthorized,
 )
-from tests.conftest import ADMIN_KEY, Broker
+from tests.support.brokers import ADMIN_KEY, Broker
 
 # The MEMP draft, "SDK Reference -> Python", line for line.
 DRAFT_EXAMPLE = '''\

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import ADMIN_KEY, Broker
+from tests.support.brokers import ADMIN_KEY, Broker
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 

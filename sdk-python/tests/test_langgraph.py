@@ -20,7 +20,7 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp,
 
 from memp import MEMP, AsyncMEMP
 from memp.langgraph import AsyncMempStore, MempStore
-from tests.conftest import ADMIN_KEY, Broker
+from tests.support.brokers import ADMIN_KEY, Broker
 
 ROOT = Path(__file__).resolve().parents[2]
 

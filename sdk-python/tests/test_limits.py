@@ -23,7 +23,7 @@ from memp import (
     StrategyRule,
     UsageReport,
 )
-from tests.conftest import ADMIN_KEY, Broker
+from tests.support.brokers import ADMIN_KEY, Broker
 
 
 def agent_key(server: Broker, ns: str, name: str = "limited") -> str:

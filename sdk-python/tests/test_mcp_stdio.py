@@ -19,7 +19,7 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
-from tests.conftest import ADMIN_KEY, Broker
+from tests.support.brokers import ADMIN_KEY, Broker
 
 WAIT = 15.0
 MODES = [pytest.param("legacy", id="handshake-era"), pytest.param("auto", id="2026-07-28")]

@@ -14,10 +14,10 @@ import httpx
 import msgspec
 import pytest
 
-from broker.errors import STATUS_BY_CODE
-from memp import models
+from broker.core.errors import STATUS_BY_CODE
+from memp import messages, models
 from memp.errors import ERROR_CLASSES, MempError, SchemaViolation, error_from_response
-from tests.conftest import load_yaml
+from tests.support.brokers import load_yaml
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "openapi.yaml"
 SPEC: dict[str, Any] = load_yaml(DOCUMENT.read_text())
@@ -69,9 +69,10 @@ SDK_ONLY = {
     models.Event,  # made from SSE frames by the subscription, not decoded as one
     # Messages the SDK sends (the broker's own Structs are checked against the document);
     # one Reply for the document's three reply shapes (AckReply, ResultReply, ErrorReply).
-    models.Message, models.RegisterMessage, models.AgentGetMessage, models.AgentListMessage,
-    models.PutMessage, models.GetMessage, models.QueryMessage, models.DeleteMessage,
-    models.HistoryMessage, models.Reply,
+    messages.Message, messages.RegisterMessage, messages.AgentGetMessage,
+    messages.AgentListMessage,
+    messages.PutMessage, messages.GetMessage, messages.QueryMessage, messages.DeleteMessage,
+    messages.HistoryMessage, messages.Reply,
 }
 
 
@@ -233,9 +234,9 @@ def test_struct_matches_its_component(struct: type[msgspec.Struct]) -> None:
 
 
 def test_every_wire_struct_is_checked() -> None:
-    structs = {value for value in vars(models).values()
+    structs = {value for module in (models, messages) for value in vars(module).values()
                if isinstance(value, type) and issubclass(value, msgspec.Struct)
-               and value.__module__ == models.__name__}
+               and value.__module__ == module.__name__}
     assert structs == set(COMPONENTS) | SDK_ONLY
 
 

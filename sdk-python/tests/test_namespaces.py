@@ -32,7 +32,7 @@ from memp import (
     StoredConfig,
     StrategyRule,
 )
-from tests.conftest import ADMIN_KEY, Broker
+from tests.support.brokers import ADMIN_KEY, Broker
 
 CUSTOMER = {"type": "object", "required": ["plan"],
             "properties": {"plan": {"enum": ["free", "pro"]}}}

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memp import MEMP, AsyncMEMP
-from tests.conftest import load_yaml
+from tests.support.brokers import load_yaml
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "openapi.yaml"
 METHODS = ("get", "put", "post", "delete", "patch")

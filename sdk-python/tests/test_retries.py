@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from memp import MEMP, AsyncMEMP, ConnectionFailed, Grant, Unavailable
-from tests.conftest import ADMIN_KEY, Broker, RedisServer, free_port, start_broker
+from tests.support.brokers import ADMIN_KEY, Broker, RedisServer, free_port, start_broker
 
 WAIT = 15.0
 

@@ -22,7 +22,7 @@ from memp import (
     OpenTimeout,
     Unauthorized,
 )
-from tests.conftest import ADMIN_KEY, Broker, free_port
+from tests.support.brokers import ADMIN_KEY, Broker, free_port
 
 WAIT = 15.0
 

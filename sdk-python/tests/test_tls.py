@@ -16,7 +16,7 @@ import pytest
 import trustme
 
 from memp import MEMP, AsyncMEMP, ConnectionFailed
-from tests.conftest import ADMIN_KEY, CertificateAuthority, HTTPSBroker
+from tests.support.brokers import ADMIN_KEY, CertificateAuthority, HTTPSBroker
 
 WAIT = 15.0
 _BIN = Path(sys.executable).with_name("memp")

@@ -1,6 +1,7 @@
 -- Helpers shared by the AMP read scripts. Values only ever arrive as KEYS/ARGV.
 
--- broker.keys.glob_match: `*` stands for any run of characters, everything else for itself.
+-- broker.grammar.glob_match, the same algorithm: `*` stands for any run of characters, everything
+-- else for itself; the parts between stars are found leftmost-first, in linear time.
 local function glob_match(glob, text)
   if not string.find(glob, '*', 1, true) then
     return glob == text

@@ -1,7 +1,7 @@
 -- AMP: the cells whose text has any of the terms: the term sets, and the unposted cells whose
 -- recorded terms have one (amp_post.lua has not reached them yet).
--- KEYS: read_cell_terms_keys (the set of unposted cells, the creation order, then the terms'
--- sets). ARGV: read_cell_terms (the record key prefix, then the terms, in KEYS order).
+-- KEYS: read_cell_terms_keys (the set of unposted cells, then the terms' sets).
+-- ARGV: read_cell_terms (the record key prefix, then the terms, in KEYS order).
 local k = read_cell_terms_keys(KEYS, 1)
 local a = read_cell_terms(ARGV, 1)
 local found = redis.call('SUNION', unpack(k.term_sets))

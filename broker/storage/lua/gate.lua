@@ -1,4 +1,4 @@
--- Fair share (broker/limits.py, docs/limits.md): rate buckets and quotas, checked inside the
+-- Fair share (broker/services/limits.py, docs/limits.md): rate buckets and quotas, checked inside the
 -- write scripts and by rate.lua for reads. A gate `g` (read_gate) holds each bucket's interval
 -- (ms per request, '' when that rate is off) and burst, the quotas ('' when off) and the
 -- request's cost in tokens; its keys `gk` (read_gate_keys) name the two buckets.

@@ -1,0 +1,142 @@
+"""Agent registration and look-up; registration returns an API key bound to the new agent."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import msgspec
+
+from broker.core.clock import Clock
+from broker.core.errors import MempError
+from broker.core.grammar import validate_namespace
+from broker.core.models import Agent, ApiKeyRecord, Credentials
+from broker.runtime.settings import Settings
+from broker.services.activity import AgentActivity
+from broker.services.audit import AuditService, actor_fields
+from broker.services.auth import Principal, new_api_key, new_key_id, save_api_key
+from broker.services.fields import check_limit, check_message_id
+from broker.services.idempotency import fingerprint, reused
+from broker.storage.accounts import AccountStore
+from broker.storage.writes import settle
+
+KNOWN_FRAMEWORKS = ("langchain", "crewai", "claude", "autogen", "custom")
+_FRAMEWORK_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+class Registration(msgspec.Struct, kw_only=True):
+    """What `agent.register` returns."""
+
+    agent: Agent
+    credentials: Credentials
+
+
+class AgentService:
+    """Registers agents and reads them back."""
+
+    def __init__(self, settings: Settings, store: AccountStore, activity: AgentActivity,
+                 clock: Clock, audit: AuditService) -> None:
+        self.settings = settings
+        self.store = store
+        self.activity = activity
+        self.clock = clock
+        self.audit = audit
+
+    async def register(self, principal: Principal, namespace: str, name: str, framework: str,
+                       message_id: str | None = None) -> Registration:
+        validate_namespace(namespace)
+        principal.require("write", namespace)
+        check_message_id(message_id)
+        if not isinstance(name, str) or not 0 < len(name) <= 200 or not name.isprintable():
+            raise MempError("invalid_request", "name must be 1-200 printable characters")
+        if not _FRAMEWORK_RE.fullmatch(framework):
+            raise MempError(
+                "invalid_request",
+                f"framework must be one of {', '.join(KNOWN_FRAMEWORKS)} or a lowercase name",
+            )
+        sent = fingerprint("register", name, framework)
+        planned = self._plan(principal, namespace, name, framework)
+        if not message_id:
+            return await self._apply(principal, planned)
+        # The reply is kept (pending) before anything is written, so a retry after a failure
+        # at any later step finds it and completes that same registration, never a second.
+        kept, reply, done = await self.store.reserve_reply(
+            namespace, principal.writer_id, message_id, sent, msgspec.json.encode(planned))
+        planned = _replayed((kept, reply), sent, message_id)
+        if done or await self.store.removed_agents({planned.agent.id}):
+            return planned
+        result = await self._apply(principal, planned)
+        await self.store.finish_reply(namespace, principal.writer_id, message_id, sent,
+                                      msgspec.json.encode(result))
+        return result
+
+    def _plan(self, principal: Principal, namespace: str, name: str, framework: str
+              ) -> Registration:
+        """A new agent and its credentials, not yet stored."""
+        now = self.clock()
+        agent_id = str(uuid.uuid4())
+        return Registration(
+            agent=Agent(id=agent_id, name=name, framework=framework, namespace=namespace,
+                        created_at=now, last_seen=now),
+            credentials=Credentials(api_key=new_api_key(self.settings.key_env),
+                                    key_id=new_key_id(), agent_id=agent_id))
+
+    async def _apply(self, principal: Principal, planned: Registration) -> Registration:
+        """Store a planned registration; each step may run again (a retried registration)."""
+        agent = await self.store.save_agent(planned.agent)
+        credentials = planned.credentials
+        await save_api_key(self.store, credentials.api_key, ApiKeyRecord(
+            id=credentials.key_id, name=f"agent {agent.name}"[:200],
+            grants=principal.delegated_grants(agent.namespace, self.settings.amp_namespace),
+            agent_id=agent.id, created_at=agent.created_at, created_by=principal.subject))
+        await self.audit.record(agent.namespace, "agent-register", actor_fields(principal),
+                                details={"agent": agent.id, "key": credentials.key_id})
+        return Registration(agent=agent, credentials=credentials)
+
+    async def get(self, principal: Principal, namespace: str, agent_id: str) -> Agent:
+        validate_namespace(namespace)
+        principal.require("read", namespace)
+        self.activity.seen(namespace, principal.agent_id, self.clock())
+        agent = None
+        if isinstance(agent_id, str) and _UUID_RE.fullmatch(agent_id):
+            agent = await self.store.get_agent(namespace, agent_id)
+        if agent is None:
+            raise MempError("not_found", f"no agent {agent_id!r} in namespace {namespace!r}")
+        return agent
+
+    async def home(self, agent_id: str) -> str | None:
+        """The namespace an agent was registered in (None for ids no registration made)."""
+        return await self.store.agent_home(agent_id)
+
+    async def remove(self, principal: Principal, namespace: str, agent_id: str) -> None:
+        """Remove an agent (admins of its namespace): its record goes, every API key bound to
+        it is revoked, and every process ends the streams those keys opened."""
+        validate_namespace(namespace)
+        principal.require("admin", namespace)
+        if not (isinstance(agent_id, str) and _UUID_RE.fullmatch(agent_id)) or \
+                await self.store.get_agent(namespace, agent_id) is None:
+            raise MempError("not_found", f"no agent {agent_id!r} in namespace {namespace!r}")
+        # Announced and audited even when replicas did not confirm it (then a 503 says so).
+        await settle(self.store.delete_agent(namespace, agent_id, self.clock()),
+                     lambda: self.audit.record(namespace, "agent-remove",
+                                               actor_fields(principal),
+                                               details={"agent": agent_id}))
+
+    async def list(self, principal: Principal, namespace: str, cursor: str | None,
+                   limit: int | None) -> tuple[list[Agent], str | None]:
+        validate_namespace(namespace)
+        principal.require("read", namespace)
+        limit = check_limit(limit, self.settings.default_query_limit,
+                            self.settings.max_query_limit)
+        if cursor is not None and not re.fullmatch(r"[0-9]{13}:[0-9a-f-]{36}", cursor):
+            raise MempError("invalid_request", "cursor is not one this broker issued")
+        return await self.store.list_agents(namespace, cursor, limit)
+
+
+def _replayed(first: tuple[str, bytes], sent: str, message_id: str | None) -> Registration:
+    """The first reply to a message id, if it was for this same request."""
+    stored_fingerprint, reply = first
+    if stored_fingerprint not in ("", sent):
+        raise reused(message_id)
+    return msgspec.json.decode(reply, type=Registration)

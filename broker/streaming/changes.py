@@ -1,0 +1,100 @@
+"""Changes as subscribers get them: each change-log record decoded and encoded once for every
+subscriber of the process (its JSON payload and its SSE frame), with the audience the read
+policy gives the changes of the namespace it guards (AMP cells: broker/amp/visibility.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from broker.core.models import Entry
+from broker.services.visibility import Readers, ReadPolicy
+from broker.storage.changelog import (
+    CORRUPT,
+    ChangeLogStore,
+    ChangeRecord,
+    position_key,
+)
+
+
+class ChangePayload(Entry, kw_only=True):
+    """What a subscriber receives for one change: the entry version plus the change type."""
+
+    type: str
+
+
+# How a change is framed for a subscriber following its namespace alone, made once per change:
+# (namespace, position, type, data) -> bytes. The wiring passes SSE's (broker/web/frames.py).
+Framer = Callable[[str, str, str, bytes], bytes]
+
+
+def encode_payload(entry: Entry, kind: str) -> bytes:
+    """The JSON a subscriber gets: the entry's fields plus `type`."""
+    fields = {f: getattr(entry, f) for f in entry.__struct_fields__}
+    return msgspec.json.encode(ChangePayload(**fields, type=kind))
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change as subscribers get it. `data` is its JSON payload; `frame` is its event for
+    a stream following this namespace only (see `Framer`); `order` is the position as numbers.
+    All are made once here, not by each subscriber."""
+
+    namespace: str
+    position: str
+    type: str
+    key: str
+    version: int
+    data: bytes
+    readers: Readers | None = None  # AMP cells: who may receive it (None: every subscriber)
+    proposer: str | None = None  # a proposal's change: only its proposer and reviewers get it
+    frame: bytes = field(default=b"", repr=False, compare=False)
+    order: tuple[int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "order", position_key(self.position))
+
+
+class ChangeLog:
+    """One namespace's changes, read from the store and prepared for subscribers."""
+
+    def __init__(self, store: ChangeLogStore, cells: ReadPolicy, frame: Framer) -> None:
+        self.store = store
+        self.cells = cells
+        self.frame = frame
+
+    def change(self, namespace: str, record: ChangeRecord) -> Change:
+        entry, kind, position = record.entry, record.type, record.position
+        if kind == CORRUPT:
+            return Change(namespace, position, kind, record.key, 0, b"{}",
+                          frame=self.frame(namespace, position, kind, b"{}"))
+        if entry is None:  # a proposal's change: its JSON with the type
+            data = b'{"type":"' + kind.encode() + b'",' + record.doc.removeprefix(b"{")
+            return Change(namespace, position, kind, record.key, 0, data,
+                          proposer=record.proposer,
+                          frame=self.frame(namespace, position, kind, data))
+        readers = None
+        if self.cells.guards(namespace):
+            entry, kind, readers = self.cells.audience(entry, kind)
+        data = encode_payload(entry, kind)
+        return Change(namespace, position, kind, record.key, entry.version, data, readers,
+                      frame=self.frame(namespace, position, kind, data))
+
+    async def last_position(self, namespace: str) -> str:
+        return await self.store.last_position(namespace)
+
+    async def continues(self, namespace: str, position: str) -> bool:
+        """False when changes after `position` were lost (see ChangeLogStore.continues)."""
+        return await self.store.continues(namespace, position)
+
+    async def after(self, namespace: str, position: str, count: int) -> list[Change]:
+        return [self.change(namespace, r)
+                for r in await self.store.after(namespace, position, count)]
+
+    async def wait(self, namespace: str, position: str, block_ms: int, count: int
+                   ) -> list[Change]:
+        """Changes after `position`, waiting up to `block_ms` for the first one."""
+        return [self.change(namespace, r)
+                for r in await self.store.wait(namespace, position, block_ms, count)]

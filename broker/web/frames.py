@@ -1,0 +1,69 @@
+"""The SSE wire format of a subscription: every event a stream sends, and its id, the resume
+cursor `ns:ms-seq[,ns:ms-seq...]` (one change-log position per namespace followed) that a
+client hands back as `Last-Event-ID`, with that cursor's parser."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from broker.core.errors import MempError
+
+_CURSOR_PART_RE = re.compile(r"([a-z0-9][a-z0-9._-]{0,62}):([0-9]{1,20})-([0-9]{1,20})")
+_STREAM_ID_MAX = 2**64 - 1  # each half of a Redis stream id is an unsigned 64-bit number
+
+
+def event(name: bytes, cursor: bytes | None, data: bytes) -> bytes:
+    """One SSE event: its id (the cursor, if any), name and data."""
+    head = b"id: " + cursor + b"\n" if cursor is not None else b""
+    return head + b"event: " + name + b"\ndata: " + data + b"\n\n"
+
+
+def retry(ms: int) -> bytes:
+    """The reconnection delay a stream opens with."""
+    return f"retry: {ms}\n\n".encode()
+
+
+def change(namespace: str, position: str, kind: str, data: bytes) -> bytes:
+    """A change's event for a stream following its namespace alone: the cursor is the
+    change's own position, so every such subscriber sends the same bytes (made once, by the
+    change-log reader: `streaming.changes.Framer`)."""
+    return event(kind.encode(), format_cursor({namespace: position}), data)
+
+
+def reset(cursor: bytes, namespace: str, reason: str) -> bytes:
+    """Changes of `namespace` were lost: the stream starts it over from `cursor`."""
+    data = msgspec.json.encode({"namespace": namespace, "reason": reason,
+                                "cursor": cursor.decode()})
+    return event(b"reset", cursor, data)
+
+
+def snapshot_end(cursor: bytes) -> bytes:
+    return event(b"snapshot-end", cursor, msgspec.json.encode({"cursor": cursor.decode()}))
+
+
+def farewell(name: bytes, cursor: bytes, reason: str) -> bytes:
+    """The last event of a stream that ends itself (overflow, shutdown, revoked)."""
+    return event(name, cursor, msgspec.json.encode({"cursor": cursor.decode(),
+                                                    "reason": reason}))
+
+
+def format_cursor(positions: dict[str, str]) -> bytes:
+    """A stream's cursor, sent as every event's id: `ns:ms-seq[,ns:ms-seq...]`, sorted."""
+    return ",".join(f"{ns}:{pos}" for ns, pos in sorted(positions.items())).encode()
+
+
+def parse_cursor(text: str | None) -> dict[str, str] | None:
+    """The positions of a cursor `format_cursor` made (None for none given); anything else is
+    `invalid_request`."""
+    if text is None or text.strip() == "":
+        return None
+    positions = {}
+    for part in text.strip().split(","):
+        match = _CURSOR_PART_RE.fullmatch(part)
+        if match is None or max(int(match[2]), int(match[3])) > _STREAM_ID_MAX:
+            raise MempError("invalid_request", "Last-Event-ID is not a cursor this broker issued",
+                            {"last_event_id": text[:200]})
+        positions[match[1]] = f"{int(match[2])}-{int(match[3])}"
+    return positions

@@ -1,0 +1,213 @@
+"""One subscriber's event stream: replay or snapshot, then live changes, as SSE frames.
+
+Gap-free seam: the subscriber joins the hub (its queue starts filling) before the log is
+read from the cursor, and live changes at or before the last position replayed are dropped.
+Live changes already queued are sent together, in one write."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from broker.core.grammar import Pattern
+from broker.runtime.metrics import Metrics
+from broker.services.auth import Principal
+from broker.services.memory import MemoryService
+from broker.storage.changelog import CORRUPT, position_key
+from broker.streaming.changes import Change, ChangeLog, encode_payload
+from broker.streaming.hub import Hub, Subscriber
+from broker.web import frames
+
+_REPLAY_BATCH = 500
+_LIVE_BATCH = 64  # queued changes sent in one write, at most
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRequest:
+    """What a client asked to follow, and from where."""
+
+    patterns: dict[str, list[Pattern]]
+    cursor: dict[str, str] | None
+    snapshot: bool
+
+
+class EventStream:
+    """Produces the SSE frames of one subscriber."""
+
+    def __init__(self, hub: Hub, changelog: ChangeLog, memory: MemoryService,
+                 principal: Principal, request: StreamRequest, queue_size: int,
+                 retry_ms: int, metrics: Metrics, *, queue_bytes: int | None = None) -> None:
+        self.hub = hub
+        self.changelog = changelog
+        self.memory = memory
+        self.principal = principal
+        self.request = request
+        self.subscriber = Subscriber(
+            request.patterns, queue_size, memory.cells.viewer(principal), principal.writer_id,
+            frozenset(ns for ns in request.patterns if principal.can("review", ns)),
+            queue_bytes=queue_bytes)
+        self.retry_ms = retry_ms
+        self.positions: dict[str, str] = {}
+        self.orders: dict[str, tuple[int, int]] = {}  # the positions as numbers
+        self.single = len(request.patterns) == 1
+        self.snapshot_versions: dict[tuple[str, str], int] = {}
+        self.delivered = metrics.events_delivered
+        self.ended: str | None = None  # why the stream ended itself: revoked, overflow, shutdown
+
+    @property
+    def cursor(self) -> bytes:
+        return frames.format_cursor(self.positions)
+
+    def _move(self, namespace: str, position: str) -> None:
+        self.positions[namespace] = position
+        self.orders[namespace] = position_key(position)
+
+    async def open(self) -> list[str]:
+        """Join the hub and fix the start positions before any response is sent, so a store
+        that is down is a 503 and a client that has seen the first frame knows the stream
+        follows every change made from then on. Returns the namespaces whose cursor lost
+        changes."""
+        await self.hub.join(self.subscriber)
+        try:
+            return await self._locate()
+        except BaseException:
+            self.hub.leave(self.subscriber)
+            raise
+
+    def close(self) -> None:
+        """Leave the hub (idempotent)."""
+        self.hub.leave(self.subscriber)
+
+    async def frames(self, lost: list[str]) -> AsyncIterator[bytes]:
+        try:
+            yield frames.retry(self.retry_ms)
+            for namespace in lost:
+                yield self._reset(namespace, "the cursor is older than the retained change log")
+            if self.request.cursor is None and self.request.snapshot:
+                async for chunk in self._snapshot():
+                    yield chunk
+            async for chunk in self._catch_up():
+                yield chunk
+            if self.subscriber.revoked is not None:  # no need to wait for a change first
+                yield self._farewell() or b""
+                return
+            async for chunk in self._live():
+                yield chunk
+        finally:
+            self.close()
+
+    async def _locate(self) -> list[str]:
+        """Set each namespace's start: the cursor, else the log's end; returns the namespaces
+        whose cursor lost changes (they start from the end, after a reset)."""
+        lost: list[str] = []
+        cursor = self.request.cursor or {}
+        for namespace in self.request.patterns:
+            self._move(namespace, await self.changelog.last_position(namespace))
+            start = cursor.get(namespace)
+            if start is None:
+                continue
+            if await self.changelog.continues(namespace, start):
+                self._move(namespace, start)
+            else:
+                lost.append(namespace)
+        return lost
+
+    async def _snapshot(self) -> AsyncIterator[bytes]:
+        for namespace, patterns in self.request.patterns.items():
+            for pattern in patterns:
+                page_cursor = None
+                while True:
+                    page = await self.memory.query(self.principal, namespace, pattern.text,
+                                                   page_cursor, None, permission="subscribe")
+                    for entry in page.entries:
+                        seen = (namespace, entry.key)
+                        if seen in self.snapshot_versions:
+                            continue
+                        self.snapshot_versions[seen] = entry.version
+                        yield frames.event(b"snapshot", None, encode_payload(entry, "snapshot"))
+                    page_cursor = page.next_cursor
+                    if page_cursor is None or self.subscriber.revoked is not None:
+                        break
+        yield frames.snapshot_end(self.cursor)
+
+    def _reset(self, namespace: str, reason: str) -> bytes:
+        return frames.reset(self.cursor, namespace, reason)
+
+    def _fresh(self, change: Change, matched: bool = False) -> bool:
+        """Not yet sent: after the namespace's position, newer than the snapshot's version, and
+        wanted (`matched`: the hub has checked the patterns already). Moves the position."""
+        if change.order <= self.orders.get(change.namespace, (0, 0)):
+            return False
+        self.positions[change.namespace] = change.position
+        self.orders[change.namespace] = change.order
+        if self.snapshot_versions and change.proposer is None:
+            snapshot_version = self.snapshot_versions.get((change.namespace, change.key), 0)
+            if change.version <= snapshot_version:
+                return False
+        return change.type != CORRUPT and (matched or self.subscriber.wants(change))
+
+    def _frame(self, change: Change) -> bytes:
+        """The change's event, after `_fresh` moved the position: with one namespace the cursor
+        is the change's own position, so every such subscriber sends the same bytes."""
+        if self.single:
+            return change.frame
+        return frames.event(change.type.encode(), self.cursor, change.data)
+
+    async def _catch_up(self) -> AsyncIterator[bytes]:
+        """Read the log from each position until it is exhausted with no overflow meanwhile;
+        changes an overflow dropped were logged before the rearm, so the next pass reads them."""
+        while True:
+            self.subscriber.rearm()
+            for namespace in self.request.patterns:
+                while True:
+                    changes = await self.changelog.after(namespace, self.positions[namespace],
+                                                         _REPLAY_BATCH)
+                    for change in changes:
+                        if self._fresh(change):
+                            self.delivered.inc()
+                            yield self._frame(change)
+                    if len(changes) < _REPLAY_BATCH or self.subscriber.revoked is not None:
+                        break
+            if not self.subscriber.overflowed:
+                break
+        self.snapshot_versions.clear()
+
+    async def _live(self) -> AsyncIterator[bytes]:
+        """Queued changes, up to _LIVE_BATCH at a time in one chunk; a farewell ends it."""
+        subscriber = self.subscriber
+        queue = subscriber.queue
+        while True:
+            change = await queue.get()
+            frames: list[bytes] = []
+            while True:
+                farewell = self._farewell()
+                if farewell is not None:
+                    frames.append(farewell)
+                    yield b"".join(frames)
+                    return
+                while subscriber.resets:
+                    namespace = subscriber.resets.pop()
+                    self._move(namespace, "0-0")
+                    frames.append(self._reset(namespace,
+                                              "the change log was lost and started over"))
+                if change is not None and self._fresh(change, matched=True):
+                    frames.append(self._frame(change))
+                if queue.empty() or len(frames) >= _LIVE_BATCH:
+                    break
+                change = queue.get_nowait()
+            if frames:
+                self.delivered.inc(len(frames))
+                yield b"".join(frames)
+
+    def _farewell(self) -> bytes | None:
+        """The last frame, once the subscriber overflowed or the broker is shutting down."""
+        if self.subscriber.revoked is not None:
+            event, reason = b"revoked", self.subscriber.revoked
+        elif self.subscriber.overflowed:
+            event, reason = b"overflow", "the subscriber fell too far behind"
+        elif self.subscriber.closing:
+            event, reason = b"shutdown", "the broker is shutting down"
+        else:
+            return None
+        self.ended = event.decode()
+        return frames.farewell(event, self.cursor, reason)

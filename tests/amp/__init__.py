@@ -1,0 +1,1 @@
+"""Tests of the AMP bridge (tests/README.md)."""

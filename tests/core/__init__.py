@@ -1,0 +1,1 @@
+"""Tests of the base (tests/README.md)."""

@@ -1,0 +1,1 @@
+"""Tests of MCP at /mcp (tests/README.md)."""

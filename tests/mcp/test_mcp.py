@@ -1,0 +1,356 @@
+"""MCP at /mcp, driven by the `mcp` package's own client over real HTTP, on both wires the
+package speaks: the handshake era (`initialize`, `resources/subscribe`) and 2026-07-28
+(`server/discover`, `subscriptions/listen`). The same Bearer tokens and grants hold as on
+every other route. (`memp mcp`, the stdio transport, is tested in sdk-python/tests.)"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
+
+from broker.mcp.resources import entry_uri, parse_uri
+from broker.mcp.tools import TOOLS
+from tests.support.brokers import ADMIN_KEY, Broker
+from tests.support.mcp import (
+    LEGACY_SUBSCRIBE,
+    WAIT,
+    call,
+    connect,
+    open_session,
+    raw_tool_call,
+    refused,
+    register,
+    run,
+)
+
+MODES = [pytest.param("legacy", id="handshake-era"), pytest.param("auto", id="2026-07-28")]
+
+
+def key_for(broker: Broker, grants: list[dict[str, Any]]) -> str:
+    with broker.client() as admin:
+        reply = admin.post("/v1/keys", json={"name": "mcp test", "grants": grants})
+        assert reply.status_code == 201, reply.text
+        return str(reply.json()["api_key"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tools_are_listed_with_json_schema_inputs(broker: Broker, mode: str) -> None:
+    async def main() -> None:
+        async with connect(broker, ADMIN_KEY, mode) as client:
+            listed = (await client.list_tools()).tools
+            assert [t.name for t in listed] == [
+                "memory_put", "memory_get", "memory_query", "memory_delete", "memory_history",
+                "amp_remember", "amp_recall", "amp_forget"]
+            for tool in listed:
+                schema = tool.input_schema
+                assert schema["type"] == "object" and schema["additionalProperties"] is False
+                assert len(tool.description or "") > 80, tool.name  # written for a model
+                for name, field in schema["properties"].items():
+                    assert field.get("description"), f"{tool.name}.{name}"
+            put = next(t for t in listed if t.name == "memory_put").input_schema
+            assert put["required"] == ["key", "value"]
+            assert client.server_info is not None and client.server_info.name == "memp-broker"
+
+    run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_write_read_and_query(broker: Broker, ns: str, mode: str) -> None:
+    agent_id, token = register(broker, ns)
+
+    async def main() -> None:
+        async with connect(broker, token, mode) as client:
+            # No namespace: the agent's own.
+            entry = await call(client, "memory_put", key="customer/42",
+                               value={"plan": "pro", "seats": 3})
+            assert (entry["namespace"], entry["version"], entry["agent_id"]) == (ns, 1, agent_id)
+            again = await call(client, "memory_put", key="customer/42", namespace=ns,
+                               value={"plan": "team"}, if_version=1)
+            assert again["version"] == 2
+            assert (await call(client, "memory_get", key="customer/42"))["value"] == \
+                {"plan": "team"}
+            await call(client, "memory_put", key="customer/7", value=[1, "two", None])
+            page = await call(client, "memory_query", pattern="customer/*")
+            assert [e["key"] for e in page["entries"]] == ["customer/42", "customer/7"]
+            assert page["next_cursor"] is None
+            first = await call(client, "memory_query", pattern="customer/*", limit=1)
+            assert [e["key"] for e in first["entries"]] == ["customer/42"]
+            rest = await call(client, "memory_query", pattern="customer/*",
+                              cursor=first["next_cursor"])
+            assert [e["key"] for e in rest["entries"]] == ["customer/7"]
+            history = await call(client, "memory_history", key="customer/42")
+            assert [v["version"] for v in history["versions"]] == [2, 1]
+            gone = await call(client, "memory_delete", key="customer/7")
+            assert gone["deleted"] is True and gone["version"] == 2
+            missing = await refused(client, "memory_get", key="customer/7")
+            assert missing["code"] == "not_found"
+            stale = await refused(client, "memory_put", key="customer/42", value=1,
+                                  if_version=1)
+            assert stale["code"] == "precondition_failed"
+            assert stale["details"]["current_version"] == 2
+
+            # Every entry is a resource; a template lists a pattern.
+            contents = (await client.read_resource(entry_uri(ns, "customer/42"))).contents
+            assert isinstance(contents[0], types.TextResourceContents)
+            assert (contents[0].text, contents[0].mime_type) == ('{"plan":"team"}',
+                                                                 "application/json")
+            assert contents[0].meta is not None and contents[0].meta["memp"]["version"] == 2
+            listing = (await client.read_resource(f"memp://{ns}?pattern=customer/*")).contents
+            assert isinstance(listing[0], types.TextResourceContents)
+            assert '"key":"customer/42"' in listing[0].text
+            listed = (await client.list_resources()).resources
+            assert [r.uri for r in listed] == [f"memp://{ns}/customer/42"]
+            templates = (await client.list_resource_templates()).resource_templates
+            assert {t.uri_template for t in templates} == {
+                "memp://{namespace}/{+key}", "memp://{namespace}{?pattern,cursor}"}
+            with pytest.raises(MCPError) as caught:
+                await client.read_resource(entry_uri(ns, "customer/7"))
+            assert caught.value.data["code"] == "not_found"
+
+    run(main())
+
+
+@LEGACY_SUBSCRIBE
+def test_resources_subscribe_hears_another_agents_write(broker: Broker, ns: str) -> None:
+    _, token = register(broker, ns)
+    _, other = register(broker, ns, "writer")
+    uri = entry_uri(ns, "doc/readme")
+    heard: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            heard.put_nowait(message.params.uri)
+
+    async def main() -> None:
+        async with connect(broker, token, "legacy", on_message) as client, \
+                connect(broker, other, "legacy") as writer:
+            assert client.server_capabilities.resources is not None
+            assert client.server_capabilities.resources.subscribe is True
+            await client.subscribe_resource(uri)
+            await call(writer, "memory_put", key="doc/readme", value="v1")
+            assert await asyncio.wait_for(heard.get(), WAIT) == uri
+            await call(writer, "memory_put", key="doc/other", value="not followed")
+            with broker.client(other) as rest:  # a write by any route is heard
+                assert rest.delete(f"/v1/namespaces/{ns}/memory/doc/readme").status_code == 200
+            assert await asyncio.wait_for(heard.get(), WAIT) == uri
+            assert heard.empty()
+            await client.unsubscribe_resource(uri)
+            await call(writer, "memory_put", key="doc/readme", value="v3")
+            await asyncio.sleep(0.3)
+            assert heard.empty()
+
+    run(main())
+
+
+def test_subscriptions_listen_hears_changes(broker: Broker, ns: str) -> None:
+    _, token = register(broker, ns)
+    uri = entry_uri(ns, "doc/readme")
+    pattern_uri = f"memp://{ns}?pattern=notes/*"
+
+    async def main() -> None:
+        async with connect(broker, token) as client:
+            assert client.protocol_version == "2026-07-28"
+            async with client.listen(resource_subscriptions=[uri, pattern_uri]) as events:
+                assert events.honored.resource_subscriptions == [uri, pattern_uri]
+                await call(client, "memory_put", key="doc/readme", value="v1")
+                assert await asyncio.wait_for(anext(events), WAIT) == ResourceUpdated(uri)
+                await call(client, "memory_put", key="notes/monday", value="v1")
+                assert await asyncio.wait_for(anext(events), WAIT) == \
+                    ResourceUpdated(pattern_uri)
+
+    run(main())
+
+
+@LEGACY_SUBSCRIBE
+@pytest.mark.parametrize("mode", MODES)
+def test_a_token_without_the_grant_is_refused(broker: Broker, ns: str, mode: str) -> None:
+    reader = key_for(broker, [{"namespace": ns, "permissions": ["read"]}])
+    elsewhere = key_for(broker, [{"namespace": f"{ns}-other", "permissions": ["read", "write",
+                                                                                "subscribe"]}])
+    with broker.client() as admin:
+        admin.put(f"/v1/namespaces/{ns}/memory/secret", json={"value": "s3cret"})
+
+    async def main() -> None:
+        async with connect(broker, reader, mode) as client:
+            assert (await call(client, "memory_get", namespace=ns, key="secret"))["value"] \
+                == "s3cret"
+            error = await refused(client, "memory_put", namespace=ns, key="secret", value=1)
+            assert error == {"code": "forbidden", "details": {"namespace": ns,
+                                                              "permission": "write"},
+                             "message": f"this token has no write permission on namespace "
+                                        f"{ns!r}"}
+            assert (await refused(client, "memory_delete", namespace=ns, key="secret"))[
+                "code"] == "forbidden"
+            # No `amp` permission on the AMP namespace: AMP tools are refused too.
+            assert (await refused(client, "amp_recall", agent="someone"))["code"] == \
+                "forbidden"
+            listen_or_subscribe = client.listen(resource_subscriptions=[
+                entry_uri(ns, "secret")]) if mode == "auto" else None
+            with pytest.raises(MCPError) as caught:
+                if listen_or_subscribe is not None:
+                    async with listen_or_subscribe:
+                        pass
+                else:
+                    await client.session.subscribe_resource(entry_uri(ns, "secret"))
+            assert caught.value.data["code"] == "forbidden"
+        async with connect(broker, elsewhere, mode) as client:
+            assert (await refused(client, "memory_get", namespace=ns, key="secret"))[
+                "code"] == "forbidden"
+            with pytest.raises(MCPError) as caught:
+                await client.read_resource(entry_uri(ns, "secret"))
+            assert caught.value.data["code"] == "forbidden"
+            assert (await client.list_resources()).resources == []
+            bad = await refused(client, "memory_put", namespace=ns, key="a", value=1,
+                                unknown=True)
+            assert bad["code"] == "invalid_request"
+
+    run(main())
+
+
+@pytest.mark.parametrize("token", [None, "memp_sk_live_forged", "not-a-token"])
+def test_no_valid_token_is_401_before_mcp(broker: Broker, token: str | None) -> None:
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    reply = httpx.post(f"{broker.url}/mcp", json=initialize, headers=headers, timeout=WAIT)
+    assert reply.status_code == 401
+    assert reply.json()["error"]["code"] == "unauthorized"
+    assert reply.headers["www-authenticate"] == 'Bearer realm="memp"'
+
+
+def test_a_session_belongs_to_the_credential_that_opened_it(broker: Broker, ns: str) -> None:
+    _, token = register(broker, ns)
+    with httpx.Client(base_url=broker.url, timeout=WAIT) as http:
+        theirs = open_session(http, token)
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        assert http.post("/mcp", json=listing, headers=theirs).status_code == 200
+        admins = {**theirs, "Authorization": f"Bearer {ADMIN_KEY}"}
+        assert http.post("/mcp", json=listing, headers=admins).status_code == 404
+        assert http.delete("/mcp", headers=theirs).status_code == 200
+
+
+@pytest.mark.parametrize("literal", [
+    pytest.param("NaN", id="nan"),
+    pytest.param('{"a": [1, Infinity]}', id="nested-infinity"),
+    pytest.param("-Infinity", id="minus-infinity"),
+    pytest.param("1e400", id="beyond-a-double"),
+])
+def test_mcp_refuses_numbers_json_has_not_as_rest_does(broker: Broker, ns: str,
+                                                        literal: str) -> None:
+    """`memory_put` with NaN or an infinity is `invalid_json`, as the same value sent over
+    REST is, and nothing is stored (it used to store null); so is `amp_remember`'s
+    metadata."""
+    _, token = register(broker, ns)
+    with httpx.Client(base_url=broker.url, timeout=WAIT) as http:
+        theirs = open_session(http, token)
+        calls = (("memory_put", f'{{"key": "k", "value": {literal}}}'),
+                 ("amp_remember", f'{{"text": "t", "metadata": {{"m": {literal}}}}}'))
+        for tool, arguments in calls:
+            result = raw_tool_call(http, theirs, tool, arguments)
+            assert result["isError"], result
+            assert result["structuredContent"]["error"]["code"] == "invalid_json", result
+        assert raw_tool_call(http, theirs, "memory_put", '{"key": "k", "value": 1.5}'
+                              )["structuredContent"]["value"] == 1.5
+        rest = http.put(f"/v1/namespaces/{ns}/memory/k2", content=f'{{"value": {literal}}}',
+                        headers={"Authorization": f"Bearer {token}",
+                                 "Content-Type": "application/json"})
+        assert rest.status_code == 400 and rest.json()["error"]["code"] == "invalid_json"
+    with broker.client(token) as client:
+        assert client.get(f"/v1/namespaces/{ns}/memory/k").json()["version"] == 1
+        assert client.get(f"/v1/namespaces/{ns}/memory/k2").status_code == 404
+
+
+def test_amp_tools_follow_the_amp_rules(broker: Broker, ns: str) -> None:
+    agent_id, token = register(broker, ns, "rememberer")
+    _, stranger = register(broker, ns, "stranger")
+
+    async def main() -> None:
+        async with connect(broker, token) as client, connect(broker, stranger) as other:
+            cell = await call(client, "amp_remember", text="The user prefers dark roast coffee",
+                              owner_id="u-1", owner_type="user", importance=0.9,
+                              metadata={"topic": "coffee"})
+            assert cell["identity"] == {"owner_id": "u-1", "owner_type": "user",
+                                        "created_by": agent_id, "session_id": None}
+            assert cell["lifecycle"]["status"] == "active"
+            found = await call(client, "amp_recall", query="coffee roast")
+            assert [hit["cell"]["id"] for hit in found["results"]] == [cell["id"]]
+            by_label = await call(client, "amp_recall", metadata={"topic": "coffee"},
+                                  owner_id="u-1", owner_type="user")
+            assert len(by_label["results"]) == 1
+            # The cell is private to its creator: another agent finds nothing.
+            assert (await call(other, "amp_recall", query="coffee"))["results"] == []
+            # Only archived cells may be deleted; this one is active.
+            refusal = await refused(client, "amp_forget", id=cell["id"])
+            assert refusal["code"] == "write_conflict"
+            assert refusal["details"] == {"status": "active"}
+            assert (await refused(other, "amp_forget", id=cell["id"]))["code"] == "forbidden"
+            # Acting as another agent needs the impersonate permission.
+            assert (await refused(client, "amp_recall", agent="someone-else"))["code"] == \
+                "forbidden"
+            mine = await call(client, "amp_remember", text="I summarise tickets", public=True,
+                              type="procedural")
+            assert mine["identity"]["owner_id"] == agent_id
+            assert (await call(other, "amp_recall", query="tickets"))["results"][0]["cell"][
+                "id"] == mine["id"]
+
+    run(main())
+
+
+@pytest.mark.parametrize(("uri", "namespace", "key", "pattern"), [
+    pytest.param("memp://acme/customer/42", "acme", "customer/42", "customer/42", id="entry"),
+    pytest.param("memp://acme/a%20b/%3F%23%25", "acme", "a b/?#%", "a b/?#%", id="escaped"),
+    pytest.param("memp://acme?pattern=customer/*", "acme", None, "customer/*", id="pattern"),
+    pytest.param("memp://acme", "acme", None, "*", id="everything"),
+])
+def test_resource_uris(uri: str, namespace: str, key: str | None, pattern: str) -> None:
+    target = parse_uri(uri)
+    assert (target.namespace, target.key, target.watched) == (namespace, key, pattern)
+    if key is not None:
+        assert entry_uri(namespace, key) == uri
+
+
+def test_every_tool_is_described_once() -> None:
+    assert len({tool.name for tool in TOOLS}) == len(TOOLS) == 8
+
+
+def test_a_broker_imports_mcp_only_once_mcp_is_used() -> None:
+    """Building the app leaves the `mcp` package unimported (seconds of CPU in every broker
+    process); broker/mcp/mount.py imports it on the first request to /mcp."""
+    script = ("import sys\n"
+              "from broker.app import create_app\n"
+              "from broker.runtime.settings import Settings\n"
+              f"create_app(Settings.from_env(environ={{}}, admin_key={ADMIN_KEY!r}))\n"
+              "print(sorted(m for m in sys.modules if m == 'broker.mcp.server'"
+              " or m.split('.')[0] in ('mcp', 'mcp_types')))\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert run.stdout.strip() == "[]", run.stdout
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_first_requests_to_a_new_broker_start_mcp_once(broker_factory: Callable[..., Broker],
+                                                           mode: str) -> None:
+    """Clients arriving together at a broker whose /mcp was never used all get through."""
+    fresh = broker_factory("embedded")
+
+    async def main() -> None:
+        async def tools() -> list[str]:
+            async with connect(fresh, ADMIN_KEY, mode) as client:
+                return [tool.name for tool in (await client.list_tools()).tools]
+
+        listed = await asyncio.gather(*(tools() for _ in range(4)))
+        assert listed == [[tool.name for tool in TOOLS]] * 4
+
+    run(main())

@@ -1,0 +1,1 @@
+"""Tests of JSON Schema checking (tests/README.md)."""

@@ -1,0 +1,1 @@
+"""Tests of the MEMP services (tests/README.md)."""

@@ -1,0 +1,1 @@
+"""Tests of change-log readers, the hub, revocation (tests/README.md)."""

@@ -1,0 +1,74 @@
+"""A TCP relay between a client and Redis that a test can cut or reset, to see what the broker
+does when a connection dies under it."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+
+
+class RelayProxy:
+    """Relays TCP to Redis. `reset()` resets every relayed connection at once; `go_silent()`
+    makes them drop what they are sent and reset only then, as a connection that died without
+    a word (a NAT or load balancer that forgot it) does."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.pairs: list[tuple[socket.socket, socket.socket]] = []
+        self.silent: set[socket.socket] = set()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            with self.lock:
+                self.pairs.append((client, upstream))
+            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, target: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(65536):
+                if source in self.silent:
+                    _reset(source)
+                    _reset(target)
+                    return
+                target.sendall(chunk)
+        _reset(target)
+
+    def reset(self) -> None:
+        with self.lock:
+            pairs, self.pairs = self.pairs, []
+        for client, upstream in pairs:
+            _reset(client)
+            _reset(upstream)
+
+    def go_silent(self) -> None:
+        with self.lock:
+            self.silent |= {client for client, _ in self.pairs}
+
+    def close(self) -> None:
+        self.listener.close()
+        self.reset()
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with an RST, not a FIN (SO_LINGER with a zero timeout); shutting the reading side
+    first wakes a thread blocked reading it, which would otherwise keep the socket open."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RD)
+    sock.close()

@@ -1,0 +1,1 @@
+"""Tests of the HTTP surface: routes, SSE, messages, the contract, the console (tests/README.md)."""
