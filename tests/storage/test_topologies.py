@@ -187,6 +187,9 @@ def test_an_acl_protected_redis_replays_its_transactions_after_a_kill(tmp_path: 
     with RedisSingle(tmp_path, credentials=Credentials(), appendonly=True) as single:
         server = single.server
         with server.client() as client:
+            # `everysec` may put off the file write past the reply while an fsync is running
+            # (a busy disk): `always` writes before replying, so the kill loses nothing.
+            client.config_set("appendfsync", "always")
             client.eval("redis.call('hset', KEYS[1], 'f', 'v'); redis.call('xadd', KEYS[2], "
                         "'*', 'k', 'v')", 2, "entry", "log")
             with client.pipeline(transaction=True) as multi:

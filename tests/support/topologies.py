@@ -359,23 +359,38 @@ class RedisSentinel(LoopbackProcesses):
                 ports.append(None)
         return ports
 
-    def wait_ready(self, timeout: float = 30) -> float:
+    def wait_ready(self, timeout: float = 60) -> float:
         """Wait until every sentinel knows the primary, its replicas and the other sentinels,
-        and every replica is in sync."""
+        and every replica is in sync. On timeout, the error names what was still missing."""
+        missing = ["nothing checked yet"]
+
         def ready() -> bool:
+            missing[0] = "a sentinel or data node did not answer"
             for sentinel in self.sentinels:
                 with sentinel.client(timeout=0.5) as client:
                     state = client.sentinel_master(self.service_name)
                     replicas = client.sentinel_slaves(self.service_name)
-                if (state["port"] != self.primary.port or state["is_odown"] or state["is_sdown"]
-                        or state["num-other-sentinels"] < len(self.sentinels) - 1
-                        or len(replicas) < len(self.data) - 1
-                        or any(r["is_sdown"] or r["is_disconnected"] for r in replicas)):
+                problems = [
+                    f"names {state['port']}" if state["port"] != self.primary.port else "",
+                    "sees the primary down" if state["is_odown"] or state["is_sdown"] else "",
+                    f"knows {state['num-other-sentinels']} other sentinels"
+                    if state["num-other-sentinels"] < len(self.sentinels) - 1 else "",
+                    f"knows {len(replicas)} replicas" if len(replicas) < len(self.data) - 1
+                    else "",
+                    "sees a replica down" if any(r["is_sdown"] or r["is_disconnected"]
+                                                 for r in replicas) else ""]
+                if any(problems):
+                    missing[0] = f"sentinel {sentinel.port} " + ", ".join(p for p in problems if p)
                     return False
-            return all(p.info("replication").get("master_link_status") == "up"
-                       for p in self.data if p is not self.primary)
-        return wait_until(ready, "sentinels agreeing on the primary and replicas", timeout,
-                          0.05, ignoring=(redis.RedisError, OSError))
+            lagging = [p.port for p in self.data if p is not self.primary
+                       and p.info("replication").get("master_link_status") != "up"]
+            missing[0] = f"replicas {lagging} not in sync"
+            return not lagging
+        try:
+            return wait_until(ready, "sentinels agreeing on the primary and replicas", timeout,
+                              0.05, ignoring=(redis.RedisError, OSError))
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}: {missing[0]}") from None
 
     def kill_primary(self) -> RedisProcess:
         """SIGKILL the current primary."""
