@@ -1,4 +1,6 @@
-"""The `memp` command line, run as a user would: a subprocess, its output and its exit code."""
+"""The `memp` command line, run as a user would: its arguments, environment and stdin, its
+output and its exit code. Most runs are in-process (tests/support/commands.py); `watch`, which
+a user stops with a signal, and one run of the installed entry point are subprocesses."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 
 from memp.cli import build_parser
 from tests.support.brokers import ADMIN_KEY, Broker, free_port
+from tests.support.commands import Completed, run_memp
 
 WAIT = 15.0
 _BIN = Path(sys.executable).with_name("memp")
@@ -30,10 +33,8 @@ def env(server: Broker, ns: str) -> dict[str, str]:
             "MEMP_NAMESPACE": ns}
 
 
-def memp(env: dict[str, str], *args: str, stdin: str | None = None
-         ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*MEMP_COMMAND, *args], env=env, input=stdin, capture_output=True,
-                          text=True, timeout=WAIT)
+def memp(env: dict[str, str], *args: str, stdin: str | None = None) -> Completed:
+    return run_memp(env, *args, stdin=stdin)
 
 
 def lines(output: str) -> list[Any]:
@@ -55,12 +56,24 @@ def commands() -> list[list[str]]:
 @pytest.mark.parametrize("command", [pytest.param(c, id=" ".join(c) or "memp")
                                      for c in commands()])
 def test_every_command_has_help(command: list[str]) -> None:
-    done = subprocess.run([*MEMP_COMMAND, *command, "--help"], capture_output=True, text=True,
-                          timeout=WAIT)
+    done = run_memp(dict(os.environ), *command, "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: memp {' '.join(command)}".rstrip())
     assert "--base-url" in done.stdout and "--api-key" in done.stdout
     assert "\nexample:\n  " in done.stdout and " memp" in done.stdout.split("example:")[1]
+
+
+def test_the_installed_command_runs_as_a_process(env: dict[str, str], ns: str) -> None:
+    """The entry point pip installs, in a process of its own: exit codes and streams."""
+    def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*MEMP_COMMAND, *args], env=env, input=stdin,
+                              capture_output=True, text=True, timeout=WAIT)
+    assert run("put", "process/key", stdin='{"from": "stdin"}').returncode == 0
+    got = run("get", "process/key")
+    assert (got.returncode, got.stdout) == (0, '{"from": "stdin"}\n')
+    missing = run("get", "process/absent")
+    assert missing.returncode != 0 and "memp:" in missing.stderr and missing.stdout == ""
+    assert run("--help").stdout.startswith("usage: memp")
 
 
 def test_put_get_query_history_delete(env: dict[str, str], ns: str) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +31,7 @@ from memp import (
     StrategyRule,
 )
 from tests.support.brokers import ADMIN_KEY, Broker
+from tests.support.commands import Completed, run_memp
 
 CUSTOMER = {"type": "object", "required": ["plan"],
             "properties": {"plan": {"enum": ["free", "pro"]}}}
@@ -307,16 +306,10 @@ def test_async_schemas(aclient_factory: Callable[..., AsyncMEMP], ns: str) -> No
 
 # --- the command line --------------------------------------------------------------------------
 
-_BIN = Path(sys.executable).with_name("memp")
-MEMP_COMMAND = [str(_BIN)] if _BIN.exists() else [sys.executable, "-m", "memp.cli"]
-
-
-def memp(server: Broker, ns: str, *args: str, stdin: str | None = None
-         ) -> subprocess.CompletedProcess[str]:
+def memp(server: Broker, ns: str, *args: str, stdin: str | None = None) -> Completed:
     env = {**os.environ, "MEMP_BASE_URL": server.url, "MEMP_API_KEY": ADMIN_KEY,
            "MEMP_NAMESPACE": ns}
-    return subprocess.run([*MEMP_COMMAND, *args], env=env, input=stdin, capture_output=True,
-                          text=True, timeout=15)
+    return run_memp(env, *args, stdin=stdin)
 
 
 def test_cli_config_get_and_set(server: Broker, ns: str) -> None:
