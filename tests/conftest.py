@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -17,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from broker.app import create_app
 from broker.runtime.settings import Settings
@@ -32,6 +29,7 @@ from tests.support.brokers import (
     ServeProcesses,
     backend_url,
     free_port,
+    serve_in_thread,
     start_broker,
     worker_database,
 )
@@ -156,17 +154,8 @@ def https_broker(certificate_authority: CertificateAuthority) -> Iterator[HTTPSB
     """A broker on the embedded store serving HTTPS with `certificate_authority`'s files."""
     port = free_port()
     app = create_app(Settings.from_env(environ={}, port=port, admin_key=ADMIN_KEY))
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", ws="none",
-                            lifespan="on", timeout_graceful_shutdown=2,
-                            ssl_context_factory=certificate_authority.files)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("broker did not start")
-        time.sleep(0.01)
+    server, thread = serve_in_thread(app, port,
+                                     ssl_context_factory=certificate_authority.files)
     handle = HTTPSBroker(f"https://127.0.0.1:{port}", port, certificate_authority, server,
                          thread)
     yield handle

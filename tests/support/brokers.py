@@ -150,9 +150,17 @@ def start_broker(backend: str, redis_url: str, **overrides: Any) -> Broker:
         redis_url=None if backend == "embedded" else redis_url, **overrides,
     )
     app = create_app(settings)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            ws="none", lifespan="on", timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
+    server, thread = serve_in_thread(app, port)
+    return Broker(f"http://127.0.0.1:{port}", app, server, thread, backend)
+
+
+def serve_in_thread(app: Any, port: int, **config: Any
+                    ) -> tuple[uvicorn.Server, threading.Thread]:
+    """Serve `app` on 127.0.0.1:`port` from a daemon thread (uvicorn.Config `config` on top of
+    the tests' defaults); return once it listens."""
+    server = uvicorn.Server(uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan="on",
+        timeout_graceful_shutdown=2, **config))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -160,7 +168,7 @@ def start_broker(backend: str, redis_url: str, **overrides: Any) -> Broker:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("broker did not start")
         time.sleep(0.01)
-    return Broker(f"http://127.0.0.1:{port}", app, server, thread, backend)
+    return server, thread
 
 
 @dataclass
