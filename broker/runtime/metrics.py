@@ -20,10 +20,10 @@ from typing import Any
 from prometheus_client import (
     CollectorRegistry,
     Counter,
-    disable_created_metrics,
     Gauge,
     Histogram,
     ProcessCollector,
+    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.metrics_core import Metric
@@ -76,7 +76,7 @@ class Metrics:
     def __init__(self) -> None:
         # No `*_created` series beside each counter and histogram: clutter to most Prometheus
         # users (the client's switch is process-wide; the broker's metrics are all made here).
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         self.multiprocess = multiprocess_dir()
         r = self.registry

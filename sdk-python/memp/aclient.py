@@ -219,13 +219,14 @@ class AsyncMEMP:
     """The async twin of `MEMP`; use `async with AsyncMEMP(...) as broker:` or `aclose()`."""
 
     def __init__(self, api_key: str | None = None, namespace: str | None = None,
-                 base_url: str | None = None, *, timeout: float = 10.0, max_retries: int = 3,
+                 base_url: str | None = None, *, timeout: float = 10.0,
+                 retry_for: float | None = None, max_retries: int | None = None,
                  stream_timeout: float = 60.0, ca_bundle: str | os.PathLike[str] | None = None,
                  http_client: httpx.AsyncClient | None = None) -> None:
         check_trust(ca_bundle, http_client)
         self.config = Config.resolve(api_key, namespace, base_url, timeout=timeout,
                                      max_retries=max_retries, stream_timeout=stream_timeout,
-                                     ca_bundle=ca_bundle)
+                                     retry_for=retry_for, ca_bundle=ca_bundle)
         self._transport = AsyncTransport(self.config, http_client)
         self.memory = AsyncMemory(self._transport)
         self.namespaces = AsyncNamespaces(self._transport)

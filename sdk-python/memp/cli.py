@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import sys
@@ -65,6 +66,10 @@ def _connection_options(namespace: bool = True) -> argparse.ArgumentParser:
                            help="namespace to work in (MEMP_NAMESPACE)")
     group.add_argument("--timeout", type=float, default=argparse.SUPPRESS,
                        help="seconds to wait for each reply (default 10)")
+    group.add_argument("--retry-for", type=float, metavar="SECONDS", default=argparse.SUPPRESS,
+                       help="how long to keep retrying a broker out of reach or answering 503, "
+                            "e.g. during a Redis failover (MEMP_RETRY_FOR; default 20, 0: no "
+                            "retries)")
     group.add_argument("--ca-bundle", metavar="PEM", default=argparse.SUPPRESS,
                        help="trust only the CAs in this file for an https:// broker "
                             "(MEMP_CA_BUNDLE; default: the usual public CAs)")
@@ -322,12 +327,26 @@ def _client(args: argparse.Namespace) -> MEMP:
                 namespace=getattr(args, "namespace", None),
                 base_url=getattr(args, "base_url", None),
                 timeout=getattr(args, "timeout", 10.0),
+                retry_for=getattr(args, "retry_for", None),
                 ca_bundle=getattr(args, "ca_bundle", None))
+
+
+def _say_retries() -> None:
+    """The SDK logs what a call waits for when it retries ("memp: the broker ... is
+    unavailable (503); retrying ..."): print it on stderr, as it happens."""
+    logger = logging.getLogger("memp")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.showwarning = _warn_in_one_line
+    _say_retries()
     try:
         with _client(args) as broker:
             args.handler(broker, args)

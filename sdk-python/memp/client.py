@@ -266,13 +266,14 @@ class MEMP:
     serves every call; it verifies certificates, against `ca_bundle` alone when one is given."""
 
     def __init__(self, api_key: str | None = None, namespace: str | None = None,
-                 base_url: str | None = None, *, timeout: float = 10.0, max_retries: int = 3,
+                 base_url: str | None = None, *, timeout: float = 10.0,
+                 retry_for: float | None = None, max_retries: int | None = None,
                  stream_timeout: float = 60.0, ca_bundle: str | os.PathLike[str] | None = None,
                  http_client: httpx.Client | None = None) -> None:
         check_trust(ca_bundle, http_client)
         self.config = Config.resolve(api_key, namespace, base_url, timeout=timeout,
                                      max_retries=max_retries, stream_timeout=stream_timeout,
-                                     ca_bundle=ca_bundle)
+                                     retry_for=retry_for, ca_bundle=ca_bundle)
         self._transport = SyncTransport(self.config, http_client)
         self.memory = Memory(self._transport)
         self.namespaces = Namespaces(self._transport)

@@ -131,8 +131,16 @@ def test_refusals_and_usage_errors_have_their_exit_codes(env: dict[str, str]) ->
         assert schemeless.returncode == 2, schemeless.stderr
         assert "must start with http:// or https://" in schemeless.stderr
 
-    down = memp({**env, "MEMP_BASE_URL": f"http://127.0.0.1:{free_port()}"}, "get", "k")
+    url = f"http://127.0.0.1:{free_port()}"
+    down = memp({**env, "MEMP_BASE_URL": url}, "get", "k", "--retry-for", "0.5")
     assert down.returncode == 3 and "could not reach the broker" in down.stderr
+    # it said what it waited for, once, before giving up
+    assert down.stderr.count("; retrying GET /v1/namespaces/") == 1, down.stderr
+    assert f"memp: could not reach the broker at {url} (" in down.stderr
+    at_once = memp({**env, "MEMP_BASE_URL": url, "MEMP_RETRY_FOR": "0"}, "get", "k")
+    assert at_once.returncode == 3 and "retrying" not in at_once.stderr
+    bad = memp({**env, "MEMP_RETRY_FOR": "soon"}, "get", "k")
+    assert bad.returncode == 2 and "MEMP_RETRY_FOR must be a number" in bad.stderr
 
     no_namespace = memp({k: v for k, v in env.items() if k != "MEMP_NAMESPACE"}, "get", "k")
     assert no_namespace.returncode == 2, no_namespace.stderr
