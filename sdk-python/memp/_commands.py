@@ -315,23 +315,36 @@ def _agents(broker: MEMP) -> Iterator[Agent]:
 
 
 def cmd_register(broker: MEMP, args: argparse.Namespace) -> None:
+    """A name this token registered before is that agent again, with a new key (the broker
+    sees to it); `--new` makes another; `--reuse` takes any agent of the name, whoever
+    registered it, with a new key of the grants its first key had."""
     existing = next((a for a in _agents(broker) if a.name == args.name), None) \
-        if args.reuse else None
+        if args.reuse and not args.new else None
     if existing is None:
-        agent = broker.register(name=args.name, framework=args.framework)
+        agent = broker.register(name=args.name, framework=args.framework, new=args.new)
         credentials = to_builtins(broker.credentials)
+        reused = broker.reused
     else:
         # The agent's first key was shown once, at registration: this one is new, bound to it.
-        created = broker.keys.create([Grant(existing.namespace, ["read", "write", "subscribe"])],
+        created = broker.keys.create(_first_grants(broker, existing),
                                      f"{existing.name} (reused)", existing.id)
-        agent = existing
+        agent, reused = existing, True
         credentials = {"api_key": created.api_key, "key_id": created.key.id,
                        "agent_id": existing.id}
-        print(f"# reusing agent {existing.name} ({existing.id}) with a new API key",
-              file=sys.stderr)
+    if reused:
+        print(f"# reusing agent {agent.name} ({agent.id}) with a new API key", file=sys.stderr)
     _out({"agent": to_builtins(agent), "credentials": credentials})
     print(f"# the agent's API key is shown only now: export MEMP_API_KEY="
           f"{credentials['api_key']}", file=sys.stderr)
+
+
+def _first_grants(broker: MEMP, agent: Agent) -> list[Grant]:
+    """The grants of the agent's first API key still live (read, write and subscribe on its
+    namespace when none is)."""
+    keys = sorted((k for k in broker.keys.list() if k.agent_id == agent.id),
+                  key=lambda k: k.created_at)
+    return list(keys[0].grants) if keys else [Grant(agent.namespace,
+                                                    ["read", "write", "subscribe"])]
 
 
 def cmd_agents_list(broker: MEMP, args: argparse.Namespace) -> None:

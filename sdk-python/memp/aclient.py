@@ -239,6 +239,7 @@ class AsyncMEMP:
         self.amp = AsyncAmp(self._transport, lambda: self.agent.id if self.agent else None)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None
+        self.reused = False  # `register` found the agent this token registered before
         self._subscriptions: weakref.WeakSet[AsyncSubscription] = weakref.WeakSet()
 
     @property
@@ -249,12 +250,13 @@ class AsyncMEMP:
     def api_key(self) -> str | None:
         return self.config.api_key
 
-    async def register(self, name: str, framework: str = "custom", *,
+    async def register(self, name: str, framework: str = "custom", *, new: bool = False,
                        namespace: str | None = None) -> Agent:
         registration = await self._transport.send(_calls.register(
-            self.config.require_namespace(namespace), name, framework))
+            self.config.require_namespace(namespace), name, framework, new))
         self.agent = registration.agent
         self.credentials = registration.credentials
+        self.reused = registration.reused
         self.config.api_key = registration.credentials.api_key
         return registration.agent
 

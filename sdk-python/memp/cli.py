@@ -167,10 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--name", required=True)
     register.add_argument("--framework", default="custom",
                           help="langchain, crewai, claude, autogen, custom, ...")
+    register.add_argument("--new", action="store_true",
+                          help="register another agent of this name (by default a name this "
+                               "token registered before is that agent, with a new API key)")
     register.add_argument("--reuse", action="store_true",
-                          help="if an agent of this name is registered in the namespace, "
-                               "use it (with a new API key bound to it) instead of "
-                               "registering another")
+                          help="if an agent of this name is registered in the namespace, by "
+                               "any token, use it (with a new API key of the grants its first "
+                               "key had) instead of registering another")
 
     agents = commands.add_parser("agents", parents=[common], help="list, show or remove agents",
                                  description="the namespace's registered agents",

@@ -286,6 +286,7 @@ class MEMP:
         self.amp = Amp(self._transport, lambda: self.agent.id if self.agent else None)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None
+        self.reused = False  # `register` found the agent this token registered before
         self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
 
     @property
@@ -297,13 +298,15 @@ class MEMP:
         """The token in use (the agent's own key after `register`)."""
         return self.config.api_key
 
-    def register(self, name: str, framework: str = "custom", *, namespace: str | None = None
-                 ) -> Agent:
-        """Register an agent; later calls use the API key bound to it."""
+    def register(self, name: str, framework: str = "custom", *, new: bool = False,
+                 namespace: str | None = None) -> Agent:
+        """Register an agent; later calls use the API key bound to it. A name this token
+        registered before finds that agent (with a new key) unless `new=True`."""
         registration = self._transport.send(_calls.register(
-            self.config.require_namespace(namespace), name, framework))
+            self.config.require_namespace(namespace), name, framework, new))
         self.agent = registration.agent
         self.credentials = registration.credentials
+        self.reused = registration.reused
         self.config.api_key = registration.credentials.api_key
         return registration.agent
 

@@ -175,8 +175,16 @@ def test_register_reuses_an_agent_by_name_and_agents_are_listed(env: dict[str, s
     assert "reusing agent planner" in again.stderr
     written = memp({**env, "MEMP_API_KEY": second["credentials"]["api_key"]}, "put", "p", "1")
     assert json.loads(written.stdout)["agent_id"] == first["agent"]["id"]
-    other = json.loads(memp(env, "register", "--name", "planner").stdout)  # no --reuse
+    plain = memp(env, "register", "--name", "planner")  # the same token: the same agent
+    assert json.loads(plain.stdout)["agent"]["id"] == first["agent"]["id"]
+    assert "reusing agent planner" in plain.stderr
+    other = json.loads(memp(env, "register", "--name", "planner", "--new").stdout)
     assert other["agent"]["id"] != first["agent"]["id"]
+    # --reuse keeps the first key's grants, AMP's included
+    keys = {k["id"]: k for k in lines(memp(env, "keys", "list").stdout)}
+    first_grants = keys[first["credentials"]["key_id"]]["grants"]
+    assert any(g["namespace"] == "amp" for g in first_grants), first_grants
+    assert keys[second["credentials"]["key_id"]]["grants"] == first_grants
 
     listed = lines(memp(env, "agents", "list").stdout)
     assert [a["id"] for a in listed] == [first["agent"]["id"], other["agent"]["id"]]

@@ -1794,7 +1794,12 @@ var MEMP = class {
     const reply = await this.#transport.send({
       method: "POST",
       path: "/v1/agents",
-      body: { name: options.name, framework: options.framework ?? "custom", namespace },
+      body: {
+        name: options.name,
+        framework: options.framework ?? "custom",
+        namespace,
+        ...options.new ? { new: true } : {}
+      },
       headers: { "Idempotency-Key": messageId() },
       idempotent: true,
       signal: options.signal
