@@ -109,8 +109,9 @@ class AccountStore:
                                stale: str = "") -> str:
         """Claim the name for `agent_id` unless another agent holds it (a claim by `stale`, a
         removed agent, is replaced); returns the agent that holds it. Two processes claiming at
-        once get the same answer."""
-        claimed, = await self.writer.run([
+        once get the same answer. Not waited for by itself: the agent's record, written next,
+        waits for the replicas."""
+        claimed, = await self.backend.run([
             (self._claim, CLAIM_KEYS.pack(names=layout.agent_names(namespace)),
              CLAIM.pack(field=f"{registrar}\n{name}", id=agent_id, stale=stale))])
         return text(claimed)
