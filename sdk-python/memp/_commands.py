@@ -63,6 +63,29 @@ def _listing(items: Iterable[T], table: bool, header: str, row: Callable[[T], st
             _out(to_builtins(item))
 
 
+class AgentNames:
+    """Agent ids as people read them: the agent's name when it is registered in the namespace
+    (looked up once, on first use), else the id as it is. Never cut, so it can be copied."""
+
+    def __init__(self, broker: MEMP) -> None:
+        self.broker = broker
+        self.names: dict[str, str] | None = None
+
+    def of(self, agent_id: str) -> str:
+        if self.names is None:
+            try:
+                self.names = {a.id: a.name for a in _agents(self.broker)}
+            except MempError:  # no read on the namespace: ids it is
+                self.names = {}
+        return self.names.get(agent_id, agent_id)
+
+
+def _who(names: AgentNames, agent_id: str, wide: bool) -> str:
+    """A table's agent cell: the name, then (with --wide) the full id."""
+    name = names.of(agent_id)
+    return f"{name:<24}  {agent_id:<36}" if wide else f"{name:<24}"
+
+
 def _pages(fetch: Callable[[str | None], P], items: Callable[[P], Iterable[T]]) -> Iterator[T]:
     """Every item of a listing, page after page: `fetch(cursor)` gets a page (with
     `next_cursor`), `items(page)` what it holds."""
@@ -154,10 +177,12 @@ def cmd_proposals(broker: MEMP, args: argparse.Namespace) -> None:
     proposals = _pages(lambda cursor: broker.proposals.list(status=args.status, key=args.key,
                                                             cursor=cursor),
                        lambda page: page.proposals)
-    _listing(proposals, args.table, f"{'ID':<33}  {'STATUS':<8}  {'OP':<6}  {'BY':<24}  KEY",
+    names, wide = AgentNames(broker), args.wide
+    by = f"{'BY':<24}  {'AGENT ID':<36}" if wide else f"{'BY':<24}"
+    _listing(proposals, args.table or wide, f"{'ID':<33}  {'STATUS':<8}  {'OP':<6}  {by}  KEY",
              lambda proposal: f"{proposal.id:<33}  {proposal.status:<8}  "
-                              f"{proposal.operation:<6}  {proposal.proposed_by[:24]:<24}  "
-                              f"{proposal.key}")
+                              f"{proposal.operation:<6}  "
+                              f"{_who(names, proposal.proposed_by, wide)}  {proposal.key}")
 
 
 def cmd_proposal(broker: MEMP, args: argparse.Namespace) -> None:
@@ -196,13 +221,16 @@ def cmd_audit(broker: MEMP, args: argparse.Namespace) -> None:
                  "actor": args.actor, "key": args.key, "action": args.action}
     records = broker.audit.export(**selection) if args.what == "export" or args.limit is None \
         else broker.audit.list(limit=args.limit, **selection).records
-    _listing(records, args.table,
-             f"{'TIME':<12}  {'ACTION':<14}  {'ACTOR':<24}  {'VERSIONS':<9}  KEY", _audit_row)
+    names, wide = AgentNames(broker), args.wide
+    actor = f"{'ACTOR':<24}  {'ACTOR ID':<36}" if wide else f"{'ACTOR':<24}"
+    _listing(records, args.table or wide,
+             f"{'TIME':<12}  {'ACTION':<14}  {actor}  {'VERSIONS':<9}  KEY",
+             lambda record: _audit_row(record, names, wide))
 
 
-def _audit_row(record: AuditRecord) -> str:
+def _audit_row(record: AuditRecord, names: AgentNames, wide: bool) -> str:
     versions = f"{record.version_before or '-'}>{record.version_after or '-'}"
-    return (f"{_clock(record.at):<12}  {record.action:<14}  {record.actor[:24]:<24}  "
+    return (f"{_clock(record.at):<12}  {record.action:<14}  {_who(names, record.actor, wide)}  "
             f"{versions:<9}  {record.key or ''}")
 
 
@@ -350,7 +378,7 @@ def _first_grants(broker: MEMP, agent: Agent) -> list[Grant]:
 def cmd_agents_list(broker: MEMP, args: argparse.Namespace) -> None:
     _listing(list(_agents(broker)), args.table,
              f"{'ID':<36}  {'NAME':<24}  {'FRAMEWORK':<12}  LAST SEEN",
-             lambda agent: f"{agent.id:<36}  {agent.name[:24]:<24}  "
+             lambda agent: f"{agent.id:<36}  {agent.name:<24}  "
                            f"{agent.framework[:12]:<12}  {_clock(agent.last_seen)}")
 
 
@@ -380,7 +408,7 @@ def cmd_keys_create(broker: MEMP, args: argparse.Namespace) -> None:
 
 def cmd_keys_list(broker: MEMP, args: argparse.Namespace) -> None:
     _listing(broker.keys.list(), args.table, f"{'ID':<36}  {'NAME':<24}  GRANTS",
-             lambda key: f"{key.id:<36}  {key.name[:24]:<24}  "
+             lambda key: f"{key.id:<36}  {key.name:<24}  "
                          + " ".join(f"{g.namespace}={','.join(g.permissions)}"
                                     for g in key.grants))
 

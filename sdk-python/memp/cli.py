@@ -125,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "list proposals (gated writes), newest first, one per line")
     proposals.add_argument("--status", choices=["pending", "approved", "rejected", "expired"])
     proposals.add_argument("--key")
-    proposals.add_argument("--table", action="store_true", help="print a readable table")
+    proposals.add_argument("--table", action="store_true",
+                           help="print a readable table (agents by name)")
+    proposals.add_argument("--wide", action="store_true",
+                           help="a table with each agent's full id beside its name")
     proposal = command("proposal", cmd_proposal, "print a proposal with its diff")
     proposal.add_argument("proposal_id", metavar="ID")
     approve = command("approve", cmd_approve,
@@ -147,7 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--key")
     audit.add_argument("--action", help="put, delete, merge, propose, approve, config, ...")
     audit.add_argument("--limit", type=int, help="at most this many records (default: all)")
-    audit.add_argument("--table", action="store_true", help="print a readable table")
+    audit.add_argument("--table", action="store_true",
+                       help="print a readable table (agents by name)")
+    audit.add_argument("--wide", action="store_true",
+                       help="a table with each actor's full id beside its name")
 
     history = command("history", cmd_history, "print a key's recent versions, newest first")
     history.add_argument("key")

@@ -415,3 +415,23 @@ def test_proposals_approve_reject_and_audit(env: dict[str, str], ns: str) -> Non
     assert len(lines(memp(env, "audit", "export").stdout)) == len(records)
     verified = memp(env, "audit", "verify")
     assert verified.returncode == 0 and json.loads(verified.stdout)["ok"] is True
+
+
+def test_tables_name_agents_and_wide_ones_show_their_whole_ids(env: dict[str, str]) -> None:
+    name = "a-proposer-with-a-name-longer-than-its-column"
+    assert memp(env, "config", "set", json.dumps({
+        "rules": [{"pattern": "facts/*", "approval": "required"}]})).returncode == 0
+    agent = json.loads(memp(env, "register", "--name", name).stdout)
+    agent_id = agent["agent"]["id"]
+    as_agent = {**env, "MEMP_API_KEY": agent["credentials"]["api_key"]}
+    assert "awaits approval" in memp(as_agent, "put", "facts/b", "1").stderr
+    table = memp(env, "proposals", "--table").stdout.splitlines()
+    assert table[0].split() == ["ID", "STATUS", "OP", "BY", "KEY"]
+    assert f"  {name}  " in table[1] and agent_id not in table[1]
+    wide = memp(env, "proposals", "--wide").stdout.splitlines()
+    assert wide[0].split() == ["ID", "STATUS", "OP", "BY", "AGENT", "ID", "KEY"]
+    assert f"  {name}  " in wide[1] and f"  {agent_id}  " in wide[1]  # whole, copyable
+    audit = memp(env, "audit", "--wide", "--action", "propose").stdout.splitlines()
+    assert f"  {name}  " in audit[1] and f"  {agent_id}  " in audit[1]
+    # An actor that is no agent (the admin key) is shown as it is.
+    assert "  admin  " in memp(env, "audit", "--table", "--action", "config").stdout
