@@ -395,8 +395,8 @@ def cmd_mcp(broker: MEMP, args: argparse.Namespace) -> None:
     try:
         from memp import bridge
     except ImportError:
-        raise UsageError("memp mcp needs the mcp package: pip install 'memp-sdk[mcp]'") \
-            from None
+        raise UsageError("memp mcp needs the mcp package: pip install -e './sdk-python[mcp]' "
+                         "(from a clone of the repository)") from None
     bridge.run(broker.config)
 
 

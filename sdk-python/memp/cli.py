@@ -198,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("mcp", cmd_mcp,
             "serve the broker's MCP tools and resources over stdin/stdout, for desktop MCP "
-            "clients (needs memp-sdk[mcp]); MEMP_NAMESPACE, if set, is the default namespace")
+            "clients (needs the mcp extra: pip install -e './sdk-python[mcp]'); "
+            "MEMP_NAMESPACE, if set, is the default namespace")
 
     config = commands.add_parser(
         "config", parents=[common], help="read or replace the namespace configuration (admin)",
