@@ -137,15 +137,15 @@ def usable_cores() -> int:
     return max(cores, 1)
 
 
-def _worker_count(workers: int | str, settings: Settings) -> int:
-    """--workers as a number: `auto` is one per usable core (one on the embedded store)."""
+def _worker_count(workers: int | str, settings: Settings) -> tuple[int, str | None]:
+    """--workers as a number (`auto` is one per usable core, one on the embedded store), and
+    what to say about a count chosen for the operator."""
     if isinstance(workers, int):
-        return workers
+        return workers, None
     count = 1 if settings.embedded else usable_cores()
     note = " (the embedded store is per process)" if settings.embedded else ""
-    print(f"memp-broker: --workers auto: {count} worker process{'es' if count > 1 else ''}"
-          f"{note}", flush=True)
-    return count
+    return count, (f"memp-broker: --workers auto: {count} worker process"
+                   f"{'es' if count > 1 else ''}{note}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,11 +178,17 @@ def main(argv: list[str] | None = None) -> int:
 def serve(settings: Settings, requested: int | str, log_level: str, log_format: str) -> int:
     from broker.runtime import logs
 
-    workers = _worker_count(requested, settings)
+    workers, note = _worker_count(requested, settings)
+    if workers > 1 and settings.embedded:
+        raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per "
+                            "process")
+    # The port first: a broker that cannot listen says so before anything else (and makes up
+    # no admin key it would never use).
+    listeners = bind_each(settings.host, settings.port, workers) if workers > 1 \
+        else [bind(settings.host, settings.port)]
+    if note:
+        print(note, flush=True)
     if workers > 1:
-        if settings.embedded:
-            raise SettingsError("--workers > 1 needs MEMP_REDIS_URL: the embedded store is per "
-                                "process")
         from broker.runtime.metrics import prepare_multiprocess, remove_multiprocess
 
         # Before the app (and prometheus_client) is imported: the workers add up their metrics.
@@ -220,11 +226,9 @@ def serve(settings: Settings, requested: int | str, log_level: str, log_format: 
         _hand_down(settings)
         config = ServerConfig("broker.asgi:build", limits, factory=True, workers=workers,
                               **options)
-        listeners = bind_each(settings.host, settings.port, workers)
     else:
         config = ServerConfig(create_app(settings), limits, **options)
         tune_for_server()
-        listeners = [bind(settings.host, settings.port)]
     _announce(settings, https=certificates is not None)
     if workers > 1:
         try:

@@ -179,6 +179,7 @@ class RegisterBody(Struct, forbid_unknown_fields=True):
     name: str
     namespace: str
     framework: str = "custom"
+    new: bool = False  # another agent of this name, rather than the one registered before
 
 
 class CreateKeyBody(Struct, forbid_unknown_fields=True):
@@ -205,6 +206,7 @@ class Message(Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True
 class RegisterMessage(Message, tag="agent.register"):
     name: str
     framework: str = "custom"
+    new: bool = False
 
 
 class AgentGetMessage(Message, tag="agent.get"):

@@ -110,8 +110,9 @@ class AmpRemember(Struct, forbid_unknown_fields=True, kw_only=True):
         "how to do something."))] = "semantic"
     owner_id: Annotated[str | None, Meta(description=(
         "Who the memory is about or belongs to. Leave it out for yourself."))] = None
-    owner_type: Annotated[Literal["user", "agent", "organization"], Meta(description=(
-        "What kind of owner owner_id names."))] = "agent"
+    owner_type: Annotated[Literal["user", "agent", "organization"] | None, Meta(description=(
+        "What kind of owner owner_id names: user unless given (you yourself, without "
+        "owner_id, are an agent)."))] = None
     metadata: Annotated[dict[str, Any], Meta(description=(
         "Labels to find it by later (recall matches them exactly)."))] = {}
     importance: Annotated[float, Meta(ge=0.0, le=1.0, description=(
@@ -276,7 +277,7 @@ class Toolbox:
             "type": args.type,
             "content": {"text": args.text, "metadata": args.metadata},
             "identity": {"owner_id": args.owner_id or agent,
-                         "owner_type": args.owner_type if args.owner_id else "agent"},
+                         "owner_type": _owner_type(args.owner_id, args.owner_type)},
             "scoring": {"importance": args.importance, "confidence": args.confidence},
             "access_policy": {"readable_by": args.readable_by, "public": args.public},
             "provenance": {"source_type": "mcp"},
@@ -304,3 +305,11 @@ def _decode(kind: type[T], arguments: dict[str, Any]) -> T:
         field = str(exc).rsplit("`$.", 1)[1].rstrip("`") if "`$." in str(exc) else None
         raise MempError("invalid_request", f"invalid arguments: {exc}",
                         {"field": field} if field else {}) from None
+
+
+def _owner_type(owner_id: str | None, owner_type: str | None) -> str:
+    """The one default of the SDKs and the MCP tools (docs/amp.md): a named owner is a user
+    unless said otherwise; without one, the cell is the acting agent's own."""
+    if not owner_id:
+        return "agent"
+    return owner_type or "user"

@@ -23,6 +23,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     ProcessCollector,
+    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.metrics_core import Metric
@@ -73,6 +74,9 @@ class Metrics:
     them all (docs/operations.md describes each)."""
 
     def __init__(self) -> None:
+        # No `*_created` series beside each counter and histogram: clutter to most Prometheus
+        # users (the client's switch is process-wide; the broker's metrics are all made here).
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         self.multiprocess = multiprocess_dir()
         r = self.registry
@@ -103,7 +107,8 @@ class Metrics:
             "memp_rate_limited", "Requests refused for going over a rate, by limit and by whose "
             "rate it was (scope: agent or namespace).", ["limit", "scope"], registry=r)
         self.quota_exceeded = Counter(
-            "memp_quota_exceeded", "Writes and streams refused for going over a quota, by limit.",
+            "memp_quota_exceeded", "Writes, approvals, streams (SSE and MCP) and proposals refused "
+            "for going over a quota, by limit.",
             ["limit"], registry=r)
         for reason in CLOSE_REASONS:
             self.stream_closes.labels(reason)  # present at 0 from the start

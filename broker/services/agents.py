@@ -1,4 +1,8 @@
-"""Agent registration and look-up; registration returns an API key bound to the new agent."""
+"""Agent registration and look-up; registration returns an API key bound to the agent.
+
+Registering a name again with the same credential finds the agent it made the first time and
+hands out a new key bound to it, with the grants the first one had (`reused`); `new` makes
+another agent of that name."""
 
 from __future__ import annotations
 
@@ -25,11 +29,12 @@ _FRAMEWORK_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
-class Registration(msgspec.Struct, kw_only=True):
-    """What `agent.register` returns."""
+class Registration(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What `agent.register` returns (`reused` only when true)."""
 
     agent: Agent
     credentials: Credentials
+    reused: bool = False  # the agent this credential registered under this name before
 
 
 class AgentService:
@@ -44,7 +49,7 @@ class AgentService:
         self.audit = audit
 
     async def register(self, principal: Principal, namespace: str, name: str, framework: str,
-                       message_id: str | None = None) -> Registration:
+                       message_id: str | None = None, new: bool = False) -> Registration:
         validate_namespace(namespace)
         principal.require("write", namespace)
         check_message_id(message_id)
@@ -55,10 +60,12 @@ class AgentService:
                 "invalid_request",
                 f"framework must be one of {', '.join(KNOWN_FRAMEWORKS)} or a lowercase name",
             )
-        sent = fingerprint("register", name, framework)
-        planned = self._plan(principal, namespace, name, framework)
+        if not isinstance(new, bool):
+            raise MempError("invalid_request", "new must be true or false")
+        sent = fingerprint("register", name, framework, new)
+        planned = await self._plan(principal, namespace, name, framework, new)
         if not message_id:
-            return await self._apply(principal, planned)
+            return await self._apply(principal, planned, new)
         # The reply is kept (pending) before anything is written, so a retry after a failure
         # at any later step finds it and completes that same registration, never a second.
         kept, reply, done = await self.store.reserve_reply(
@@ -66,33 +73,64 @@ class AgentService:
         planned = _replayed((kept, reply), sent, message_id)
         if done or await self.store.removed_agents({planned.agent.id}):
             return planned
-        result = await self._apply(principal, planned)
+        result = await self._apply(principal, planned, new)
         await self.store.finish_reply(namespace, principal.writer_id, message_id, sent,
                                       msgspec.json.encode(result))
         return result
 
-    def _plan(self, principal: Principal, namespace: str, name: str, framework: str
-              ) -> Registration:
-        """A new agent and its credentials, not yet stored."""
+    async def _plan(self, principal: Principal, namespace: str, name: str, framework: str,
+                    new: bool) -> Registration:
+        """The agent (new, or the one this credential registered under this name) and new
+        credentials for it, not yet stored."""
         now = self.clock()
-        agent_id = str(uuid.uuid4())
+        known = None if new else await self._claimed(principal, namespace, name)
+        agent = known or Agent(id=str(uuid.uuid4()), name=name, framework=framework,
+                               namespace=namespace, created_at=now, last_seen=now)
         return Registration(
-            agent=Agent(id=agent_id, name=name, framework=framework, namespace=namespace,
-                        created_at=now, last_seen=now),
+            agent=agent, reused=known is not None,
             credentials=Credentials(api_key=new_api_key(self.settings.key_env),
-                                    key_id=new_key_id(), agent_id=agent_id))
+                                    key_id=new_key_id(), agent_id=agent.id))
 
-    async def _apply(self, principal: Principal, planned: Registration) -> Registration:
+    async def _claimed(self, principal: Principal, namespace: str, name: str,
+                       agent_id: str | None = None) -> Agent | None:
+        """The live agent this credential registered under this name (`agent_id`: the one
+        holding the claim, when known), or None."""
+        agent_id = agent_id or await self.store.claimed_agent(namespace, principal.subject, name)
+        if agent_id is None or await self.store.removed_agents({agent_id}):
+            return None
+        return await self.store.get_agent(namespace, agent_id)
+
+    async def _claim(self, principal: Principal, planned: Registration) -> Registration:
+        """Claim the name for the planned agent; when another registration by this credential
+        holds it (two at once, on two processes), the key goes to that agent instead."""
+        agent, stale = planned.agent, ""
+        for _ in range(2):  # at most one stale claim (a removed agent's) to replace
+            holder = await self.store.claim_agent_name(agent.namespace, principal.subject,
+                                                       agent.name, agent.id, stale)
+            if holder == agent.id:
+                return planned
+            found = await self._claimed(principal, agent.namespace, agent.name, holder)
+            if found is not None:
+                credentials = msgspec.structs.replace(planned.credentials, agent_id=found.id)
+                return Registration(agent=found, credentials=credentials, reused=True)
+            stale = holder
+        return planned
+
+    async def _apply(self, principal: Principal, planned: Registration, new: bool
+                     ) -> Registration:
         """Store a planned registration; each step may run again (a retried registration)."""
-        agent = await self.store.save_agent(planned.agent)
+        if not (new or planned.reused):
+            planned = await self._claim(principal, planned)
+        agent = planned.agent if planned.reused else await self.store.save_agent(planned.agent)
         credentials = planned.credentials
         await save_api_key(self.store, credentials.api_key, ApiKeyRecord(
             id=credentials.key_id, name=f"agent {agent.name}"[:200],
             grants=principal.delegated_grants(agent.namespace, self.settings.amp_namespace),
             agent_id=agent.id, created_at=agent.created_at, created_by=principal.subject))
         await self.audit.record(agent.namespace, "agent-register", actor_fields(principal),
-                                details={"agent": agent.id, "key": credentials.key_id})
-        return Registration(agent=agent, credentials=credentials)
+                                details={"agent": agent.id, "key": credentials.key_id,
+                                         **({"reused": True} if planned.reused else {})})
+        return Registration(agent=agent, credentials=credentials, reused=planned.reused)
 
     async def get(self, principal: Principal, namespace: str, agent_id: str) -> Agent:
         validate_namespace(namespace)

@@ -19,6 +19,8 @@ from broker.storage.writes import RecordWriter
 AGENT_KEYS = Fields("agent_keys", ("agent", "index"))
 AGENT = Fields("agent", ("id", "name", "framework", "namespace", "created_at"))
 SEEN = Fields("seen", ("when",))
+CLAIM_KEYS = Fields("claim_keys", ("names",))
+CLAIM = Fields("claim", ("field", "id", "stale"))
 UPGRADE_KEYS = Fields("upgrade_keys", ("old_ids", "new_ids"))
 UPGRADE = Fields("upgrade", ("old_prefix", "new_prefix"))
 _key_record = msgspec.json.Decoder(ApiKeyRecord)
@@ -39,6 +41,7 @@ class AccountStore:
         self.idempotency_window_ms = max(idempotency_window_ms, 1)
         self._save_agent = scripts.register(client, ["agent_save.lua"], [AGENT_KEYS, AGENT])
         self._seen = scripts.register(client, ["agent_seen.lua"], [SEEN])
+        self._claim = scripts.register(client, ["agent_claim.lua"], [CLAIM_KEYS, CLAIM])
         self._upgrade = scripts.register(client, ["api_keys_upgrade.lua"],
                                          [UPGRADE_KEYS, UPGRADE])
 
@@ -96,6 +99,22 @@ class AccountStore:
                         namespace=agent.namespace, created_at=agent.created_at)),
             self.writer.call(("HSET", layout.agent_homes(), agent.id, agent.namespace))])
         return msgspec.structs.replace(agent, created_at=int(created), last_seen=int(created))
+
+    async def claimed_agent(self, namespace: str, registrar: str, name: str) -> str | None:
+        """The agent this credential registered under this name, if any (perhaps removed)."""
+        found = await self.redis.hget(layout.agent_names(namespace), f"{registrar}\n{name}")
+        return text(found) if found is not None else None
+
+    async def claim_agent_name(self, namespace: str, registrar: str, name: str, agent_id: str,
+                               stale: str = "") -> str:
+        """Claim the name for `agent_id` unless another agent holds it (a claim by `stale`, a
+        removed agent, is replaced); returns the agent that holds it. Two processes claiming at
+        once get the same answer. Not waited for by itself: the agent's record, written next,
+        waits for the replicas."""
+        claimed, = await self.backend.run([
+            (self._claim, CLAIM_KEYS.pack(names=layout.agent_names(namespace)),
+             CLAIM.pack(field=f"{registrar}\n{name}", id=agent_id, stale=stale))])
+        return text(claimed)
 
     async def get_agent(self, namespace: str, agent_id: str) -> Agent | None:
         raw = await self.redis.hgetall(layout.agent(namespace, agent_id))

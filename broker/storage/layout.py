@@ -45,6 +45,12 @@ def idempotency(namespace: str, agent_id: str, message_id: str) -> str:
     return f"{_ns(namespace)}:msg:{agent_id}:{message_id}"
 
 
+def agent_names(namespace: str) -> str:
+    """Hash from `<registering credential>\n<agent name>` to the agent that registration made,
+    so registering a name again with the same credential finds it."""
+    return f"{_ns(namespace)}:agent-names"
+
+
 def agent(namespace: str, agent_id: str) -> str:
     """Hash holding one registered agent."""
     return f"{_ns(namespace)}:agent:{agent_id}"

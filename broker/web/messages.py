@@ -134,9 +134,11 @@ class MessageHandler:
                 return self.reply("result", message, key=message.key, versions=versions)
             case RegisterMessage():
                 registration = await self.agents.register(principal, ns, message.name,
-                                                          message.framework, message.id)
+                                                          message.framework, message.id,
+                                                          message.new)
                 return self.reply("ack", message, agent=registration.agent,
-                                  credentials=registration.credentials)
+                                  credentials=registration.credentials,
+                                  **({"reused": True} if registration.reused else {}))
             case AgentGetMessage():
                 agent = await self.agents.get(principal, ns, message.agent)
                 return self.reply("result", message, agent=agent)

@@ -70,6 +70,9 @@ export interface HistoryOptions extends CallOptions {
 export interface RegisterOptions {
   name: string
   framework?: string | undefined
+  /** Register another agent of this name; by default a name this token registered before
+   * finds that agent (with a new key). */
+  new?: boolean | undefined
   namespace?: string | undefined
   signal?: AbortSignal | undefined
 }
@@ -304,7 +307,12 @@ export class MEMP {
     const reply = await this.#transport.send({
       method: 'POST',
       path: '/v1/agents',
-      body: { name: options.name, framework: options.framework ?? 'custom', namespace },
+      body: {
+        name: options.name,
+        framework: options.framework ?? 'custom',
+        namespace,
+        ...(options.new ? { new: true } : {}),
+      },
       headers: { 'Idempotency-Key': messageId() },
       idempotent: true,
       signal: options.signal,

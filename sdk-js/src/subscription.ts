@@ -70,6 +70,8 @@ export class StreamState {
   readonly snapshotSent = new Set<string>()
   /** Connection attempts in a row that delivered nothing. */
   failures = 0
+  /** Reconnection attempts since the last event (the first is 1). */
+  retries = 0
   /** This connection delivered an event. */
   live = false
   /** The broker ended the stream and asked to be resumed. */
@@ -117,7 +119,7 @@ export class StreamState {
   report(status: ConnectionState['status'], error: unknown = null): void {
     if (status === this.status && status !== 'reconnecting') return
     this.status = status
-    const attempt = status === 'reconnecting' ? this.failures : 0
+    const attempt = status === 'reconnecting' ? this.retries : 0
     try {
       this.onState?.({ status, attempt, error })
     } catch {
@@ -127,6 +129,7 @@ export class StreamState {
 
   attempting(): void {
     const first = this.connections === 0 && this.failures === 0
+    if (!first) this.retries += 1
     this.report(first ? 'connecting' : 'reconnecting', first ? null : this.error)
   }
 
@@ -146,6 +149,7 @@ export class StreamState {
     if (!kind) return null
     this.live = true
     this.failures = 0
+    this.retries = 0
     if (message.id) this.cursor = message.id
     if (ENTRY_EVENTS.has(kind)) {
       const entry = toEntry(decode<WireEntry>(message.data, kind))

@@ -10,6 +10,9 @@ import { ConnectionFailedError, CorsRefusedError, errorFromReply } from './error
 import { fetchTrusting, unverified, type CertificateAuthorities } from './trust.js'
 
 export const DEFAULT_BASE_URL = 'http://127.0.0.1:8080'
+/** Milliseconds a call keeps retrying a broker out of reach or answering 503: longer than a
+ * Redis Sentinel or Cluster failover takes (typically 4-9 s; docs/scaling.md). */
+export const DEFAULT_RETRY_FOR = 20_000
 
 /** How to reach the broker and how patiently to talk to it. */
 export interface MempOptions {
@@ -21,8 +24,19 @@ export interface MempOptions {
   baseUrl?: string | undefined
   /** Milliseconds one request attempt may take (default 10 000). */
   timeout?: number | undefined
-  /** Resends after a connection error or a 503 (default 3). */
+  /**
+   * Milliseconds a call keeps resending, with backoff, after a connection error or a 503 (or a
+   * short 429), e.g. through a Redis failover; 0: no retries. Default: `MEMP_RETRY_FOR`
+   * (seconds) from the environment, else 20 000.
+   */
+  retryFor?: number | undefined
+  /** At most this many resends as well (default: as many as fit in `retryFor`). */
   maxRetries?: number | undefined
+  /**
+   * Told what a call waits for when it first retries ("the broker at ... is unavailable
+   * (503); retrying PUT ... for up to 20 s more"). Default: `console.warn`; `null` says nothing.
+   */
+  onRetry?: ((message: string) => void) | null | undefined
   /** Milliseconds a subscription waits for any byte before it reconnects (default 60 000). */
   streamTimeout?: number | undefined
   /**
@@ -39,7 +53,9 @@ export interface Config {
   apiKey: string | null
   namespace: string | null
   timeout: number
+  retryFor: number
   maxRetries: number
+  onRetry: ((message: string) => void) | null
   streamTimeout: number
   backoff: number
   maxBackoff: number
@@ -64,7 +80,19 @@ function env(name: string): string | undefined {
   return value === '' ? undefined : value
 }
 
-/** Options win over MEMP_API_KEY, MEMP_NAMESPACE, MEMP_BASE_URL and MEMP_CA_BUNDLE. */
+/** MEMP_RETRY_FOR (seconds) in milliseconds, else the default. */
+function retryForFromEnv(): number {
+  const text = env('MEMP_RETRY_FOR')
+  if (text === undefined) return DEFAULT_RETRY_FOR
+  const seconds = /^\d+(\.\d+)?$/.test(text.trim()) ? Number(text) : NaN
+  if (!Number.isFinite(seconds)) {
+    throw new TypeError(`MEMP_RETRY_FOR must be a number of seconds, not ${JSON.stringify(text)}`)
+  }
+  return seconds * 1000
+}
+
+/** Options win over MEMP_API_KEY, MEMP_NAMESPACE, MEMP_BASE_URL, MEMP_CA_BUNDLE and
+ * MEMP_RETRY_FOR. */
 export function resolveConfig(options: MempOptions): Config {
   const baseUrl = options.baseUrl || env('MEMP_BASE_URL') || DEFAULT_BASE_URL
   if (options.fetch && options.ca !== undefined) {
@@ -96,7 +124,9 @@ export function resolveConfig(options: MempOptions): Config {
     apiKey,
     namespace: options.namespace || env('MEMP_NAMESPACE') || null,
     timeout: options.timeout ?? 10_000,
-    maxRetries: options.maxRetries ?? 3,
+    retryFor: options.retryFor ?? retryForFromEnv(),
+    maxRetries: options.maxRetries ?? Infinity,
+    onRetry: options.onRetry === undefined ? (message) => console.warn(message) : options.onRetry,
     streamTimeout: options.streamTimeout ?? 60_000,
     backoff: 200,
     maxBackoff: 5_000,
@@ -178,6 +208,21 @@ export class Transport {
       headers['Content-Type'] = 'application/json'
     }
     const url = this.url(call.path, call.query)
+    const started = Date.now()
+    /** The wait before the next try, or null to give up: tries go on with backoff until
+     * `retryFor` has passed since the first (and at most `maxRetries` resends); the first wait
+     * is told to `onRetry`, saying what it waits for. */
+    const pause = (attempt: number, what: string, retryAfter?: string | null): number | null => {
+      const left = this.config.retryFor - (Date.now() - started)
+      if (left <= 0 || attempt >= this.config.maxRetries) return null
+      if (attempt === 0) {
+        const seconds = left >= 1000 ? (left / 1000).toFixed(0) : (left / 1000).toFixed(1)
+        this.config.onRetry?.(
+          `memp: ${what}; retrying ${call.method} ${call.path} for up to ${seconds} s more`,
+        )
+      }
+      return Math.min(this.delay(attempt, retryAfter), left)
+    }
     for (let attempt = 0; ; attempt++) {
       call.signal?.throwIfAborted()
       let response: Response
@@ -202,13 +247,16 @@ export class Transport {
         const refused = certificateError(error, this.config) ?? (await corsRefusal(error, this.config))
         if (refused) throw refused // the same certificate (or origin) would be refused again
         const resendable = call.idempotent || notSent(error)
-        if (attempt >= this.config.maxRetries || !resendable) {
+        const wait = resendable
+          ? pause(attempt, `could not reach the broker at ${this.config.baseUrl} (${describe(error)})`)
+          : null
+        if (wait === null) {
           throw new ConnectionFailedError(
             `could not reach the broker at ${this.config.baseUrl}: ${describe(error)}`,
             { code: 'connection_error', cause: error },
           )
         }
-        await sleep(this.delay(attempt), call.signal)
+        await sleep(wait, call.signal)
         continue
       } finally {
         clearTimeout(timer)
@@ -218,22 +266,28 @@ export class Transport {
       if (response.ok) return { status: response.status, headers: response.headers, body: json }
       // A 503 may have been applied (the store froze after running the write): only calls
       // that are safe to repeat are resent after one.
-      if (response.status === 503 && call.idempotent && attempt < this.config.maxRetries) {
-        await sleep(this.delay(attempt, response.headers.get('retry-after')), call.signal)
-        continue
+      if (response.status === 503 && call.idempotent) {
+        const wait = pause(attempt, `the broker at ${this.config.baseUrl} is unavailable (503)`,
+          response.headers.get('retry-after'))
+        if (wait !== null) {
+          await sleep(wait, call.signal)
+          continue
+        }
       }
       // A 429 wrote nothing: any call is resent once the wait it asks for has passed, when
       // that is within the backoff cap (a quota's 429 asks for none: waiting lifts no quota).
-      const wait = response.headers.get('retry-after')
+      const asked = response.headers.get('retry-after')
       if (
         response.status === 429 &&
-        wait !== null &&
-        /^\d+$/.test(wait) &&
-        Number(wait) * 1000 <= this.config.maxBackoff &&
-        attempt < this.config.maxRetries
+        asked !== null &&
+        /^\d+$/.test(asked) &&
+        Number(asked) * 1000 <= this.config.maxBackoff
       ) {
-        await sleep(this.delay(attempt, wait), call.signal)
-        continue
+        const wait = pause(attempt, `the broker at ${this.config.baseUrl} is rate limited`, asked)
+        if (wait !== null) {
+          await sleep(wait, call.signal)
+          continue
+        }
       }
       throw errorFromReply(response.status, response.statusText, json, response.headers)
     }

@@ -39,6 +39,20 @@ describe('register', () => {
     assert.equal(entry.agentId, agent.id, 'writes are attributed to the registered agent')
   })
 
+  test('a name registered again with the same token is the same agent; new: true makes another', async () => {
+    const ns = namespace()
+    const first = await admin(services.url, ns).register({ name: 'again' })
+    const again = admin(services.url, ns)
+    assert.equal((await again.register({ name: 'again' })).id, first.id)
+    assert.notEqual(again.apiKey, null)
+    const other = await admin(services.url, ns).register({ name: 'again', new: true })
+    assert.notEqual(other.id, first.id)
+    const listed = await admin(services.url, ns).agents.list()
+    assert.deepEqual(listed.agents.map((a) => a.id), [first.id, other.id])
+    const entry = await again.memory.put('fact', 1)
+    assert.equal(entry.agentId, first.id, 'the new key is bound to the first agent')
+  })
+
   test('framework defaults to custom', async () => {
     const broker = admin(services.url, namespace())
     const agent = await broker.register({ name: 'plain' })

@@ -33,7 +33,9 @@ test('a subscription survives broker restarts with no lost or doubled event', as
     const writerA = admin(stable.url, ns)
     const writerB = admin(volatile.url, ns, { maxRetries: 30 })
 
-    const events = await reader.subscribe(['a/*', 'b/*']).open()
+    /** @type {import('memp-sdk').ConnectionState[]} */
+    const states = []
+    const events = await reader.subscribe(['a/*', 'b/*'], { onState: (state) => states.push(state) }).open()
     /** @type {import('memp-sdk').MempEvent[]} */
     const received = []
     const reading = (async () => {
@@ -86,6 +88,10 @@ test('a subscription survives broker restarts with no lost or doubled event', as
     assert.ok(received.every((e) => e.type === 'put' && e.version === 1))
     assert.equal(new Set(received.map((e) => e.id)).size, received.length, 'no event twice')
     assert.ok(events.attempts >= 3, `reconnected (${events.attempts} connections)`)
+    // After a stream that worked, the tries count from 1 again.
+    const tries = states.filter((s) => s.status === 'reconnecting').map((s) => s.attempt)
+    assert.ok(tries.length >= 2 && tries.every((n) => n >= 1), `attempts ${tries}`)
+    assert.equal(tries[0], 1)
 
     // Writer B's retries were applied once each: every key holds version 1.
     const stored = await writerA.memory.query('b/*')

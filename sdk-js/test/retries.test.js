@@ -141,8 +141,11 @@ describe('Redis unavailable (503)', () => {
     const ns = namespace()
     /** @type {{ method: string, url: string, key: string | null, status: number | null }[]} */
     const log = []
-    const broker = admin(services.url, ns, { fetch: loggingFetch(log), maxRetries: 30 })
-    const impatient = admin(services.url, ns, { maxRetries: 0 })
+    /** @type {string[]} */
+    const said = []
+    // The defaults: retries for 20 s, and a word on what they wait for.
+    const broker = admin(services.url, ns, { fetch: loggingFetch(log), onRetry: (m) => said.push(m) })
+    const impatient = admin(services.url, ns, { retryFor: 0 })
     await services.redis.stop()
     try {
       await assert.rejects(impatient.memory.get('k'), (error) => {
@@ -154,10 +157,14 @@ describe('Redis unavailable (503)', () => {
       const events = broker.subscribe('k')
       const firstEvent = take(events, 1, 60_000)
       const writing = broker.memory.put('k', 'through the outage')
-      await delay(1500)
+      // Longer than the three quick retries the SDK once made (at most 1.4 s in all).
+      await delay(2500)
       await services.redis.restart()
       const entry = await writing
       assert.equal(entry.value, 'through the outage')
+      const putSaid = said.filter((m) => m.includes('retrying PUT'))
+      assert.equal(putSaid.length, 1, said.join('\n'))
+      assert.match(putSaid[0] ?? '', /^memp: the broker at \S+ is unavailable \(503\); retrying PUT \/v1\/namespaces\/[^ ]+\/memory\/k for up to \d+ s more$/)
       const puts = log.filter((r) => r.method === 'PUT')
       assert.ok(puts.length >= 2, 'the put was resent')
       assert.ok(puts.slice(0, -1).every((r) => r.status === 503))

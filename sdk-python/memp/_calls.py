@@ -123,8 +123,12 @@ def _millis(timestamp: int | datetime | None) -> int | None:
     return timestamp
 
 
-def register(namespace: str, name: str, framework: str) -> Call[Registration]:
-    body, headers = _json_body({"name": name, "framework": framework, "namespace": namespace})
+def register(namespace: str, name: str, framework: str, new: bool = False
+             ) -> Call[Registration]:
+    fields: dict[str, Any] = {"name": name, "framework": framework, "namespace": namespace}
+    if new:
+        fields["new"] = True
+    body, headers = _json_body(fields)
     return Call("POST", "/v1/agents", _decoder(Registration), body=body,
                 headers={**headers, "Idempotency-Key": message_id()})
 

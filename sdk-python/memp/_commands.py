@@ -63,6 +63,29 @@ def _listing(items: Iterable[T], table: bool, header: str, row: Callable[[T], st
             _out(to_builtins(item))
 
 
+class AgentNames:
+    """Agent ids as people read them: the agent's name when it is registered in the namespace
+    (looked up once, on first use), else the id as it is. Never cut, so it can be copied."""
+
+    def __init__(self, broker: MEMP) -> None:
+        self.broker = broker
+        self.names: dict[str, str] | None = None
+
+    def of(self, agent_id: str) -> str:
+        if self.names is None:
+            try:
+                self.names = {a.id: a.name for a in _agents(self.broker)}
+            except MempError:  # no read on the namespace: ids it is
+                self.names = {}
+        return self.names.get(agent_id, agent_id)
+
+
+def _who(names: AgentNames, agent_id: str, wide: bool) -> str:
+    """A table's agent cell: the name, then (with --wide) the full id."""
+    name = names.of(agent_id)
+    return f"{name:<24}  {agent_id:<36}" if wide else f"{name:<24}"
+
+
 def _pages(fetch: Callable[[str | None], P], items: Callable[[P], Iterable[T]]) -> Iterator[T]:
     """Every item of a listing, page after page: `fetch(cursor)` gets a page (with
     `next_cursor`), `items(page)` what it holds."""
@@ -154,10 +177,12 @@ def cmd_proposals(broker: MEMP, args: argparse.Namespace) -> None:
     proposals = _pages(lambda cursor: broker.proposals.list(status=args.status, key=args.key,
                                                             cursor=cursor),
                        lambda page: page.proposals)
-    _listing(proposals, args.table, f"{'ID':<33}  {'STATUS':<8}  {'OP':<6}  {'BY':<24}  KEY",
+    names, wide = AgentNames(broker), args.wide
+    by = f"{'BY':<24}  {'AGENT ID':<36}" if wide else f"{'BY':<24}"
+    _listing(proposals, args.table or wide, f"{'ID':<33}  {'STATUS':<8}  {'OP':<6}  {by}  KEY",
              lambda proposal: f"{proposal.id:<33}  {proposal.status:<8}  "
-                              f"{proposal.operation:<6}  {proposal.proposed_by[:24]:<24}  "
-                              f"{proposal.key}")
+                              f"{proposal.operation:<6}  "
+                              f"{_who(names, proposal.proposed_by, wide)}  {proposal.key}")
 
 
 def cmd_proposal(broker: MEMP, args: argparse.Namespace) -> None:
@@ -196,13 +221,16 @@ def cmd_audit(broker: MEMP, args: argparse.Namespace) -> None:
                  "actor": args.actor, "key": args.key, "action": args.action}
     records = broker.audit.export(**selection) if args.what == "export" or args.limit is None \
         else broker.audit.list(limit=args.limit, **selection).records
-    _listing(records, args.table,
-             f"{'TIME':<12}  {'ACTION':<14}  {'ACTOR':<24}  {'VERSIONS':<9}  KEY", _audit_row)
+    names, wide = AgentNames(broker), args.wide
+    actor = f"{'ACTOR':<24}  {'ACTOR ID':<36}" if wide else f"{'ACTOR':<24}"
+    _listing(records, args.table or wide,
+             f"{'TIME':<12}  {'ACTION':<14}  {actor}  {'VERSIONS':<9}  KEY",
+             lambda record: _audit_row(record, names, wide))
 
 
-def _audit_row(record: AuditRecord) -> str:
+def _audit_row(record: AuditRecord, names: AgentNames, wide: bool) -> str:
     versions = f"{record.version_before or '-'}>{record.version_after or '-'}"
-    return (f"{_clock(record.at):<12}  {record.action:<14}  {record.actor[:24]:<24}  "
+    return (f"{_clock(record.at):<12}  {record.action:<14}  {_who(names, record.actor, wide)}  "
             f"{versions:<9}  {record.key or ''}")
 
 
@@ -315,29 +343,42 @@ def _agents(broker: MEMP) -> Iterator[Agent]:
 
 
 def cmd_register(broker: MEMP, args: argparse.Namespace) -> None:
+    """A name this token registered before is that agent again, with a new key (the broker
+    sees to it); `--new` makes another; `--reuse` takes any agent of the name, whoever
+    registered it, with a new key of the grants its first key had."""
     existing = next((a for a in _agents(broker) if a.name == args.name), None) \
-        if args.reuse else None
+        if args.reuse and not args.new else None
     if existing is None:
-        agent = broker.register(name=args.name, framework=args.framework)
+        agent = broker.register(name=args.name, framework=args.framework, new=args.new)
         credentials = to_builtins(broker.credentials)
+        reused = broker.reused
     else:
         # The agent's first key was shown once, at registration: this one is new, bound to it.
-        created = broker.keys.create([Grant(existing.namespace, ["read", "write", "subscribe"])],
+        created = broker.keys.create(_first_grants(broker, existing),
                                      f"{existing.name} (reused)", existing.id)
-        agent = existing
+        agent, reused = existing, True
         credentials = {"api_key": created.api_key, "key_id": created.key.id,
                        "agent_id": existing.id}
-        print(f"# reusing agent {existing.name} ({existing.id}) with a new API key",
-              file=sys.stderr)
+    if reused:
+        print(f"# reusing agent {agent.name} ({agent.id}) with a new API key", file=sys.stderr)
     _out({"agent": to_builtins(agent), "credentials": credentials})
     print(f"# the agent's API key is shown only now: export MEMP_API_KEY="
           f"{credentials['api_key']}", file=sys.stderr)
 
 
+def _first_grants(broker: MEMP, agent: Agent) -> list[Grant]:
+    """The grants of the agent's first API key still live (read, write and subscribe on its
+    namespace when none is)."""
+    keys = sorted((k for k in broker.keys.list() if k.agent_id == agent.id),
+                  key=lambda k: k.created_at)
+    return list(keys[0].grants) if keys else [Grant(agent.namespace,
+                                                    ["read", "write", "subscribe"])]
+
+
 def cmd_agents_list(broker: MEMP, args: argparse.Namespace) -> None:
     _listing(list(_agents(broker)), args.table,
              f"{'ID':<36}  {'NAME':<24}  {'FRAMEWORK':<12}  LAST SEEN",
-             lambda agent: f"{agent.id:<36}  {agent.name[:24]:<24}  "
+             lambda agent: f"{agent.id:<36}  {agent.name:<24}  "
                            f"{agent.framework[:12]:<12}  {_clock(agent.last_seen)}")
 
 
@@ -354,8 +395,8 @@ def cmd_mcp(broker: MEMP, args: argparse.Namespace) -> None:
     try:
         from memp import bridge
     except ImportError:
-        raise UsageError("memp mcp needs the mcp package: pip install 'memp-sdk[mcp]'") \
-            from None
+        raise UsageError("memp mcp needs the mcp package: pip install -e './sdk-python[mcp]' "
+                         "(from a clone of the repository)") from None
     bridge.run(broker.config)
 
 
@@ -367,7 +408,7 @@ def cmd_keys_create(broker: MEMP, args: argparse.Namespace) -> None:
 
 def cmd_keys_list(broker: MEMP, args: argparse.Namespace) -> None:
     _listing(broker.keys.list(), args.table, f"{'ID':<36}  {'NAME':<24}  GRANTS",
-             lambda key: f"{key.id:<36}  {key.name[:24]:<24}  "
+             lambda key: f"{key.id:<36}  {key.name:<24}  "
                          + " ".join(f"{g.namespace}={','.join(g.permissions)}"
                                     for g in key.grants))
 

@@ -6,6 +6,7 @@ applies it once however often it arrives (docs/api.md, "Retries are safe")."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import ssl
@@ -21,6 +22,10 @@ from memp.errors import ConnectionFailed, MempError, error_from_response
 
 T = TypeVar("T")
 DEFAULT_BASE_URL = "http://127.0.0.1:8080"
+# Seconds a call keeps retrying a broker that is out of reach or answers 503: longer than a
+# Redis Sentinel or Cluster failover takes (typically 4-9 s; docs/scaling.md).
+DEFAULT_RETRY_FOR = 20.0
+log = logging.getLogger("memp")
 
 # Errors after which the request surely did not reach the broker: any call may be resent.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -44,17 +49,20 @@ class Config:
     api_key: str | None
     namespace: str | None
     timeout: float = 10.0
-    max_retries: int = 3
+    max_retries: int | None = None  # None: as many as fit in `retry_for`
     backoff: float = 0.2
     max_backoff: float = 5.0
     stream_timeout: float = 60.0
     ca_bundle: str | None = None
+    retry_for: float = DEFAULT_RETRY_FOR
 
     @classmethod
     def resolve(cls, api_key: str | None, namespace: str | None, base_url: str | None, *,
-                timeout: float, max_retries: int, stream_timeout: float,
-                ca_bundle: str | os.PathLike[str] | None = None) -> Config:
-        """Arguments win over MEMP_API_KEY, MEMP_NAMESPACE, MEMP_BASE_URL and MEMP_CA_BUNDLE."""
+                timeout: float, max_retries: int | None, stream_timeout: float,
+                ca_bundle: str | os.PathLike[str] | None = None,
+                retry_for: float | None = None) -> Config:
+        """Arguments win over MEMP_API_KEY, MEMP_NAMESPACE, MEMP_BASE_URL, MEMP_CA_BUNDLE and
+        MEMP_RETRY_FOR."""
         bundle = ca_bundle or os.environ.get("MEMP_CA_BUNDLE") or None
         return cls(
             base_url=(base_url or os.environ.get("MEMP_BASE_URL") or DEFAULT_BASE_URL
@@ -63,6 +71,7 @@ class Config:
             namespace=namespace or os.environ.get("MEMP_NAMESPACE") or None,
             timeout=timeout, max_retries=max_retries, stream_timeout=stream_timeout,
             ca_bundle=os.fspath(bundle) if bundle is not None else None,
+            retry_for=retry_for if retry_for is not None else retry_for_from_env(),
         )
 
     def verify(self) -> ssl.SSLContext | bool:
@@ -106,6 +115,20 @@ class Config:
         if deadline is not None:
             connect = max(min(connect, deadline - time.monotonic()), 0.05)
         return httpx.Timeout(self.timeout, connect=connect, read=self.stream_timeout)
+
+
+def retry_for_from_env() -> float:
+    """MEMP_RETRY_FOR (seconds, 0 for no retries), else the default."""
+    text = os.environ.get("MEMP_RETRY_FOR") or ""
+    if not text:
+        return DEFAULT_RETRY_FOR
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"MEMP_RETRY_FOR must be a number of seconds, not {text!r}")
+    return seconds
 
 
 def _resendable(call: Call[T], exc: httpx.TransportError) -> bool:
@@ -155,31 +178,66 @@ def failed(exc: httpx.TransportError, config: Config) -> MempError:
                             code="connection_error")
 
 
+class Patience:
+    """One call's retries: how long to wait before the next try, or None to give up. Tries go
+    on, with backoff, until `retry_for` seconds have passed since the first (and at most
+    `max_retries` resends, when set); the first wait is logged, saying what it waits for."""
+
+    def __init__(self, call: Call[T], config: Config) -> None:
+        self.call, self.config = call, config
+        self.attempt = 0
+        self.started = time.monotonic()
+
+    def after_error(self, exc: httpx.TransportError) -> float | None:
+        if not _resendable(self.call, exc):
+            return None
+        return self._pause(None, f"could not reach the broker at {self.config.base_url} "
+                                 f"({str(exc) or type(exc).__name__})")
+
+    def after_reply(self, response: httpx.Response) -> float | None:
+        if not _try_again(self.call, response, self.config):
+            return None
+        what = "is rate limited" if response.status_code == 429 else "is unavailable (503)"
+        return self._pause(response.headers.get("retry-after"),
+                           f"the broker at {self.config.base_url} {what}")
+
+    def _pause(self, retry_after: str | None, what: str) -> float | None:
+        config = self.config
+        left = config.retry_for - (time.monotonic() - self.started)
+        if left <= 0 or (config.max_retries is not None and self.attempt >= config.max_retries):
+            return None
+        pause = min(config.delay(self.attempt, retry_after), left)
+        (log.warning if self.attempt == 0 else log.debug)(
+            "memp: %s; retrying %s %s for up to %s s more", what, self.call.method,
+            self.call.path, f"{left:.0f}" if left >= 1 else f"{left:.1f}")
+        self.attempt += 1
+        return pause
+
+
 class SyncTransport:
     def __init__(self, config: Config, http: httpx.Client | None = None) -> None:
         self.config = config
         self.http = http or httpx.Client(timeout=config.timeout, verify=config.verify())
 
     def send(self, call: Call[T]) -> T:
-        attempt = 0
+        patience = Patience(call, self.config)
         while True:
             try:
                 response = self.http.request(
                     call.method, self.config.url(call.path), params=call.params, content=call.body,
                     headers={**self.config.headers(), **call.headers})
             except httpx.TransportError as exc:
-                if attempt >= self.config.max_retries or not _resendable(call, exc):
+                pause = patience.after_error(exc)
+                if pause is None:
                     raise failed(exc, self.config) from exc
-                time.sleep(self.config.delay(attempt))
-                attempt += 1
+                time.sleep(pause)
                 continue
             if response.is_success:
                 return call.parse(response)
-            if _try_again(call, response, self.config) and attempt < self.config.max_retries:
-                time.sleep(self.config.delay(attempt, response.headers.get("retry-after")))
-                attempt += 1
-                continue
-            raise error_from_response(response)
+            pause = patience.after_reply(response)
+            if pause is None:
+                raise error_from_response(response)
+            time.sleep(pause)
 
     def close(self) -> None:
         self.http.close()
@@ -191,26 +249,24 @@ class AsyncTransport:
         self.http = http or httpx.AsyncClient(timeout=config.timeout, verify=config.verify())
 
     async def send(self, call: Call[T]) -> T:
-        attempt = 0
+        patience = Patience(call, self.config)
         while True:
             try:
                 response = await self.http.request(
                     call.method, self.config.url(call.path), params=call.params, content=call.body,
                     headers={**self.config.headers(), **call.headers})
             except httpx.TransportError as exc:
-                if attempt >= self.config.max_retries or not _resendable(call, exc):
+                pause = patience.after_error(exc)
+                if pause is None:
                     raise failed(exc, self.config) from exc
-                await asyncio.sleep(self.config.delay(attempt))
-                attempt += 1
+                await asyncio.sleep(pause)
                 continue
             if response.is_success:
                 return call.parse(response)
-            if _try_again(call, response, self.config) and attempt < self.config.max_retries:
-                await asyncio.sleep(self.config.delay(attempt,
-                                                      response.headers.get("retry-after")))
-                attempt += 1
-                continue
-            raise error_from_response(response)
+            pause = patience.after_reply(response)
+            if pause is None:
+                raise error_from_response(response)
+            await asyncio.sleep(pause)
 
     async def aclose(self) -> None:
         await self.http.aclose()

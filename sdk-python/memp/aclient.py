@@ -219,13 +219,14 @@ class AsyncMEMP:
     """The async twin of `MEMP`; use `async with AsyncMEMP(...) as broker:` or `aclose()`."""
 
     def __init__(self, api_key: str | None = None, namespace: str | None = None,
-                 base_url: str | None = None, *, timeout: float = 10.0, max_retries: int = 3,
+                 base_url: str | None = None, *, timeout: float = 10.0,
+                 retry_for: float | None = None, max_retries: int | None = None,
                  stream_timeout: float = 60.0, ca_bundle: str | os.PathLike[str] | None = None,
                  http_client: httpx.AsyncClient | None = None) -> None:
         check_trust(ca_bundle, http_client)
         self.config = Config.resolve(api_key, namespace, base_url, timeout=timeout,
                                      max_retries=max_retries, stream_timeout=stream_timeout,
-                                     ca_bundle=ca_bundle)
+                                     retry_for=retry_for, ca_bundle=ca_bundle)
         self._transport = AsyncTransport(self.config, http_client)
         self.memory = AsyncMemory(self._transport)
         self.namespaces = AsyncNamespaces(self._transport)
@@ -238,6 +239,7 @@ class AsyncMEMP:
         self.amp = AsyncAmp(self._transport, lambda: self.agent.id if self.agent else None)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None
+        self.reused = False  # `register` found the agent this token registered before
         self._subscriptions: weakref.WeakSet[AsyncSubscription] = weakref.WeakSet()
 
     @property
@@ -248,12 +250,13 @@ class AsyncMEMP:
     def api_key(self) -> str | None:
         return self.config.api_key
 
-    async def register(self, name: str, framework: str = "custom", *,
+    async def register(self, name: str, framework: str = "custom", *, new: bool = False,
                        namespace: str | None = None) -> Agent:
         registration = await self._transport.send(_calls.register(
-            self.config.require_namespace(namespace), name, framework))
+            self.config.require_namespace(namespace), name, framework, new))
         self.agent = registration.agent
         self.credentials = registration.credentials
+        self.reused = registration.reused
         self.config.api_key = registration.credentials.api_key
         return registration.agent
 

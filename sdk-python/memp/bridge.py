@@ -3,7 +3,7 @@ as commands. It relays every request to the broker's `/mcp` with the configured 
 (MEMP_BASE_URL, MEMP_API_KEY), so the tools, resources and rules are the broker's own, and
 subscriptions become `subscriptions/listen` streams to the broker.
 
-Needs the `mcp` package: `pip install 'memp-sdk[mcp]'`."""
+Needs the `mcp` package: `pip install -e './sdk-python[mcp]'` from a clone."""
 
 from __future__ import annotations
 

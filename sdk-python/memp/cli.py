@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import sys
@@ -65,6 +66,10 @@ def _connection_options(namespace: bool = True) -> argparse.ArgumentParser:
                            help="namespace to work in (MEMP_NAMESPACE)")
     group.add_argument("--timeout", type=float, default=argparse.SUPPRESS,
                        help="seconds to wait for each reply (default 10)")
+    group.add_argument("--retry-for", type=float, metavar="SECONDS", default=argparse.SUPPRESS,
+                       help="how long to keep retrying a broker out of reach or answering 503, "
+                            "e.g. during a Redis failover (MEMP_RETRY_FOR; default 20, 0: no "
+                            "retries)")
     group.add_argument("--ca-bundle", metavar="PEM", default=argparse.SUPPRESS,
                        help="trust only the CAs in this file for an https:// broker "
                             "(MEMP_CA_BUNDLE; default: the usual public CAs)")
@@ -120,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "list proposals (gated writes), newest first, one per line")
     proposals.add_argument("--status", choices=["pending", "approved", "rejected", "expired"])
     proposals.add_argument("--key")
-    proposals.add_argument("--table", action="store_true", help="print a readable table")
+    proposals.add_argument("--table", action="store_true",
+                           help="print a readable table (agents by name)")
+    proposals.add_argument("--wide", action="store_true",
+                           help="a table with each agent's full id beside its name")
     proposal = command("proposal", cmd_proposal, "print a proposal with its diff")
     proposal.add_argument("proposal_id", metavar="ID")
     approve = command("approve", cmd_approve,
@@ -142,7 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--key")
     audit.add_argument("--action", help="put, delete, merge, propose, approve, config, ...")
     audit.add_argument("--limit", type=int, help="at most this many records (default: all)")
-    audit.add_argument("--table", action="store_true", help="print a readable table")
+    audit.add_argument("--table", action="store_true",
+                       help="print a readable table (agents by name)")
+    audit.add_argument("--wide", action="store_true",
+                       help="a table with each actor's full id beside its name")
 
     history = command("history", cmd_history, "print a key's recent versions, newest first")
     history.add_argument("key")
@@ -162,10 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--name", required=True)
     register.add_argument("--framework", default="custom",
                           help="langchain, crewai, claude, autogen, custom, ...")
+    register.add_argument("--new", action="store_true",
+                          help="register another agent of this name (by default a name this "
+                               "token registered before is that agent, with a new API key)")
     register.add_argument("--reuse", action="store_true",
-                          help="if an agent of this name is registered in the namespace, "
-                               "use it (with a new API key bound to it) instead of "
-                               "registering another")
+                          help="if an agent of this name is registered in the namespace, by "
+                               "any token, use it (with a new API key of the grants its first "
+                               "key had) instead of registering another")
 
     agents = commands.add_parser("agents", parents=[common], help="list, show or remove agents",
                                  description="the namespace's registered agents",
@@ -184,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("mcp", cmd_mcp,
             "serve the broker's MCP tools and resources over stdin/stdout, for desktop MCP "
-            "clients (needs memp-sdk[mcp]); MEMP_NAMESPACE, if set, is the default namespace")
+            "clients (needs the mcp extra: pip install -e './sdk-python[mcp]'); "
+            "MEMP_NAMESPACE, if set, is the default namespace")
 
     config = commands.add_parser(
         "config", parents=[common], help="read or replace the namespace configuration (admin)",
@@ -322,12 +337,26 @@ def _client(args: argparse.Namespace) -> MEMP:
                 namespace=getattr(args, "namespace", None),
                 base_url=getattr(args, "base_url", None),
                 timeout=getattr(args, "timeout", 10.0),
+                retry_for=getattr(args, "retry_for", None),
                 ca_bundle=getattr(args, "ca_bundle", None))
+
+
+def _say_retries() -> None:
+    """The SDK logs what a call waits for when it retries ("memp: the broker ... is
+    unavailable (503); retrying ..."): print it on stderr, as it happens."""
+    logger = logging.getLogger("memp")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.showwarning = _warn_in_one_line
+    _say_retries()
     try:
         with _client(args) as broker:
             args.handler(broker, args)

@@ -266,13 +266,14 @@ class MEMP:
     serves every call; it verifies certificates, against `ca_bundle` alone when one is given."""
 
     def __init__(self, api_key: str | None = None, namespace: str | None = None,
-                 base_url: str | None = None, *, timeout: float = 10.0, max_retries: int = 3,
+                 base_url: str | None = None, *, timeout: float = 10.0,
+                 retry_for: float | None = None, max_retries: int | None = None,
                  stream_timeout: float = 60.0, ca_bundle: str | os.PathLike[str] | None = None,
                  http_client: httpx.Client | None = None) -> None:
         check_trust(ca_bundle, http_client)
         self.config = Config.resolve(api_key, namespace, base_url, timeout=timeout,
                                      max_retries=max_retries, stream_timeout=stream_timeout,
-                                     ca_bundle=ca_bundle)
+                                     retry_for=retry_for, ca_bundle=ca_bundle)
         self._transport = SyncTransport(self.config, http_client)
         self.memory = Memory(self._transport)
         self.namespaces = Namespaces(self._transport)
@@ -285,6 +286,7 @@ class MEMP:
         self.amp = Amp(self._transport, lambda: self.agent.id if self.agent else None)
         self.agent: Agent | None = None
         self.credentials: Credentials | None = None
+        self.reused = False  # `register` found the agent this token registered before
         self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
 
     @property
@@ -296,13 +298,15 @@ class MEMP:
         """The token in use (the agent's own key after `register`)."""
         return self.config.api_key
 
-    def register(self, name: str, framework: str = "custom", *, namespace: str | None = None
-                 ) -> Agent:
-        """Register an agent; later calls use the API key bound to it."""
+    def register(self, name: str, framework: str = "custom", *, new: bool = False,
+                 namespace: str | None = None) -> Agent:
+        """Register an agent; later calls use the API key bound to it. A name this token
+        registered before finds that agent (with a new key) unless `new=True`."""
         registration = self._transport.send(_calls.register(
-            self.config.require_namespace(namespace), name, framework))
+            self.config.require_namespace(namespace), name, framework, new))
         self.agent = registration.agent
         self.credentials = registration.credentials
+        self.reused = registration.reused
         self.config.api_key = registration.credentials.api_key
         return registration.agent
 

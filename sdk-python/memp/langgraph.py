@@ -3,7 +3,7 @@
 any other MEMP client) share them, see them change and keep their history.
 
 An item `(label, ..., label), key` is the entry at `[prefix/]label/.../label/@key` (each part
-percent-encoded), its value the item's dict. Needs `pip install 'memp-sdk[langgraph]'`.
+percent-encoded), its value the item's dict. Needs `pip install -e './sdk-python[langgraph]'`.
 
     from memp.langgraph import MempStore
     store = MempStore(api_key=..., namespace="my-app")   # or MempStore(client=MEMP(...))

@@ -88,7 +88,7 @@ class Registration(Struct, kw_only=True, frozen=True):
 
     agent: Agent
     credentials: Credentials
-
+    reused: bool = False  # the agent this token registered under this name before
 
 class Grant(Struct, frozen=True):
     """Permissions on the namespaces a glob names (`acme-*`, `acme-crm`, `*`)."""

@@ -87,6 +87,7 @@ class StreamState:
         self.snapshot_pending = snapshot and self.cursor is None
         self.snapshot_sent: set[tuple[str, str, int]] = set()
         self.failures = 0  # connection attempts in a row that delivered nothing
+        self.retries = 0  # reconnection attempts since the last event (the first is 1)
         self.live = False  # this connection delivered an event
         self.resume_now = False  # the broker ended the stream and asked to be resumed
         self.connections = 0  # streams opened so far
@@ -118,7 +119,7 @@ class StreamState:
 
     def report(self, status: Status, error: BaseException | None = None) -> None:
         """Tell the listener where the connection stands (each change once)."""
-        attempt = self.failures if status == "reconnecting" else 0
+        attempt = self.retries if status == "reconnecting" else 0
         if status == self.status and status != "reconnecting":
             return
         self.status = status
@@ -126,8 +127,10 @@ class StreamState:
             self.on_state(ConnectionState(status, attempt, error))
 
     def attempting(self) -> None:
-        self.report("connecting" if self.connections == 0 and self.failures == 0
-                    else "reconnecting", self.error)
+        first = self.connections == 0 and self.failures == 0
+        if not first:
+            self.retries += 1
+        self.report("connecting" if first else "reconnecting", self.error)
 
     def wait_or_give_up(self, config: Config) -> float:
         """The pause before the next attempt, or OpenTimeout when `open()`'s time is up."""
@@ -156,6 +159,7 @@ class StreamState:
             return None
         self.live = True
         self.failures = 0
+        self.retries = 0
         if sse.id:
             self.cursor = sse.id
         kind = sse.event

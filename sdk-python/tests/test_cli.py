@@ -144,8 +144,16 @@ def test_refusals_and_usage_errors_have_their_exit_codes(env: dict[str, str]) ->
         assert schemeless.returncode == 2, schemeless.stderr
         assert "must start with http:// or https://" in schemeless.stderr
 
-    down = memp({**env, "MEMP_BASE_URL": f"http://127.0.0.1:{free_port()}"}, "get", "k")
+    url = f"http://127.0.0.1:{free_port()}"
+    down = memp({**env, "MEMP_BASE_URL": url}, "get", "k", "--retry-for", "0.5")
     assert down.returncode == 3 and "could not reach the broker" in down.stderr
+    # it said what it waited for, once, before giving up
+    assert down.stderr.count("; retrying GET /v1/namespaces/") == 1, down.stderr
+    assert f"memp: could not reach the broker at {url} (" in down.stderr
+    at_once = memp({**env, "MEMP_BASE_URL": url, "MEMP_RETRY_FOR": "0"}, "get", "k")
+    assert at_once.returncode == 3 and "retrying" not in at_once.stderr
+    bad = memp({**env, "MEMP_RETRY_FOR": "soon"}, "get", "k")
+    assert bad.returncode == 2 and "MEMP_RETRY_FOR must be a number" in bad.stderr
 
     no_namespace = memp({k: v for k, v in env.items() if k != "MEMP_NAMESPACE"}, "get", "k")
     assert no_namespace.returncode == 2, no_namespace.stderr
@@ -180,8 +188,16 @@ def test_register_reuses_an_agent_by_name_and_agents_are_listed(env: dict[str, s
     assert "reusing agent planner" in again.stderr
     written = memp({**env, "MEMP_API_KEY": second["credentials"]["api_key"]}, "put", "p", "1")
     assert json.loads(written.stdout)["agent_id"] == first["agent"]["id"]
-    other = json.loads(memp(env, "register", "--name", "planner").stdout)  # no --reuse
+    plain = memp(env, "register", "--name", "planner")  # the same token: the same agent
+    assert json.loads(plain.stdout)["agent"]["id"] == first["agent"]["id"]
+    assert "reusing agent planner" in plain.stderr
+    other = json.loads(memp(env, "register", "--name", "planner", "--new").stdout)
     assert other["agent"]["id"] != first["agent"]["id"]
+    # --reuse keeps the first key's grants, AMP's included
+    keys = {k["id"]: k for k in lines(memp(env, "keys", "list").stdout)}
+    first_grants = keys[first["credentials"]["key_id"]]["grants"]
+    assert any(g["namespace"] == "amp" for g in first_grants), first_grants
+    assert keys[second["credentials"]["key_id"]]["grants"] == first_grants
 
     listed = lines(memp(env, "agents", "list").stdout)
     assert [a["id"] for a in listed] == [first["agent"]["id"], other["agent"]["id"]]
@@ -412,3 +428,23 @@ def test_proposals_approve_reject_and_audit(env: dict[str, str], ns: str) -> Non
     assert len(lines(memp(env, "audit", "export").stdout)) == len(records)
     verified = memp(env, "audit", "verify")
     assert verified.returncode == 0 and json.loads(verified.stdout)["ok"] is True
+
+
+def test_tables_name_agents_and_wide_ones_show_their_whole_ids(env: dict[str, str]) -> None:
+    name = "a-proposer-with-a-name-longer-than-its-column"
+    assert memp(env, "config", "set", json.dumps({
+        "rules": [{"pattern": "facts/*", "approval": "required"}]})).returncode == 0
+    agent = json.loads(memp(env, "register", "--name", name).stdout)
+    agent_id = agent["agent"]["id"]
+    as_agent = {**env, "MEMP_API_KEY": agent["credentials"]["api_key"]}
+    assert "awaits approval" in memp(as_agent, "put", "facts/b", "1").stderr
+    table = memp(env, "proposals", "--table").stdout.splitlines()
+    assert table[0].split() == ["ID", "STATUS", "OP", "BY", "KEY"]
+    assert f"  {name}  " in table[1] and agent_id not in table[1]
+    wide = memp(env, "proposals", "--wide").stdout.splitlines()
+    assert wide[0].split() == ["ID", "STATUS", "OP", "BY", "AGENT", "ID", "KEY"]
+    assert f"  {name}  " in wide[1] and f"  {agent_id}  " in wide[1]  # whole, copyable
+    audit = memp(env, "audit", "--wide", "--action", "propose").stdout.splitlines()
+    assert f"  {name}  " in audit[1] and f"  {agent_id}  " in audit[1]
+    # An actor that is no agent (the admin key) is shown as it is.
+    assert "  admin  " in memp(env, "audit", "--table", "--action", "config").stdout

@@ -146,7 +146,8 @@ def test_a_subscription_survives_a_broker_restart(
     other = serve()  # takes the writes while the first is down
     with MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=first.url) as client, \
             MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=other.url) as writer:
-        events = collect(client.subscribe("k/*"))
+        states: list[ConnectionState] = []
+        events = collect(client.subscribe("k/*", on_state=states.append))
         for n in range(1, 4):
             client.memory.put("k/a", n)
         assert [e.version for e in events.take(3)] == [1, 2, 3]
@@ -166,6 +167,9 @@ def test_a_subscription_survives_a_broker_restart(
         assert all(e.type == "put" for e in received)
         client.memory.put("k/end", True)
         assert summary(events.take(1)) == [("put", "k/end", 1)]
+    # After a stream that worked, the tries count from 1 again (`memp watch` prints them).
+    attempts = [s.attempt for s in states if s.status == "reconnecting"]
+    assert attempts and attempts == list(range(1, len(attempts) + 1)), attempts
 
 
 def test_async_subscription_starts_with_a_snapshot_and_survives_a_restart(

@@ -278,11 +278,17 @@ def test_amp_tools_follow_the_amp_rules(broker: Broker, ns: str) -> None:
 
     async def main() -> None:
         async with connect(broker, token) as client, connect(broker, stranger) as other:
+            # A named owner is a user unless said otherwise, as in both SDKs.
             cell = await call(client, "amp_remember", text="The user prefers dark roast coffee",
-                              owner_id="u-1", owner_type="user", importance=0.9,
-                              metadata={"topic": "coffee"})
+                              owner_id="u-1", importance=0.9, metadata={"topic": "coffee"})
             assert cell["identity"] == {"owner_id": "u-1", "owner_type": "user",
                                         "created_by": agent_id, "session_id": None}
+            own = await call(client, "amp_remember", text="I brew at 93 degrees")
+            assert (own["identity"]["owner_id"], own["identity"]["owner_type"]) == (agent_id,
+                                                                                     "agent")
+            team = await call(client, "amp_remember", text="The team orders beans on Monday",
+                              owner_id="org-1", owner_type="organization")
+            assert team["identity"]["owner_type"] == "organization"
             assert cell["lifecycle"]["status"] == "active"
             found = await call(client, "amp_recall", query="coffee roast")
             assert [hit["cell"]["id"] for hit in found["results"]] == [cell["id"]]

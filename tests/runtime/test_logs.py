@@ -255,16 +255,25 @@ def test_requests_cannot_forge_or_colour_a_log_line(serve: Callable[..., Served]
                    in line for line in lines), "the hostile request's access line, escaped"
 
 
-def test_a_taken_port_is_said_plainly_and_nothing_claims_to_listen(
-        serve: Callable[..., Served]) -> None:
+@pytest.mark.parametrize("env", [
+    pytest.param({"MEMP_ADMIN_KEY": ADMIN_KEY}, id="admin-key-set"),
+    pytest.param({}, id="embedded-quick-start"),
+])
+def test_a_taken_port_is_said_plainly_and_first_and_nothing_claims_to_listen(
+        serve: Callable[..., Served], env: dict[str, str]) -> None:
+    """The quick start's broker makes up an admin key; one that cannot listen says so first
+    and prints no key it would never use."""
     first = serve()
     port = first.url.rsplit(":", 1)[1]
-    second = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "--port", port],
-                            env={**os.environ, "MEMP_ADMIN_KEY": ADMIN_KEY}, cwd=ROOT,
+    base = {k: v for k, v in os.environ.items() if k not in ("MEMP_ADMIN_KEY", "MEMP_REDIS_URL")}
+    second = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "--port", port,
+                             "--workers", "auto"],
+                            env={**base, **env}, cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert second.returncode == 1
-    assert "listening" not in second.stdout
-    assert f"port {port} on 127.0.0.1 is taken" in second.stderr
+    assert second.stdout == ""
+    assert second.stderr.startswith(f"memp-broker: port {port} on 127.0.0.1 is taken"), \
+        second.stderr
     assert "Traceback" not in second.stderr and "Errno" not in second.stderr
 
 

@@ -197,3 +197,19 @@ def test_the_grafana_dashboard_uses_only_metrics_the_broker_serves(broker: Broke
             or metric.removesuffix("_total") in declared, metric
     assert {"memp_subscribers", "memp_events_delivered_total", "memp_stream_closes_total",
             "memp_redis_errors_total"} <= used
+
+
+def test_no_created_series_and_every_documented_metric_has_its_help(broker: Broker) -> None:
+    import re
+
+    text = httpx.get(f"{broker.url}/metrics", timeout=10).text
+    assert "_created" not in text
+    helps = dict(re.findall(r"^# HELP (\S+) (.*)$", text, flags=re.MULTILINE))
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    documented = re.findall(r"^\| `(memp_[a-z_]+)` \|", doc, flags=re.MULTILINE)
+    assert len(documented) >= 10
+    for metric in documented:
+        assert metric in helps or metric.removesuffix("_total") in helps, metric
+    quota = helps.get("memp_quota_exceeded_total") or helps["memp_quota_exceeded"]
+    for word in ("approvals", "streams", "proposals"):
+        assert word in quota, quota

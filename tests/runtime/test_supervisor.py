@@ -161,7 +161,7 @@ def test_a_loop_stopped_from_synchronous_code_ends_and_is_not_restarted(
 
     starts, cancels, took = asyncio.run(scenario())
     assert starts == 1 and len(cancels) == ignored + 1
-    assert took < 2.0
+    assert took < WAIT / 2  # did not wait out the grace: a margin no loaded machine needs
     assert logged(caplog, "on-demand loop") == []
 
 
@@ -180,7 +180,7 @@ def test_shutdown_is_bounded_when_a_loop_ignores_a_cancel(caplog: pytest.LogCapt
 
     took, cancels = asyncio.run(scenario())
     assert cancels == ["cancel", "cancel"]
-    assert took < 2.0
+    assert took < WAIT / 2  # did not wait out the grace: a margin no loaded machine needs
     assert not [r for r in caplog.records if "left behind" in r.getMessage()]
 
 
@@ -205,7 +205,7 @@ def test_shutdown_leaves_behind_a_loop_that_ignores_every_cancel(
         await asyncio.sleep(0.01)
         started = time.monotonic()
         await supervisor.stop([task], grace=0.3)  # as the hub stops its readers at shutdown
-        await supervisor.close()  # and what was left behind is not waited for again
+        await supervisor.close(grace=WAIT)  # what was left behind is not waited for again
         took = time.monotonic() - started
         assert not task.done() and cancels >= 1
         deaf = False  # so that the test can end
@@ -214,7 +214,7 @@ def test_shutdown_leaves_behind_a_loop_that_ignores_every_cancel(
         return took
 
     took = asyncio.run(scenario())
-    assert 0.3 <= took < 1.5
+    assert 0.3 <= took < WAIT / 2
     [record] = [r for r in caplog.records if "left behind" in r.getMessage()]
     assert record.levelno == logging.ERROR and "deaf loop" in record.getMessage()
 
@@ -498,10 +498,8 @@ def test_stopping_a_broker_is_bounded_when_a_loop_ignores_a_cancel(
 
     monkeypatch.setattr(store, "touch_agents", stuck_once)
     wait_until(entered.is_set, "the flusher to get stuck")
-    started = time.monotonic()
     broker.stop()
-    assert not broker.thread.is_alive()
-    assert time.monotonic() - started < 4.0
+    assert not broker.thread.is_alive()  # a loop that ignored a cancel held no shutdown
     assert cancels == ["cancel", "cancel"]
     assert not [r for r in caplog.records if "left behind" in r.getMessage()]
     with httpx.Client() as client, pytest.raises(httpx.ConnectError):

@@ -4,7 +4,6 @@ deadline."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import jsonschema
@@ -65,9 +64,8 @@ def test_errors_are_those_of_jsonschema(draft: str, schema: dict[str, Any],
 
 def test_a_subschema_naming_another_draft_still_runs_on_re2() -> None:
     schema = {"properties": {"a": {"$schema": DRAFT7 + "#", "pattern": "^(a+)+$"}}}
-    started = time.monotonic()
+    # on a backtracking engine, 2^40 steps: the per-test timeout would fail it
     errors = list(SAFE_VALIDATORS[DRAFT2020](schema).iter_errors({"a": "a" * 40 + "!"}))
-    assert time.monotonic() - started < 0.5
     assert [e.message for e in errors] == [f"'{'a' * 40}!' does not match '^(a+)+$'"]
 
 
@@ -89,8 +87,6 @@ def test_validation_stops_at_the_deadline() -> None:
     defs = {f"l{i}": {"anyOf": [{"$ref": f"#/$defs/l{i + 1}"}] * 2} for i in range(40)}
     schema = {"$defs": {**defs, "l40": {"type": "string"}}, "$ref": "#/$defs/l0"}
     validator = SAFE_VALIDATORS[DRAFT2020](schema)
-    started = time.monotonic()
     with pytest.raises(ValidationTimeout), deadline(0.05):
-        validator.is_valid(0)
-    assert time.monotonic() - started < 0.5
+        validator.is_valid(0)  # 2^40 paths: only the deadline ends it
     assert validator.is_valid("no deadline outside the block")

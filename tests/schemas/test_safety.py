@@ -21,21 +21,18 @@ from tests.support.schemas import register, schema_path
 
 NESTED_QUANTIFIER = {"type": "string", "pattern": "^(a+)+$"}
 BUDGET_MS = 600
-# Seconds /healthz may take while a hostile value is validated: half the validation budget, so
-# a validation holding the event loop (for the budget, or until its deadline check) fails the
-# test, while a busy 2-core CI machine's scheduling noise does not. The 100 ms figure of the
-# issue is measured separately (docs/design.md, "Schemas cannot stall the broker").
-LIVENESS = BUDGET_MS / 1000 / 2
+# No wall-clock bounds here (a loaded machine breaks them; timing belongs in bench/): an engine
+# that backtracks would take 2^30 steps and more, which the per-test timeout fails; liveness is
+# an order of events, bystanders answered while the hostile request is still in flight. The
+# 100 ms figure is measured separately (docs/design.md, "Schemas cannot stall the broker").
 
 
 @pytest.mark.parametrize("length", [30, 5001])
 def test_nested_quantifier_flags_in_linear_time(admin: httpx.Client, ns: str,
                                                 length: int) -> None:
     register(admin, ns, "redos", "k/*", NESTED_QUANTIFIER)
-    started = time.monotonic()
-    flagged = put_ok(admin, ns, "k/bad", "a" * length + "!")
+    flagged = put_ok(admin, ns, "k/bad", "a" * length + "!")  # backtracking: 2^length steps
     fine = put_ok(admin, ns, "k/good", "a" * length)
-    assert time.monotonic() - started < 1.0
     assert flagged["schema_violation"] is True
     assert flagged["schema_errors"][0]["schema_id"] == "redos"
     assert get(admin, ns, "k/bad")["schema_violation"] is True
@@ -46,9 +43,7 @@ def test_nested_quantifier_flags_in_linear_time(admin: httpx.Client, ns: str,
 def test_enforcing_nested_quantifier_rejects_in_linear_time(admin: httpx.Client, ns: str) -> None:
     put_ok(admin, ns, "k/1", "aaa")
     register(admin, ns, "redos", "k/*", NESTED_QUANTIFIER, enforce=True)
-    started = time.monotonic()
     error = error_of(put(admin, ns, "k/1", "a" * 30 + "!"), 422, "schema_violation")
-    assert time.monotonic() - started < 1.0
     assert error["details"]["errors"][0]["message"].endswith("does not match '^(a+)+$'")
     assert get(admin, ns, "k/1")["value"] == "aaa"
     assert put_ok(admin, ns, "k/1", "a" * 40)["version"] == 2
@@ -149,34 +144,48 @@ def _client(url: str) -> httpx.Client:
                         timeout=15)
 
 
+Span = tuple[float, float]  # a request's start and end (time.monotonic())
+
+
 def _repeat(url: str, stop: threading.Event, request: Callable[[httpx.Client], httpx.Response],
-            latencies: list[float]) -> None:
-    """Make the request every 10 ms until stopped; record how long each took."""
+            spans: list[Span]) -> None:
+    """Make the request every 10 ms until stopped; record when each began and ended."""
     with _client(url) as client:
         while True:
             started = time.monotonic()
             assert request(client).status_code in (200, 201)
-            latencies.append(time.monotonic() - started)
+            spans.append((started, time.monotonic()))
             if stop.wait(0.01):
                 return
 
 
 def _while_probing(url: str, action: Callable[[], httpx.Response],
                    *requests: Callable[[httpx.Client], httpx.Response]
-                   ) -> tuple[httpx.Response, list[list[float]]]:
-    """Run `action` while other clients make each of `requests` over and over."""
-    stop, latencies = threading.Event(), [list[float]() for _ in requests]
+                   ) -> tuple[httpx.Response, Span, list[list[Span]]]:
+    """Run `action` while other clients make each of `requests` over and over; the action's
+    response, its span, and the probes' spans."""
+    stop, spans = threading.Event(), [list[Span]() for _ in requests]
     probers = [threading.Thread(target=_repeat, args=(url, stop, request, seen))
-               for request, seen in zip(requests, latencies, strict=True)]
+               for request, seen in zip(requests, spans, strict=True)]
     for prober in probers:
         prober.start()
     try:
+        started = time.monotonic()
         response = action()
+        span = (started, time.monotonic())
     finally:
         stop.set()
         for prober in probers:
             prober.join(timeout=10)
-    return response, latencies
+    return response, span, spans
+
+
+def _answered_meanwhile(probes: list[Span], hostile: Span) -> bool:
+    """A probe began after the hostile request and was answered before it, in the second half
+    of its time: the broker served others while it worked on the hostile value (a validation
+    holding the event loop leaves no such probe; the upload alone fills only the first part)."""
+    begun, ended = hostile
+    return any(begun < start and (begun + ended) / 2 < end < ended for start, end in probes)
 
 
 def _health(client: httpx.Client) -> httpx.Response:
@@ -193,18 +202,16 @@ def test_broker_stays_live_while_a_hostile_value_is_validated(
         register(client, ns, "hostile", "k", schema, enforce=True)
         register(client, other, "plain", "*", {"type": "object", "required": ["n"]},
                  enforce=True)
-        started = time.monotonic()
-        response, (health, writes) = _while_probing(
+        response, span, (health, writes) = _while_probing(
             tight.url, lambda: put(client, ns, "k", value), _health,
             lambda probe: put(probe, other, "k", {"n": time.monotonic()}))
-        elapsed = time.monotonic() - started
         error = error_of(response, status, code)
         if code == "schema_timeout":
+            # The validation ran its whole budget: /healthz and writes elsewhere were answered
+            # while it ran, not after it.
             assert error["details"] == {"timeout_ms": BUDGET_MS, "schema_ids": ["hostile"]}
-        assert elapsed < BUDGET_MS / 1000 + 1.5
-        assert health and max(health) < LIVENESS, health
-        # writes elsewhere never wait for the hostile validation
-        assert writes and max(writes) < BUDGET_MS / 1000 * 2 / 3, writes
+            assert _answered_meanwhile(health, span), (span, health)
+            assert _answered_meanwhile(writes, span), (span, writes)
         entry = get(client, ns, "k")
         assert (entry["value"], entry["version"]) == ({"before": True}, 1)
         assert get(client, other, "k")["version"] == len(writes)
@@ -224,17 +231,17 @@ def test_registration_waits_for_its_namespace_at_most_the_check_budget(
         busy.start()
         try:
             time.sleep(0.5)  # the hostile validation holds the namespace's turn for 3 s
-            started = time.monotonic()
             response = client.put(schema_path(ns, "plain"),
                                   json={"pattern": "*", "schema": {"type": "object"}})
-            waited = time.monotonic() - started
+            # answered while the hostile value is still being validated, not after it
+            still_validating = busy.is_alive() and not hostile
         finally:
             busy.join(timeout=15)
         error = error_of(response, 400, "invalid_schema")
         assert error["message"] == ("checking the schema against its meta-schema takes longer "
                                     "than the time budget")
         assert error["details"] == {"timeout_ms": 100}
-        assert waited < 1.5
+        assert still_validating
         error_of(hostile[0], 422, "schema_timeout")
 
 
@@ -247,9 +254,9 @@ def test_registration_that_cannot_apply_the_schema_in_time_is_refused(
     hostile = {"$defs": {**defs, "l30": {"type": "string", "minLength": 1}},
                "$ref": "#/$defs/l0"}
     with _client(tight.url) as client:
-        response, (health,) = _while_probing(tight.url, lambda: client.put(
+        response, span, (health,) = _while_probing(tight.url, lambda: client.put(
             schema_path(ns, "slow"), json={"pattern": "*", "schema": hostile}), _health)
         error = error_of(response, 400, "invalid_schema")
         assert "time budget" in error["message"]
-        assert health and max(health) < LIVENESS, health
+        assert _answered_meanwhile(health, span), (span, health)
         error_of(client.get(schema_path(ns, "slow")), 404, "not_found")

@@ -165,11 +165,74 @@ def test_idempotency_key_registers_once(admin: httpx.Client, ns: str) -> None:
     assert first.status_code == 201
     assert second.status_code == first.status_code
     assert second.json() == first.json()
-    other = register(admin, ns, headers={"Idempotency-Key": f"register-{uuid.uuid4().hex}"})
+    other = admin.post("/v1/agents", json={"name": "my-agent", "namespace": ns,
+                                           "framework": "langchain", "new": True},
+                       headers={"Idempotency-Key": f"register-{uuid.uuid4().hex}"})
+    assert other.status_code == 201
     assert other.json()["agent"]["id"] != first.json()["agent"]["id"]
     listed = admin.get(f"/v1/namespaces/{ns}/agents").json()["agents"]
     assert [a["id"] for a in listed] == [first.json()["agent"]["id"],
                                          other.json()["agent"]["id"]]
+
+
+def _grants_of(admin: httpx.Client, key_id: str) -> list[dict[str, Any]]:
+    [record] = [k for k in admin.get("/v1/keys").json()["keys"] if k["id"] == key_id]
+    grants: list[dict[str, Any]] = record["grants"]
+    return grants
+
+
+def test_registering_a_name_again_finds_the_agent_with_a_new_key_of_the_same_grants(
+        admin: httpx.Client, ns: str) -> None:
+    """Idempotent by name for the registering credential: the same agent, a new key with the
+    first key's grants (the AMP grant included), and nothing else made; `new` makes another."""
+    first = registered(admin, ns, "twice")
+    again = register(admin, ns, "twice")
+    assert again.status_code == 200, again.text
+    body = again.json()
+    assert body["reused"] is True and "reused" not in first
+    assert body["agent"] == {**first["agent"], "last_seen": body["agent"]["last_seen"]}
+    assert body["credentials"]["api_key"] != first["credentials"]["api_key"]
+    assert body["credentials"]["agent_id"] == first["agent"]["id"]
+    grants = _grants_of(admin, first["credentials"]["key_id"])
+    assert any(g["namespace"] == "amp" for g in grants), grants
+    assert _grants_of(admin, body["credentials"]["key_id"]) == grants
+    with httpx.Client(base_url=str(admin.base_url), headers={
+            "Authorization": f"Bearer {body['credentials']['api_key']}"}) as agent:
+        written = agent.put(f"/v1/namespaces/{ns}/memory/k", json={"value": 1})
+        assert written.json()["agent_id"] == first["agent"]["id"]
+    another = admin.post("/v1/agents", json={"name": "twice", "namespace": ns, "new": True})
+    assert another.status_code == 201 and "reused" not in another.json()
+    assert another.json()["agent"]["id"] != first["agent"]["id"]
+    # the name still finds the first agent, not the one `new` made
+    assert register(admin, ns, "twice").json()["agent"]["id"] == first["agent"]["id"]
+    listed = admin.get(f"/v1/namespaces/{ns}/agents").json()["agents"]
+    assert [a["id"] for a in listed] == [first["agent"]["id"], another.json()["agent"]["id"]]
+
+
+def test_another_credential_or_a_removed_agent_registers_anew(admin: httpx.Client,
+                                                               ns: str) -> None:
+    first = registered(admin, ns, "shared-name")
+    registrar = create_key(admin, [{"namespace": ns, "permissions": ["read", "write"]}])
+    with httpx.Client(base_url=str(admin.base_url),
+                      headers={"Authorization": f"Bearer {registrar}"}) as other:
+        theirs = register(other, ns, "shared-name")
+        assert theirs.status_code == 201 and theirs.json()["agent"]["id"] != first["agent"]["id"]
+        assert register(other, ns, "shared-name").json()["agent"]["id"] == \
+            theirs.json()["agent"]["id"]
+    assert admin.delete(f"/v1/namespaces/{ns}/agents/{first['agent']['id']}").status_code == 204
+    after = register(admin, ns, "shared-name")
+    assert after.status_code == 201, after.text
+    assert after.json()["agent"]["id"] not in (first["agent"]["id"], theirs.json()["agent"]["id"])
+    assert register(admin, ns, "shared-name").json()["agent"]["id"] == after.json()["agent"]["id"]
+
+
+@pytest.mark.parametrize("new", [pytest.param("yes", id="string"), pytest.param(1, id="number"),
+                                 pytest.param(None, id="null"), pytest.param([True], id="list")])
+def test_new_must_be_a_boolean(admin: httpx.Client, ns: str, new: Any) -> None:
+    response = admin.post("/v1/agents", json={"name": "n", "namespace": ns, "new": new})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert admin.get(f"/v1/namespaces/{ns}/agents").json()["agents"] == []
 
 
 def test_agent_key_writes_are_attributed_to_the_agent(
@@ -333,4 +396,24 @@ def test_one_registration_sent_to_two_processes_at_once_creates_one_agent(
     assert len({r.text for r in replies}) == 1
     listed = httpx.get(f"{processes[0].url}/v1/namespaces/{ns}/agents",
                        headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()["agents"]
+    assert [a["id"] for a in listed] == [replies[0].json()["agent"]["id"]]
+
+
+def test_one_name_registered_on_two_processes_at_once_makes_one_agent(
+        broker_processes: Callable[..., list[Any]], ns: str) -> None:
+    """No message id: the name alone makes the registrations one agent (each gets a key)."""
+    processes = broker_processes(2)
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    body = {"name": "racer", "namespace": ns}
+
+    def send(url: str) -> httpx.Response:
+        return httpx.post(f"{url}/v1/agents", json=body, headers=headers, timeout=15)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        replies = list(pool.map(send, [p.url for p in processes] * 4))
+    assert sorted(r.status_code for r in replies) == [200] * 7 + [201], [r.text for r in replies]
+    assert len({r.json()["agent"]["id"] for r in replies}) == 1
+    assert len({r.json()["credentials"]["api_key"] for r in replies}) == 8
+    listed = httpx.get(f"{processes[0].url}/v1/namespaces/{ns}/agents",
+                       headers=headers).json()["agents"]
     assert [a["id"] for a in listed] == [replies[0].json()["agent"]["id"]]

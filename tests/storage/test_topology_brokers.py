@@ -339,7 +339,7 @@ def test_configuration_schemas_and_keys_wait_for_a_replica(topology: Topology, n
                     reply = call()
                     assert reply.status_code == 503, reply.text
                     assert reply.json()["error"]["details"]["applied"] is True
-                    assert time.monotonic() - started < timeout_ms / 1000 + 2.0
+                    assert time.monotonic() - started < timeout_ms / 1000 + 10.0  # no hang
                 assert admin.get(f"/v1/namespaces/{ns}-k/memory/k", headers={
                     "Authorization": f"Bearer {doomed['api_key']}"}).status_code == 401
                 assert admin.get(f"/v1/namespaces/{ns}/config").json()["revision"] == 2

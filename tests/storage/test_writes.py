@@ -87,7 +87,7 @@ def applied_not_confirmed(reply: httpx.Response, started: float) -> None:
     assert error["code"] == "unavailable" and reply.headers["retry-after"] == "1"
     assert error["details"] == {"applied": True, "replicas_confirmed": 0,
                                 "replicas_required": 1}
-    assert time.monotonic() - started < TIMEOUT_MS / 1000 + 2.0
+    assert time.monotonic() - started < TIMEOUT_MS / 1000 + 10.0  # gave up, did not hang
 
 
 def timed(call: Callable[[], httpx.Response]) -> tuple[httpx.Response, float]:

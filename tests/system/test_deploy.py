@@ -300,6 +300,30 @@ def wait_until_promoted(state: dict[str, Any], namespace: str, killed: int) -> N
     raise AssertionError(f"no replica took over from port {killed}")
 
 
+def check_status_names_roles_and_the_failover(state: dict[str, Any], run_dir: Path) -> None:
+    """`status` shows each data node's role, as the node says it, and the exact command that
+    fails a primary over."""
+    shown = run_local("status", "--run-dir", str(run_dir))
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    rows = {line.split()[0]: line for line in shown.stdout.splitlines()[1:]
+            if line.startswith("  ") and " pid " in line}
+    for process in state["processes"]:
+        if process["role"] == "redis" and state["profile"] != "single":
+            said = "primary" if role_of(state, process["port"]) == "master" else "replica of"
+            assert said in rows[process["name"]], shown.stdout
+        elif process["role"] == "sentinel":
+            assert rows[process["name"]].endswith("sentinel"), shown.stdout
+    if state["profile"] == "single":
+        assert "no replica to fail over to" in shown.stdout
+        return
+    command = re.search(r"^fail over (\S+), (?:the|a) primary:  kill -9 (\d+)$", shown.stdout,
+                        flags=re.MULTILINE)
+    assert command, shown.stdout
+    [named] = [p for p in state["processes"] if p["name"] == command.group(1)]
+    assert named["pid"] == int(command.group(2)) and role_of(state, named["port"]) == "master"
+    assert f"deploy/local restart {named['name']} --run-dir {run_dir}" in shown.stdout
+
+
 @pytest.mark.deploy
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("profile", PROFILES)
@@ -319,6 +343,7 @@ def test_local_keeps_every_acknowledged_write_and_stream_through_failures(
         if process["role"] == "broker":
             assert admin_key not in Path(process["log"]).read_text()
     namespace = f"deploy-{profile}"
+    check_status_names_roles_and_the_failover(state, local_run)
 
     # Two streams: with leastconn they land on different brokers, so killing either broker
     # cuts one of them.

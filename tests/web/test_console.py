@@ -283,6 +283,24 @@ def ns() -> str:
     return f"c-{uuid.uuid4().hex[:10]}"
 
 
+def register_agent(site: ConsoleBroker, space: str, name: str) -> tuple[str, str]:
+    """A registered agent's id and API key."""
+    with site.admin() as admin:
+        reply = admin.post("/v1/agents", json={"name": name, "namespace": space})
+        assert reply.status_code == 201, reply.text
+        return str(reply.json()["agent"]["id"]), str(reply.json()["credentials"]["api_key"])
+
+
+def wipe(site: ConsoleBroker, space: str) -> None:
+    """Every Redis key of the namespace gone, as after a Redis that lost its data."""
+    import redis
+
+    with redis.Redis.from_url(site.redis_url) as client:
+        doomed = list(client.scan_iter(match=f"memp:{{{space}}}:*", count=1000))
+        assert doomed
+        client.delete(*doomed)
+
+
 @browser_test
 def test_sign_in_browse_and_see_a_write_from_outside_live(tab: Callable[..., Session],
                                                           site: ConsoleBroker) -> None:
@@ -512,7 +530,9 @@ def test_audit_trail_filters_and_chain_check(tab: Callable[..., Session],
     space = ns()
     site.put(space, "one", 1)
     site.put(space, "two", 2)
-    site.put(space, "one", 3)
+    agent_id, agent_key = register_agent(site, space, "auditee")
+    with httpx.Client(base_url=site.url, headers={"Authorization": f"Bearer {agent_key}"}) as a:
+        assert a.put(f"/v1/namespaces/{space}/memory/one", json={"value": 3}).status_code == 200
     session = tab()
     session.sign_in(site.key((space, ["read", "subscribe", "audit"])), space)
     page = session.page
@@ -523,6 +543,16 @@ def test_audit_trail_filters_and_chain_check(tab: Callable[..., Session],
     page.locator("#audit").get_by_role("button", name="Filter").click()
     # (The page's CSP forbids eval, so no wait_for_function: the locator's own wait.)
     expect(page.locator("#audit tbody tr")).to_have_count(2)
+    # The agent that wrote is shown by name, its id on hover.
+    actor = page.locator("#audit tbody tr .agent", has_text="auditee")
+    expect(actor).to_have_attribute("title", agent_id)
+    # The action filter offers the actions the broker records.
+    action = page.locator("#audit select[name=action]")
+    assert "agent-register" in action.locator("option").all_inner_texts()
+    page.locator("#audit input[name=key]").fill("")
+    action.select_option("agent-register")
+    page.locator("#audit").get_by_role("button", name="Filter").click()
+    expect(page.locator("#audit tbody tr")).to_have_count(1)
     page.get_by_role("button", name="Check the chain").click()
     page.wait_for_selector("#audit-verify.ok")
     session.shot("11-audit")
@@ -538,6 +568,10 @@ def test_amp_cells_per_owner(tab: Callable[..., Session], site: ConsoleBroker) -
                                      "identity": {"owner_id": owner, "owner_type": "user"},
                                      "access_policy": {"readable_by": ["*"]}})
             assert reply.status_code == 201, reply.text
+        reader_name = f"amp-reader-{uuid.uuid4().hex[:6]}"
+        registered = admin.post("/v1/agents", json={"name": reader_name, "namespace": "amp"})
+        assert registered.status_code == 201, registered.text
+        reader_id = registered.json()["agent"]["id"]
     session = tab()
     session.sign_in(ADMIN_KEY, "amp")
     page = session.page
@@ -545,12 +579,21 @@ def test_amp_cells_per_owner(tab: Callable[..., Session], site: ConsoleBroker) -
     page.get_by_label("Owner id").fill(owner)
     page.get_by_role("button", name="Show cells").click()
     page.wait_for_selector("text=This key is not bound to an agent: name the agent to act as.")
-    page.get_by_label("Act as agent").fill("console-test")
+    # The namespace's agents are offered by name (fed by the agent listing); any id may be typed.
+    page.get_by_label("Act as agent").select_option(label=f"{reader_name} — {reader_id}")
     page.get_by_role("button", name="Show cells").click()
     page.wait_for_selector("#amp table")
     text = page.locator("#amp table").inner_text()
     assert "likes tea" in text and "works in Lisbon" in text and "active" in text
     assert re.search(r"\b[01]\.\d{3}\b", text)  # decay scores
+    page.get_by_label("Or an agent id").fill("console-test")
+    page.get_by_role("button", name="Show cells").click()
+    page.wait_for_selector("#amp table")
+    # The status checkboxes sit on one line, not stacked.
+    boxes = [page.locator(f"#amp fieldset input[value={s}]").bounding_box()
+             for s in ("active", "stale", "archived")]
+    assert all(b is not None for b in boxes)
+    assert len({round(b["y"]) for b in boxes if b is not None}) == 1, boxes
     session.shot("12-amp-cells")
 
 
@@ -682,3 +725,40 @@ def test_a_revoked_key_loses_the_stream(tab: Callable[..., Session], site: Conso
     page.locator("#filter-form").get_by_role("button", name="Filter").click()
     page.wait_for_selector("#keys-status:has-text('The broker no longer accepts this key')")
     assert "not-for-you" not in page.content() and "after-revocation" not in page.content()
+
+
+@browser_test
+def test_agents_by_name_ages_that_move_and_an_entry_gone_after_a_wipe(
+        tab: Callable[..., Session], site: ConsoleBroker) -> None:
+    from playwright.sync_api import expect
+
+    space = ns()
+    agent_id, agent_key = register_agent(site, space, "writer-bot")
+    with httpx.Client(base_url=site.url, headers={"Authorization": f"Bearer {agent_key}"}) as a:
+        assert a.put(f"/v1/namespaces/{space}/memory/note", json={"value": 1}).status_code == 201
+        with site.admin() as admin:
+            assert admin.put(f"/v1/namespaces/{space}/config", json={
+                "rules": [{"pattern": "gated/*", "approval": "required"}]}).status_code == 200
+        assert a.put(f"/v1/namespaces/{space}/memory/gated/x",
+                     json={"value": 2}).status_code == 202
+    session = tab()
+    session.sign_in(site.key((space, ["read", "subscribe", "review"])), space)
+    page = session.page
+    session.live()
+    session.key_row("note").click()
+    writer = page.locator("#entry .agent", has_text="writer-bot")
+    expect(writer).to_have_attribute("title", agent_id)  # the name; the id on hover
+    # "(N s ago)" moves on by itself.
+    updated = page.locator("#entry time").first
+    shown = updated.inner_text()
+    expect(updated).not_to_have_text(shown, timeout=15_000)
+    page.locator("#tab-proposals").click()
+    proposer = page.locator("#proposals .agent", has_text="writer-bot")
+    expect(proposer.first).to_have_attribute("title", agent_id)
+    page.locator("#tab-memory").click()
+    session.shot("13-agents-by-name")
+
+    wipe(site, space)
+    expect(page.locator("#entry-gone")).to_contain_text("note holds no entry any more")
+    assert page.locator("#entry dl").count() == 0
+    session.shot("14-entry-gone-after-a-wipe")

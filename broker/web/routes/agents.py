@@ -19,9 +19,9 @@ async def register_agent(request: Request) -> Response:
         await read_body(request, service.settings.max_registration_bytes), RegisterBody)
     registration = await service.register(
         principal, body.namespace, body.name, body.framework,
-        check_message_id(request.headers.get("idempotency-key")),
+        check_message_id(request.headers.get("idempotency-key")), body.new,
     )
-    return json_response(registration, 201)
+    return json_response(registration, 200 if registration.reused else 201)
 
 
 async def get_agent(request: Request) -> Response:

@@ -6,18 +6,20 @@ const OWNER_TYPES = ['user', 'agent', 'organization']
 const STATUSES = ['active', 'stale', 'archived']
 
 export class AmpView {
-  constructor(client, root) {
+  constructor(client, root, names) {
     this.client = client
     this.root = root
+    this.names = names
     this.owner = { type: 'user', id: '' }
     this.agent = ''
     this.statuses = new Set(['active', 'stale'])
     this.shown = false
   }
 
-  show() {
+  async show() {
     if (this.shown) return
     this.shown = true
+    await this.names.load()
     this.render([], null)
   }
 
@@ -25,7 +27,13 @@ export class AmpView {
     const ownerId = h('input', { id: 'amp-owner', value: this.owner.id, autocomplete: 'off', spellcheck: 'false', required: true })
     const ownerType = h('select', { id: 'amp-owner-type' },
       OWNER_TYPES.map((t) => h('option', { value: t, selected: t === this.owner.type }, t)))
-    const agent = h('input', { id: 'amp-agent', value: this.agent, autocomplete: 'off', spellcheck: 'false', 'aria-describedby': 'amp-agent-help' })
+    // The namespace's agents to act as, by name (the id beside it); any other id may be typed.
+    const known = this.names.list()
+    const listed = known.some((a) => a.id === this.agent)
+    const agent = h('select', { id: 'amp-agent', 'aria-describedby': 'amp-agent-help' },
+      h('option', { value: '' }, "this key's own agent"),
+      known.map((a) => h('option', { value: a.id, selected: a.id === this.agent, title: a.id }, `${a.name} — ${a.id}`)))
+    const typed = h('input', { id: 'amp-agent-id', value: listed ? '' : this.agent, autocomplete: 'off', spellcheck: 'false' })
     const boxes = STATUSES.map((s) => h('label', {},
       h('input', { type: 'checkbox', name: 'status', value: s, checked: this.statuses.has(s) }), ` ${s}`))
     fill(this.root,
@@ -34,7 +42,7 @@ export class AmpView {
         onsubmit: (event) => {
           event.preventDefault()
           this.owner = { type: ownerType.value, id: ownerId.value.trim() }
-          this.agent = agent.value.trim()
+          this.agent = typed.value.trim() || agent.value
           this.statuses = new Set(boxes.map((b) => b.querySelector('input')).filter((i) => i.checked).map((i) => i.value))
           this.hits = []
           this.cursor = undefined
@@ -43,12 +51,14 @@ export class AmpView {
       },
       h('label', { for: 'amp-owner-type' }, 'Owner type', ownerType),
       h('label', { for: 'amp-owner' }, 'Owner id', ownerId),
-      h('fieldset', {}, h('legend', {}, 'Status'), boxes),
+      h('fieldset', { class: 'inline' }, h('legend', {}, 'Status'), boxes),
       h('label', { for: 'amp-agent' }, 'Act as agent', agent),
+      h('label', { for: 'amp-agent-id' }, 'Or an agent id', typed),
       h('button', { type: 'submit' }, 'Show cells')),
       h('p', { id: 'amp-agent-help', class: 'help' },
         'AMP decides cell by cell what the acting agent may read. A key bound to an agent acts as that agent; ' +
-        'with any other key, name the agent to act as (sent as X-AMP-Agent-ID, which needs the impersonate permission or an admin key).'),
+        'with any other key, pick the agent to act as from the namespace\'s agents, or type its id ' +
+        '(sent as X-AMP-Agent-ID, which needs the impersonate permission or an admin key).'),
       message ? h('p', { class: 'notice', role: 'status', id: 'amp-message' }, message) : null,
       hits.length ? table('Memory cells', ['Cell', 'Type', 'Status', 'Decay score', 'Readable by', 'Writable by', 'Created', 'Last access'],
         hits.map(({ cell, decayScore }) => [

@@ -5,14 +5,16 @@ import { explain, fill, h, table, when } from './dom.js'
 import { listAudit, noRoute, verifyAudit } from './api.js'
 import { governanceMissing, PagedView } from './governance.js'
 
-// Offered in the action filter; any other action name may be typed.
-const ACTIONS = ['put', 'delete', 'expire', 'merge', 'propose', 'approve', 'reject',
-  'config', 'schema-put', 'schema-delete', 'key-create', 'key-revoke', 'agent-register',
-  'agent-remove']
+// The actions the broker records (docs/governance.md), offered in the action filter.
+const ACTIONS = ['put', 'merge', 'delete', 'expire', 'propose', 'approve', 'reject',
+  'config', 'shares', 'schema', 'schema-delete', 'key-create', 'key-revoke', 'agent-register',
+  'agent-remove', 'amp-create', 'amp-patch', 'amp-delete', 'amp-import', 'amp-stale',
+  'amp-active', 'amp-archived', 'amp-expired', 'purge']
 
 export class AuditView extends PagedView {
-  constructor(client, root) {
+  constructor(client, root, names) {
     super(client, root)
+    this.names = names
     this.filter = { actor: '', key: '', action: '', since: '', until: '' }
   }
 
@@ -40,6 +42,7 @@ export class AuditView extends PagedView {
     }
     this.items.push(...(page.records ?? []))
     this.cursor = page.next_cursor ?? null
+    await this.names.load()
     this.render()
   }
 
@@ -56,10 +59,8 @@ export class AuditView extends PagedView {
       },
     },
     input('actor', 'Actor'), input('key', 'Key'),
-    h('label', {}, 'Action', h('input', {
-      name: 'action', list: 'audit-actions', value: this.filter.action, autocomplete: 'off', spellcheck: 'false',
-    })),
-    h('datalist', { id: 'audit-actions' }, ACTIONS.map((a) => h('option', { value: a }))),
+    h('label', {}, 'Action', h('select', { name: 'action' },
+      ['', ...ACTIONS].map((a) => h('option', { value: a, selected: a === this.filter.action }, a || 'any')))),
     input('since', 'Since', 'datetime-local'), input('until', 'Until', 'datetime-local'),
     h('button', { type: 'submit' }, 'Filter'),
     h('button', { type: 'button', onclick: () => this.reload() }, 'Refresh'))
@@ -70,7 +71,7 @@ export class AuditView extends PagedView {
       h('p', { id: 'audit-result', class: 'status', role: 'status' },
         `${this.items.length} record${this.items.length === 1 ? '' : 's'}${this.cursor ? ' loaded; more to load' : ''}.`),
       this.items.length ? table('Audit records', ['At', 'Actor', 'Action', 'Key', 'Versions', 'Content hash', 'Request'],
-        this.items.map((r) => [when(r.at), h('span', { class: 'mono' }, r.actor ?? '—'), r.action,
+        this.items.map((r) => [when(r.at), this.names.label(r.actor), r.action,
           r.key ? h('code', {}, r.key) : '—',
           `${r.version_before ?? '—'} → ${r.version_after ?? '—'}`,
           h('span', { class: 'mono', title: r.content_hash ?? '' }, r.content_hash ? `${r.content_hash.slice(0, 12)}…` : '—'),

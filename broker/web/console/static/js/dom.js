@@ -59,8 +59,20 @@ export function when(moment) {
   if (moment === null || moment === undefined || moment === '') return '—'
   const date = typeof moment === 'number' ? new Date(moment) : new Date(String(moment))
   if (Number.isNaN(date.getTime())) return String(moment)
-  return h('time', { datetime: date.toISOString(), title: date.toISOString() },
-    `${date.toLocaleString()} (${age(date.getTime())})`)
+  return h('time', { datetime: date.toISOString(), title: date.toISOString(), 'data-at': String(date.getTime()) },
+    stamp(date))
+}
+
+function stamp(date) {
+  return `${date.toLocaleString()} (${age(date.getTime())})`
+}
+
+/** Bring every shown age ("30 s ago") up to date; the shell calls it every few seconds. */
+export function refreshAges(root = document) {
+  for (const time of root.querySelectorAll('time[data-at]')) {
+    const text = stamp(new Date(Number(time.dataset.at)))
+    if (time.textContent !== text) time.textContent = text
+  }
 }
 
 export function age(ms) {

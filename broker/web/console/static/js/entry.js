@@ -5,9 +5,10 @@ import { explain, fields, fill, h, pretty, table, when } from './dom.js'
 import { renderDiff } from './diff.js'
 
 export class EntryView {
-  constructor(client, root) {
+  constructor(client, root, names) {
     this.client = client
     this.root = root
+    this.names = names
     this.key = null
     this.history = null
   }
@@ -26,6 +27,7 @@ export class EntryView {
     let problem = null
     try {
       entry = await this.client.memory.getEntry(key)
+      await this.names.load()
     } catch (error) {
       problem = error.status === 404 ? 'This key holds no entry now (never written, deleted or expired).'
         : error.status === 403 ? 'This key may not read this entry.' : `Cannot read the entry: ${explain(error)}`
@@ -49,7 +51,7 @@ export class EntryView {
     return h('div', {},
       fields([
         ['Version', String(entry.version)],
-        ['Writer', h('span', { class: 'mono' }, entry.agentId)],
+        ['Writer', this.names.label(entry.agentId)],
         ['Created', when(entry.createdAt)],
         ['Updated', when(entry.updatedAt)],
         entry.timestamp !== null ? ['Write timestamp', when(entry.timestamp)] : null,
@@ -96,7 +98,7 @@ export class EntryView {
       h('h4', {}, `History (${versions.length} version${versions.length === 1 ? '' : 's'}, newest first)`),
       table('History', ['From', 'To', 'Version', 'Change', 'Writer', 'At'],
         versions.map((v) => [radio(0, v.version), radio(1, v.version), String(v.version),
-          v.deleted ? 'delete' : 'put', h('span', { class: 'mono' }, v.agentId), when(v.updatedAt)])),
+          v.deleted ? 'delete' : 'put', this.names.label(v.agentId), when(v.updatedAt)])),
       h('div', { id: 'history-diff', 'aria-live': 'polite' }))
     this.showDiff()
   }
@@ -112,8 +114,27 @@ export class EntryView {
       renderDiff(a.deleted ? undefined : a.value, b.deleted ? undefined : b.value, [`v${from}`, `v${to}`]))
   }
 
+  /** The broker's data was reset (lost or trimmed): a key whose entry is gone is closed, so
+   * the panel never shows what no longer exists; one that survived is read again. */
+  async afterReset() {
+    const key = this.key
+    try {
+      await this.client.memory.getEntry(key)
+    } catch (error) {
+      if (error.status !== 404 || key !== this.key) return
+      this.key = null
+      this.entry = null
+      this.history = null
+      fill(this.root, h('p', { class: 'notice info', role: 'status', id: 'entry-gone' },
+        `${key} holds no entry any more: the broker's data was reset.`))
+      return
+    }
+    if (key === this.key) this.refresh('Read again after the broker reset the stream.')
+  }
+
   /** A live event on the open key: show the new state at once. */
   onEvent(event) {
+    if (this.key && event.type === 'reset') return this.afterReset()
     if (!this.key || event.key !== this.key) return
     if (!['put', 'delete', 'expire'].includes(event.type)) return
     this.refresh(`Updated live: ${event.type} to version ${event.version ?? '?'}.`)

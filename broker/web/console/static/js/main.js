@@ -1,6 +1,7 @@
 // The console's shell: sign-in, the namespace, the views (tabs), and the live stream.
 
-import { $, explain, fill } from './dom.js'
+import { $, explain, fill, refreshAges } from './dom.js'
+import { AgentNames } from './names.js'
 import * as session from './session.js'
 import { Live } from './live.js'
 import { KeyTree } from './tree.js'
@@ -10,6 +11,7 @@ import { AuditView } from './audit.js'
 import { AmpView } from './amp.js'
 
 const VIEWS = ['memory', 'proposals', 'audit', 'amp']
+const AGES_MS = 5000 // how often shown ages ("30 s ago") are brought up to date
 let current = null // { session, client, live, tree, entry, views }
 
 function showSignIn(message = '') {
@@ -42,7 +44,8 @@ function start(saved, client) {
   $('who').textContent = `${session.describeKey(saved.key)} · namespace ${saved.namespace}`
   $('ns-input').value = saved.namespace
   document.title = `${saved.namespace} · MEMP console`
-  const entry = new EntryView(client, $('entry'))
+  const names = new AgentNames(client)
+  const entry = new EntryView(client, $('entry'), names)
   const tree = new KeyTree(client, { onSelect: (key) => entry.open(key) })
   const live = new Live(client, $('stream'), $('stream-text'), (event) => {
     tree.onEvent(event)
@@ -51,10 +54,11 @@ function start(saved, client) {
   current = {
     session: saved, client, live, tree, entry,
     views: {
-      proposals: new ProposalsView(client, $('proposals')),
-      audit: new AuditView(client, $('audit')),
-      amp: new AmpView(client, $('amp')),
+      proposals: new ProposalsView(client, $('proposals'), names),
+      audit: new AuditView(client, $('audit'), names),
+      amp: new AmpView(client, $('amp'), names),
     },
+    ages: setInterval(() => refreshAges(), AGES_MS),
   }
   tree.reload()
   live.start()
@@ -64,6 +68,7 @@ function start(saved, client) {
 function stop() {
   if (!current) return
   current.live.stop()
+  clearInterval(current.ages)
   current.client.close()
   current = null
   fill($('entry'))

@@ -9,8 +9,9 @@ import { approveProposal, getProposal, listProposals, noRoute, rejectProposal } 
 const STATUSES = ['pending', 'approved', 'rejected', 'expired', '']
 
 export class ProposalsView extends PagedView {
-  constructor(client, root) {
+  constructor(client, root, names) {
     super(client, root)
+    this.names = names
     this.status = 'pending'
     this.keyFilter = ''
   }
@@ -30,6 +31,7 @@ export class ProposalsView extends PagedView {
     this.items.push(...(page.proposals ?? page.items ?? []))
     this.cursor = page.next_cursor ?? null
     this.reviewer ??= await this.mayReview()
+    await this.names.load()
     this.render()
   }
 
@@ -64,7 +66,7 @@ export class ProposalsView extends PagedView {
         h('button', { type: 'button', onclick: () => this.reload() }, 'Refresh')),
       this.items.length === 0 ? h('p', { class: 'status', id: 'proposals-empty' }, 'No proposals.') :
         table(own ? 'Your proposals' : 'Proposals', ['Key', 'Status', 'Proposed by', 'At', 'Base version', ''],
-          this.items.map((p) => [h('code', {}, p.key), p.status, h('span', { class: 'mono' }, p.proposed_by ?? '—'),
+          this.items.map((p) => [h('code', {}, p.key), p.status, this.names.label(p.proposed_by),
             when(p.created_at), String(p.base_version ?? '—'),
             h('button', { type: 'button', onclick: () => this.open(p.id), 'aria-label': `${own ? 'Show' : 'Review'} proposal for ${p.key}` }, own ? 'Show' : 'Review')])),
       this.cursor ? h('button', { type: 'button', onclick: () => this.load() }, 'Load more proposals') : null,
@@ -114,11 +116,11 @@ export class ProposalsView extends PagedView {
         ['Operation', operation],
         p.expires_at ? ['Expires', when(p.expires_at)] : null,
         p.version ? ['Applied as version', String(p.version)] : null,
-        ['Proposed by', h('span', { class: 'mono' }, p.proposed_by ?? '—')],
+        ['Proposed by', this.names.label(p.proposed_by)],
         ['Created', when(p.created_at)],
         ['Base version', String(p.base_version ?? '— (new key)')],
         ['Current version', current ? String(current.version) : 'none (no entry)'],
-        p.decided_by ? ['Decided by', h('span', { class: 'mono' }, p.decided_by)] : null,
+        p.decided_by ? ['Decided by', this.names.label(p.decided_by)] : null,
         p.reason ? ['Reason', p.reason] : null,
       ]),
       moved ? h('p', { class: 'notice', role: 'status' },

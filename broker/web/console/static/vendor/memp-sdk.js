@@ -378,10 +378,20 @@ function unverified(error) {
 
 // src/transport.ts
 var DEFAULT_BASE_URL = "http://127.0.0.1:8080";
+var DEFAULT_RETRY_FOR = 2e4;
 function env(name) {
   const process = globalThis.process;
   const value = process?.env?.[name];
   return value === "" ? void 0 : value;
+}
+function retryForFromEnv() {
+  const text = env("MEMP_RETRY_FOR");
+  if (text === void 0) return DEFAULT_RETRY_FOR;
+  const seconds = /^\d+(\.\d+)?$/.test(text.trim()) ? Number(text) : NaN;
+  if (!Number.isFinite(seconds)) {
+    throw new TypeError(`MEMP_RETRY_FOR must be a number of seconds, not ${JSON.stringify(text)}`);
+  }
+  return seconds * 1e3;
 }
 function resolveConfig(options) {
   const baseUrl = options.baseUrl || env("MEMP_BASE_URL") || DEFAULT_BASE_URL;
@@ -412,7 +422,9 @@ function resolveConfig(options) {
     apiKey,
     namespace: options.namespace || env("MEMP_NAMESPACE") || null,
     timeout: options.timeout ?? 1e4,
-    maxRetries: options.maxRetries ?? 3,
+    retryFor: options.retryFor ?? retryForFromEnv(),
+    maxRetries: options.maxRetries ?? Infinity,
+    onRetry: options.onRetry === void 0 ? (message) => console.warn(message) : options.onRetry,
     streamTimeout: options.streamTimeout ?? 6e4,
     backoff: 200,
     maxBackoff: 5e3,
@@ -470,6 +482,18 @@ var Transport = class {
       headers["Content-Type"] = "application/json";
     }
     const url = this.url(call.path, call.query);
+    const started = Date.now();
+    const pause = (attempt, what, retryAfter) => {
+      const left = this.config.retryFor - (Date.now() - started);
+      if (left <= 0 || attempt >= this.config.maxRetries) return null;
+      if (attempt === 0) {
+        const seconds = left >= 1e3 ? (left / 1e3).toFixed(0) : (left / 1e3).toFixed(1);
+        this.config.onRetry?.(
+          `memp: ${what}; retrying ${call.method} ${call.path} for up to ${seconds} s more`
+        );
+      }
+      return Math.min(this.delay(attempt, retryAfter), left);
+    };
     for (let attempt = 0; ; attempt++) {
       call.signal?.throwIfAborted();
       let response;
@@ -494,13 +518,14 @@ var Transport = class {
         const refused = certificateError(error, this.config) ?? await corsRefusal(error, this.config);
         if (refused) throw refused;
         const resendable = call.idempotent || notSent(error);
-        if (attempt >= this.config.maxRetries || !resendable) {
+        const wait = resendable ? pause(attempt, `could not reach the broker at ${this.config.baseUrl} (${describe(error)})`) : null;
+        if (wait === null) {
           throw new ConnectionFailedError(
             `could not reach the broker at ${this.config.baseUrl}: ${describe(error)}`,
             { code: "connection_error", cause: error }
           );
         }
-        await sleep(this.delay(attempt), call.signal);
+        await sleep(wait, call.signal);
         continue;
       } finally {
         clearTimeout(timer);
@@ -508,14 +533,24 @@ var Transport = class {
       }
       const json = parseJson(text);
       if (response.ok) return { status: response.status, headers: response.headers, body: json };
-      if (response.status === 503 && call.idempotent && attempt < this.config.maxRetries) {
-        await sleep(this.delay(attempt, response.headers.get("retry-after")), call.signal);
-        continue;
+      if (response.status === 503 && call.idempotent) {
+        const wait = pause(
+          attempt,
+          `the broker at ${this.config.baseUrl} is unavailable (503)`,
+          response.headers.get("retry-after")
+        );
+        if (wait !== null) {
+          await sleep(wait, call.signal);
+          continue;
+        }
       }
-      const wait = response.headers.get("retry-after");
-      if (response.status === 429 && wait !== null && /^\d+$/.test(wait) && Number(wait) * 1e3 <= this.config.maxBackoff && attempt < this.config.maxRetries) {
-        await sleep(this.delay(attempt, wait), call.signal);
-        continue;
+      const asked = response.headers.get("retry-after");
+      if (response.status === 429 && asked !== null && /^\d+$/.test(asked) && Number(asked) * 1e3 <= this.config.maxBackoff) {
+        const wait = pause(attempt, `the broker at ${this.config.baseUrl} is rate limited`, asked);
+        if (wait !== null) {
+          await sleep(wait, call.signal);
+          continue;
+        }
       }
       throw errorFromReply(response.status, response.statusText, json, response.headers);
     }
@@ -1220,6 +1255,8 @@ var StreamState = class {
   snapshotSent = /* @__PURE__ */ new Set();
   /** Connection attempts in a row that delivered nothing. */
   failures = 0;
+  /** Reconnection attempts since the last event (the first is 1). */
+  retries = 0;
   /** This connection delivered an event. */
   live = false;
   /** The broker ended the stream and asked to be resumed. */
@@ -1252,7 +1289,7 @@ var StreamState = class {
   report(status, error = null) {
     if (status === this.status && status !== "reconnecting") return;
     this.status = status;
-    const attempt = status === "reconnecting" ? this.failures : 0;
+    const attempt = status === "reconnecting" ? this.retries : 0;
     try {
       this.onState?.({ status, attempt, error });
     } catch {
@@ -1260,6 +1297,7 @@ var StreamState = class {
   }
   attempting() {
     const first = this.connections === 0 && this.failures === 0;
+    if (!first) this.retries += 1;
     this.report(first ? "connecting" : "reconnecting", first ? null : this.error);
   }
   /** No wait after a stream that worked or asked to be resumed; backoff after failures. */
@@ -1277,6 +1315,7 @@ var StreamState = class {
     if (!kind) return null;
     this.live = true;
     this.failures = 0;
+    this.retries = 0;
     if (message.id) this.cursor = message.id;
     if (ENTRY_EVENTS.has(kind)) {
       const entry = toEntry(decode(message.data, kind));
@@ -1755,7 +1794,12 @@ var MEMP = class {
     const reply = await this.#transport.send({
       method: "POST",
       path: "/v1/agents",
-      body: { name: options.name, framework: options.framework ?? "custom", namespace },
+      body: {
+        name: options.name,
+        framework: options.framework ?? "custom",
+        namespace,
+        ...options.new ? { new: true } : {}
+      },
       headers: { "Idempotency-Key": messageId() },
       idempotent: true,
       signal: options.signal
