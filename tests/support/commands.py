@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import sys
 import threading
@@ -29,6 +30,18 @@ class Completed:
 
 
 @contextlib.contextmanager
+def _fresh_logger(name: str) -> Iterator[None]:
+    """The logger as a new process has it (the command adds its handler on stderr to it)."""
+    logger = logging.getLogger(name)
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    logger.handlers.clear()
+    try:
+        yield
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = saved
+
+
+@contextlib.contextmanager
 def _environment(env: Mapping[str, str]) -> Iterator[None]:
     saved = dict(os.environ)
     os.environ.clear()
@@ -44,7 +57,7 @@ def run_memp(env: Mapping[str, str], *args: str, stdin: str | None = None) -> Co
     """Run `memp ARGS` with `env` as its whole environment and `stdin` (or nothing) as input."""
     out, err = io.StringIO(), io.StringIO()
     saved_stdin, saved_showwarning = sys.stdin, warnings.showwarning
-    with _ONE_AT_A_TIME, _environment(env), warnings.catch_warnings(), \
+    with _ONE_AT_A_TIME, _environment(env), _fresh_logger("memp"), warnings.catch_warnings(), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         warnings.simplefilter("default")  # as a fresh interpreter shows them
         sys.stdin = io.StringIO(stdin or "")
