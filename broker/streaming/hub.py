@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 
 import anyio
 
 from broker.core.errors import unavailable
+from broker.core.filters import Filter
 from broker.core.grammar import Pattern
 from broker.runtime.supervisor import Backoff, Supervisor
 from broker.services.visibility import Viewer
@@ -21,6 +23,10 @@ from broker.streaming.changes import Change, ChangeLog
 log = logging.getLogger("memp.hub")
 # A reader's subscribers wait for it: it retries soon, and never more than 2 s apart.
 READER_BACKOFF = Backoff(first=0.05, cap=2.0)
+# A filtered stream whose changes were all filtered out passes its cursor on this often.
+PROGRESS_SECONDS = 1.0
+# Changes to an entry, which conflation may collapse per key (a proposal's change never is).
+ENTRY_CHANGES = frozenset({"put", "delete", "expire"})
 
 
 class ChangeQueue:
@@ -33,6 +39,7 @@ class ChangeQueue:
         self.maxsize = maxsize
         self.maxbytes = maxbytes
         self.bytes = 0
+        self.conflated = 0  # changes replaced by a newer one (ConflatingQueue), not yet counted
         self._items: list[Change | None] = []
         self._waiter: asyncio.Future[None] | None = None
 
@@ -49,22 +56,32 @@ class ChangeQueue:
             raise asyncio.QueueFull
         self._items.append(item)
         self.bytes += size
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        self._wake()
 
     def get_nowait(self) -> Change | None:
-        if not self._items:
+        if self.empty():
             raise asyncio.QueueEmpty
-        return self._taken(self._items.pop(0))
+        return self._taken(self._pop())
 
     async def get(self) -> Change | None:
-        while not self._items:
+        await self.wait()
+        return self._taken(self._pop())
+
+    async def wait(self) -> None:
+        """Until something is queued (without taking it)."""
+        while self.empty():
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
             finally:
                 self._waiter = None
-        return self._taken(self._items.pop(0))
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _pop(self) -> Change | None:
+        return self._items.pop(0)
 
     def _taken(self, item: Change | None) -> Change | None:
         if item is not None:
@@ -76,17 +93,73 @@ class ChangeQueue:
         self.bytes = 0
 
 
+class ConflatingQueue(ChangeQueue):
+    """A ChangeQueue in which a change to a key replaces that key's change still pending (the
+    newest wins, and moves to the back: positions stay in order). Bounded by the number of
+    keys pending and their bytes. A proposal's change is never replaced."""
+
+    def __init__(self, maxsize: int, maxbytes: int | None = None) -> None:
+        super().__init__(maxsize, maxbytes)
+        self._pending: OrderedDict[tuple[str, str], Change] = OrderedDict()
+        self._nudged = False
+
+    def qsize(self) -> int:
+        return len(self._pending) + self._nudged
+
+    def empty(self) -> bool:
+        return not self._pending and not self._nudged
+
+    def put_nowait(self, item: Change | None) -> None:
+        if item is None:
+            self._nudged = True
+            self._wake()
+            return
+        slot = (item.namespace, item.key if item.type in ENTRY_CHANGES else item.position)
+        old = self._pending.get(slot)
+        size = len(item.frame) - (len(old.frame) if old is not None else 0)
+        if (old is None and len(self._pending) >= self.maxsize) or (
+                self._pending and self.maxbytes is not None
+                and self.bytes + size > self.maxbytes):
+            raise asyncio.QueueFull
+        if old is not None:
+            del self._pending[slot]
+            self.conflated += 1
+        self._pending[slot] = item
+        self.bytes += size
+        self._wake()
+
+    def _pop(self) -> Change | None:
+        if self._nudged:
+            self._nudged = False
+            return None
+        return self._pending.popitem(last=False)[1]
+
+    def clear(self) -> None:
+        self._pending.clear()
+        self._nudged = False
+        self.bytes = 0
+
+
 class Subscriber:
-    """One subscriber: what it wants, its bounded queue, and flags the hub sets."""
+    """One subscriber: what it wants, its bounded queue, and flags the hub sets. With a
+    filter, a change it rejects is not queued: it is noted in `skipped` (the newest per
+    namespace), and `progress_due` is raised (with a nudge) at most every PROGRESS_SECONDS,
+    so the stream can pass the cursor on without an event."""
 
     def __init__(self, patterns: dict[str, list[Pattern]], queue_size: int,
                  viewer: Viewer, writer: str = "", reviews: frozenset[str] = frozenset(),
-                 *, queue_bytes: int | None = None) -> None:
+                 *, queue_bytes: int | None = None, accepts: Filter | None = None,
+                 conflate: bool = False) -> None:
         self.patterns = patterns
         self.viewer = viewer
         self.writer = writer  # who it is, and where it may review: for proposals' changes
         self.reviews = reviews
-        self.queue = ChangeQueue(queue_size, queue_bytes)
+        self.accepts = accepts
+        self.queue = (ConflatingQueue if conflate else ChangeQueue)(queue_size, queue_bytes)
+        self.filtered = 0  # changes the filter rejected, not yet counted in the metrics
+        self.skipped: dict[str, Change] = {}
+        self.progress_due = False
+        self._progress_timer: asyncio.TimerHandle | None = None
         self.overflowed = False
         self.closing = False
         self.revoked: str | None = None  # why the stream lost its right to continue
@@ -103,13 +176,37 @@ class Subscriber:
                 return True
         return False
 
+    def passes(self, change: Change) -> bool:
+        """The filter accepts the change (counted when it does not)."""
+        if self.accepts is None or self.accepts(change):
+            return True
+        self.filtered += 1
+        return False
+
     def offer(self, change: Change) -> None:
         if self.overflowed or not self.wants(change):
+            return
+        if not self.passes(change):
+            self.skipped[change.namespace] = change
+            if self._progress_timer is None:
+                self._progress_timer = asyncio.get_running_loop().call_later(
+                    PROGRESS_SECONDS, self._progress)
             return
         try:
             self.queue.put_nowait(change)
         except asyncio.QueueFull:
             self.overflowed = True
+
+    def _progress(self) -> None:
+        self._progress_timer = None
+        self.progress_due = True
+        self.nudge()
+
+    def stop(self) -> None:
+        """Cancel the pending progress timer (the stream ended)."""
+        if self._progress_timer is not None:
+            self._progress_timer.cancel()
+            self._progress_timer = None
 
     def revoke(self, reason: str) -> None:
         """End the stream with a `revoked` event saying why."""
@@ -119,6 +216,7 @@ class Subscriber:
     def rearm(self) -> None:
         """Forget queued changes after an overflow; the caller re-reads them from the log."""
         self.queue.clear()
+        self.skipped.clear()
         self.overflowed = False
 
     def nudge(self) -> None:
