@@ -25,11 +25,11 @@ EVENT_BYTES = 700  # about one event of a 256-byte value: what the slow reader t
 def filter_costs(subscribers: int = 1000, changes: int = 300) -> dict[str, Any]:
     """Microseconds per change per subscriber: the filter alone, and the hub's whole offer
     (patterns, filter, noting the skip) to subscribers whose filter matches 1% of changes."""
-    from broker.core.filters import compile_filter
+    from broker.core.filters import compile_filter, compile_guarded
     from broker.core.grammar import compile_pattern
     from broker.services.visibility import Viewer
     from broker.streaming.changes import Change
-    from broker.streaming.hub import Subscriber
+    from broker.streaming.hub import Audience, Subscriber
 
     def made(seq: int) -> Change:
         value = bench_value("micro", seq, 256)
@@ -47,21 +47,23 @@ def filter_costs(subscribers: int = 1000, changes: int = 300) -> dict[str, Any]:
             for accepts in filters:
                 accepts(change)
         evaluation = time.perf_counter() - started
-        hub = [Subscriber({"bench": [compile_pattern("*")]}, 1000, Viewer(""),
-                          accepts=accepts) for accepts in filters]
-        started = time.perf_counter()
-        for seq in range(changes):
-            change = made(seq)
-            for subscriber in hub:
-                subscriber.offer(change)
-        offered = time.perf_counter() - started
-        for subscriber in hub:
-            subscriber.stop()
+        offered = {}
+        for indexed in (False, True):
+            audience = Audience()
+            for n in range(subscribers):
+                accepts, guard = compile_guarded(f"/bucket == {n % BUCKETS}")
+                audience.add(Subscriber({"bench": [compile_pattern("*")]}, 1000, Viewer(""),
+                                        accepts=accepts, guard=guard if indexed else None))
+            started = time.perf_counter()
+            for seq in range(changes):
+                audience.offer(made(seq))
+            offered[indexed] = time.perf_counter() - started
         per = 1e6 / (changes * subscribers)
         return {"subscribers": subscribers, "changes": changes, "matched_by_one": matched,
                 "decode_and_one_filter_us": round(single * 1e6 / changes, 3),
                 "filter_us_per_subscriber": round(evaluation * per, 3),
-                "offer_us_per_subscriber": round(offered * per, 3)}
+                "offer_us_per_subscriber": round(offered[False] * per, 3),
+                "indexed_offer_us_per_subscriber": round(offered[True] * per, 3)}
 
     return asyncio.run(measure())
 
@@ -167,8 +169,9 @@ def filtered_table(results: dict[str, dict[str, Any]], extra: dict[str, Any]) ->
     if costs:
         lines.append(f"filter evaluation: {costs['filter_us_per_subscriber']} µs per change per "
                      f"subscriber ({costs['subscribers']} subscribers, `/bucket == n`); the "
-                     f"hub's whole offer {costs['offer_us_per_subscriber']} µs; decoding a "
-                     f"value once {costs['decode_and_one_filter_us']} µs")
+                     f"hub's whole offer {costs['offer_us_per_subscriber']} µs, "
+                     f"{costs['indexed_offer_us_per_subscriber']} µs with the equality index; "
+                     f"decoding a value once {costs['decode_and_one_filter_us']} µs")
     slow = extra.get("slow_consumer")
     if slow:
         lines.append(f"conflate=latest, read 10x slower than {slow['rate']:g} writes/s over "

@@ -19,6 +19,7 @@ import math
 import operator
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
@@ -47,6 +48,26 @@ class Subject(Protocol):
 
 Filter = Callable[[Subject], bool]
 
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """An equality every change the filter accepts satisfies: `read` (the operand `operand`)
+    gives one of `keys` (as `index_key` makes them). The hub indexes subscribers by it, so a
+    change is offered only to those whose guard it meets."""
+
+    operand: str
+    read: Callable[[Subject], Any]
+    keys: frozenset[Any]
+
+
+def index_key(value: Any) -> Any:
+    """A key equal for values `==` finds equal (3 and 3.0; not true and 1); None for values
+    no literal equals (arrays, objects, a missing field)."""
+    kind = _kind(value)
+    if kind in (float, str, bool, type(None)):
+        return kind.__name__, value
+    return None
+
 # Tokens: (kind, text, position). Kinds: op, punct, pointer, string, number, word, end.
 _TOKEN_RE = re.compile(r"""
     (?P<space>[ \t\r\n]+)
@@ -74,6 +95,12 @@ def filter_error(message: str, position: int | None = None) -> MempError:
 
 def compile_filter(text: str) -> Filter:
     """The filter `text` as one closure over a `Subject`; errors are `filter_error`s."""
+    return compile_guarded(text)[0]
+
+
+def compile_guarded(text: str) -> tuple[Filter, Guard | None]:
+    """The filter, and the equality (or `in`) every change it accepts meets, if there is one:
+    the whole filter, or a term of its top-level `and`."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FILTER_BYTES:
         raise filter_error(f"longer than {MAX_FILTER_BYTES} bytes")
     parser = _Parser(_tokens(text))
@@ -81,7 +108,9 @@ def compile_filter(text: str) -> Filter:
     kind, word, position = parser.peek()
     if kind != "end":
         raise filter_error(f"unexpected {word!r}", position)
-    return compiled
+    terms = parser.conjunctions.get(compiled, [compiled])
+    guard = next((parser.guards[t] for t in terms if t in parser.guards), None)
+    return compiled, guard
 
 
 def _tokens(text: str) -> list[Token]:
@@ -154,6 +183,9 @@ class _Parser:
     def __init__(self, tokens: list[Token]) -> None:
         self.tokens = tokens
         self.at = 0
+        self.operand_text = ""
+        self.guards: dict[Filter, Guard] = {}  # the equalities made, by their closure
+        self.conjunctions: dict[Filter, list[Filter]] = {}  # the `and`s made, with their terms
 
     def peek(self) -> Token:
         return self.tokens[self.at]
@@ -185,7 +217,9 @@ class _Parser:
             terms.append(self.unary(depth))
         if len(terms) == 1:
             return terms[0]
-        return lambda s: all(term(s) for term in terms)
+        conjunction: Filter = lambda s: all(term(s) for term in terms)  # noqa: E731
+        self.conjunctions[conjunction] = terms
+        return conjunction
 
     def unary(self, depth: int) -> Filter:
         kind, text, position = self.peek()
@@ -212,7 +246,9 @@ class _Parser:
 
     def operand(self) -> tuple[Callable[[Subject], Any], type | None]:
         """How to read the operand, and its type if fixed (None: any JSON value)."""
-        kind, text, position = self.take()
+        kind, text, position = self.peek()
+        self.operand_text = text
+        self.take()
         if kind == "pointer":
             resolve = _pointer(text, position)
             return (lambda s: resolve(s.document())), None
@@ -234,10 +270,14 @@ class _Parser:
 
     def comparison(self) -> Filter:
         read, fixed = self.operand()
+        operand = self.operand_text
         kind, op, position = self.take()
         if kind == "op":
             literal = self.typed_literal(fixed)
-            return _compare(read, op, literal, position)
+            compared = _compare(read, op, literal, position)
+            if op == "==":
+                self.guards[compared] = Guard(operand, read, frozenset({index_key(literal)}))
+            return compared
         if (kind, op) == ("word", "in"):
             self.expect("[")
             choices = [self.typed_literal(fixed)]
@@ -245,7 +285,9 @@ class _Parser:
                 self.take()
                 choices.append(self.typed_literal(fixed))
             self.expect("]")
-            return lambda s: any(_equal(read(s), c) for c in choices)
+            member: Filter = lambda s: any(_equal(read(s), c) for c in choices)  # noqa: E731
+            self.guards[member] = Guard(operand, read, frozenset(map(index_key, choices)))
+            return member
         if (kind, op) == ("word", "contains"):
             if fixed is int:
                 raise filter_error("contains needs a string or array field", position)

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from broker.core.errors import MempError
-from broker.core.filters import Filter, compile_filter
+from broker.core.filters import Filter, Guard, compile_guarded
 
 CONFLATE_MODES = ("latest",)
 MAX_RATE = 1000.0  # events per second a rate cap may ask for, at most
@@ -15,9 +15,11 @@ MAX_RATE = 1000.0  # events per second a rate cap may ask for, at most
 
 @dataclass(frozen=True, slots=True)
 class StreamOptions:
-    """A compiled filter (None: every change), conflation, and a rate cap (None: none)."""
+    """A compiled filter (None: every change) and its guard, conflation, and a rate cap
+    (None: none)."""
 
     accepts: Filter | None = None
+    guard: Guard | None = None
     conflate: bool = False
     max_rate: float | None = None
 
@@ -30,7 +32,7 @@ def _refuse(parameter: str, message: str, value: str) -> MempError:
 def parse_options(filter_text: str | None, conflate: str | None, max_rate: str | None
                   ) -> StreamOptions:
     """The options from their parameters' text; a bad one is `400 invalid_request` naming it."""
-    accepts = compile_filter(filter_text) if filter_text not in (None, "") else None
+    accepts, guard = compile_guarded(filter_text) if filter_text else (None, None)
     if conflate not in (None, "", *CONFLATE_MODES):
         raise _refuse("conflate", f"unknown mode (known: {', '.join(CONFLATE_MODES)})", conflate)
     rate = None
@@ -42,4 +44,4 @@ def parse_options(filter_text: str | None, conflate: str | None, max_rate: str |
         if not (0 < rate <= MAX_RATE):  # NaN fails too
             raise _refuse("max_rate", f"events per second, above 0 and at most {MAX_RATE:g}",
                           max_rate)
-    return StreamOptions(accepts, conflate == "latest", rate)
+    return StreamOptions(accepts, guard, conflate == "latest", rate)

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from broker.core.filters import MISSING, Filter
+from broker.core.filters import MISSING, Filter, Guard
 from broker.core.grammar import Pattern
 from broker.core.models import Entry
 from broker.runtime.metrics import Metrics
@@ -38,6 +38,7 @@ class StreamRequest:
     cursor: dict[str, str] | None
     snapshot: bool
     accepts: Filter | None = None
+    guard: Guard | None = None
     conflate: bool = False
     max_rate: float | None = None
 
@@ -85,7 +86,7 @@ class EventStream:
         self.subscriber = Subscriber(
             request.patterns, queue_size, memory.cells.viewer(principal), principal.writer_id,
             frozenset(ns for ns in request.patterns if principal.can("review", ns)),
-            queue_bytes=queue_bytes, accepts=request.accepts,
+            queue_bytes=queue_bytes, accepts=request.accepts, guard=request.guard,
             conflate=request.conflate or request.max_rate is not None)
         self.retry_ms = retry_ms
         self.positions: dict[str, str] = {}
@@ -122,15 +123,14 @@ class EventStream:
     def close(self) -> None:
         """Leave the hub (idempotent)."""
         self.hub.leave(self.subscriber)
-        self.subscriber.stop()
         self._count()
 
     def _count(self) -> None:
         """Add the changes filtered out and conflated since last time to the metrics."""
-        subscriber = self.subscriber
-        if subscriber.filtered:
-            self.metrics.events_filtered.inc(subscriber.filtered)
-            subscriber.filtered = 0
+        subscriber, tally = self.subscriber, self.hub.tally
+        if subscriber.filtered or tally.filtered:
+            self.metrics.events_filtered.inc(subscriber.filtered + tally.filtered)
+            subscriber.filtered = tally.filtered = 0
         if subscriber.queue.conflated:
             self.metrics.events_conflated.inc(subscriber.queue.conflated)
             subscriber.queue.conflated = 0
@@ -207,18 +207,21 @@ class EventStream:
         return frames.progress(self.cursor)
 
     def _progress(self) -> bytes | None:
-        """Once the queue is drained: move the cursor past the changes the hub filtered out
-        and, when the hub says it is time and no event carried it yet, a `progress` event."""
+        """Once the queue is drained: a filtered stream has been offered every change up to
+        its readers' positions, so its cursor moves there; when the reader says it is time
+        and no event carried the cursor yet, a `progress` event does."""
         subscriber = self.subscriber
-        for namespace, change in subscriber.skipped.items():
-            if change.order > self.orders.get(namespace, (0, 0)):
-                self._move(namespace, change.position)
-                self.unsent = True
-        subscriber.skipped.clear()
         self._count()
         if not subscriber.progress_due:
             return None
         subscriber.progress_due = False
+        if subscriber.overflowed or subscriber.resets:
+            return None
+        for namespace in self.request.patterns:
+            position = self.hub.position(namespace)
+            if position is not None and position_key(position) > self.orders[namespace]:
+                self._move(namespace, position)
+                self.unsent = True
         return self._progress_frame() if self.unsent else None
 
     def _fresh(self, change: Change, matched: bool = False) -> bool:
@@ -311,7 +314,6 @@ class EventStream:
                     self._move(namespace, "0-0")
                     frames.append(self._reset(namespace,
                                               "the change log was lost and started over"))
-                    subscriber.skipped.pop(namespace, None)
                 if change is not None and self._fresh(change, matched=True):
                     frames.append(self._frame(change))
                 if queue.empty() or len(frames) >= batch:

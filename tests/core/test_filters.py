@@ -12,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.core.errors import MempError
-from broker.core.filters import MAX_FILTER_BYTES, MISSING, compile_filter
+from broker.core.filters import (
+    MAX_FILTER_BYTES,
+    MISSING,
+    compile_filter,
+    compile_guarded,
+    index_key,
+)
 
 pytestmark = pytest.mark.fast  # in-process, no redis-server: `pytest -m fast`
 
@@ -217,3 +223,34 @@ def test_any_text_compiles_or_is_a_400(text: str) -> None:
         assert error.code == "invalid_request" and error.details["parameter"] == "filter"
     else:
         assert compiled(Event(value={"x": 1})) in (True, False)
+
+
+# ---- guards: the equality the hub indexes subscribers by ----
+
+
+@pytest.mark.parametrize(("text", "operand", "keys"), [
+    pytest.param('/status == "done"', "/status", {("str", "done")}, id="equality"),
+    pytest.param('/n == 3 and type == "put"', "/n", {("float", 3)}, id="first-term-of-and"),
+    pytest.param('(/n > 1 and key in ["a", "b"])', "key", {("str", "a"), ("str", "b")},
+                 id="in-inside-parentheses"),
+    pytest.param("/flag == true", "/flag", {("bool", True)}, id="bool-is-its-own-kind"),
+    pytest.param("/n != 3", None, None, id="not-equal-has-none"),
+    pytest.param("/a == 1 or /b == 2", None, None, id="or-has-none"),
+    pytest.param("not /a == 1", None, None, id="not-has-none"),
+])
+def test_guards(text: str, operand: str | None, keys: set[Any] | None) -> None:
+    _, guard = compile_guarded(text)
+    if operand is None:
+        assert guard is None
+    else:
+        assert guard is not None and guard.operand == operand and guard.keys == keys
+
+
+@settings(max_examples=300, deadline=None)
+@given(TREES, VALUES)
+def test_a_guard_never_rules_out_a_change_the_filter_accepts(tree: Any,
+                                                             doc: dict[str, Any]) -> None:
+    accepts, guard = compile_guarded(render(tree))
+    event = Event(value=doc)
+    if guard is not None and accepts(event):
+        assert index_key(guard.read(event)) in guard.keys

@@ -12,13 +12,14 @@ import pytest
 
 from broker.amp.visibility import CellVisibility
 from broker.core.errors import MempError
+from broker.core.filters import compile_guarded
 from broker.core.grammar import compile_pattern
 from broker.runtime.supervisor import Supervisor
 from broker.services.visibility import Viewer
 from broker.storage import layout
 from broker.storage.changelog import ChangeLogStore, position_key
 from broker.streaming.changes import Change, ChangeLog
-from broker.streaming.hub import ConflatingQueue, Hub, Subscriber
+from broker.streaming.hub import Audience, ConflatingQueue, Hub, Subscriber
 from broker.web import frames
 from broker.web.frames import format_cursor, parse_cursor
 
@@ -317,3 +318,32 @@ def _drain(queue: Any) -> list[Change]:
         if item is not None:
             found.append(item)
     return found
+
+
+# ---- filters in the hub ----
+
+
+def test_an_audience_asks_only_the_subscribers_a_guard_chooses() -> None:
+    async def scenario() -> None:
+        audience = Audience()
+        made = {}
+        for name, text in [("done", '/s == "done"'), ("open-or-done", '/s in ["open", "done"]'),
+                           ("not-open", '/s != "open"'), ("all", None)]:
+            accepts, guard = compile_guarded(text) if text else (None, None)
+            made[name] = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""),
+                                    accepts=accepts, guard=guard)
+            audience.add(made[name])
+        assert len(audience.indexes["/s"].by_key) == 2 and len(audience.plain) == 2
+        for n, status in enumerate(["done", "open", "later"], start=1):
+            value = f'{{"s": "{status}"}}'.encode()
+            audience.offer(Change("a", f"1-{n}", "put", f"k{n}", 1, value, raw_value=value))
+        got = {name: [c.key for c in _drain(s.queue)] for name, s in made.items()}
+        assert got == {"done": ["k1"], "open-or-done": ["k1", "k2"], "not-open": ["k1", "k3"],
+                       "all": ["k1", "k2", "k3"]}
+        # Offered to neither index entry: "done" twice (k2, k3), "open-or-done" once (k3).
+        assert audience.tally.filtered == 3
+        for subscriber in made.values():
+            audience.discard(subscriber)
+        assert not audience.indexes and not audience.plain and len(audience) == 0
+
+    asyncio.run(scenario())

@@ -52,6 +52,9 @@ def test_a_filter_sends_matching_changes_and_its_cursor_loses_and_repeats_nothin
 ) -> None:
     every = subscribe(broker.url, ns, "tasks/*").wait_open()
     done = subscribe(broker.url, ns, "tasks/*", query=[("filter", DONE)]).wait_open()
+    # The same filter without an equality the hub can index: asked about every change.
+    unindexed = subscribe(broker.url, ns, "tasks/*",
+                          query=[("filter", '/status contains "done"')]).wait_open()
     filtered_before = counter(broker, "memp_events_filtered_total")
     for key, status in [("tasks/1", "open"), ("tasks/1", "done"), ("tasks/2", "open"),
                         ("tasks/3", "done"), ("tasks/2", "open")]:
@@ -64,6 +67,8 @@ def test_a_filter_sends_matching_changes_and_its_cursor_loses_and_repeats_nothin
                                "progress to the last change")
     assert progress.data == {"cursor": last}
     assert seen(done) == [("put", "tasks/1", 2), ("put", "tasks/3", 1)]
+    unindexed.wait_event(lambda e: e.event == "progress" and e.id == last, "its progress")
+    assert seen(unindexed) == seen(done)
     ids = {(e.data["key"], e.data["version"]): e.id for e in every.changes()}
     assert [e.id for e in done.changes()] == [ids["tasks/1", 2], ids["tasks/3", 1]]
     wait_until(lambda: counter(broker, "memp_events_filtered_total") >= filtered_before + 3,
@@ -130,8 +135,12 @@ def test_a_filter_on_several_namespaces_moves_each_cursor(
     put_ok(admin, ns, "miss", 1)
     put_ok(admin, other, "hit", 2)
     put_ok(admin, other, "miss", 3)
-    progress = stream.wait_event(lambda e: e.event == "progress", "a progress event")
-    assert seen(stream) == [("put", "hit", 1)]
+    hit = stream.wait_key("hit", 1)
+    # A progress event after the hit carries both namespaces' positions past what was sent.
+    progress = stream.wait_event(
+        lambda e: e.event == "progress" and stream.events.index(e) > stream.events.index(hit),
+        "a progress event after the hit")
+    assert progress.id != hit.id and seen(stream) == [("put", "hit", 1)]
     resumed = subscribe(broker.url, subs=[f"{ns}:*", f"{other}:*"],
                         last_event_id=progress.id, query=[("filter", 'key == "hit"')])
     resumed.wait_open()

@@ -59,7 +59,7 @@ async def subscribe(request: Request) -> Response:
         "last_event_id")
     snapshot = request.query_params.get("snapshot", "").lower() in ("1", "true", "yes")
     wanted = StreamRequest(targets, parse_cursor(cursor_text), snapshot, options.accepts,
-                           options.conflate, options.max_rate)
+                           options.guard, options.conflate, options.max_rate)
     leases: StreamLeases = state.stream_leases
     lease = await leases.take(principal, list(targets))
     try:
