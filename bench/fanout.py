@@ -256,12 +256,16 @@ def _measure(procs: Processes, cfg: Config, name: str, count: int, redis_pid: in
         filtered = None
         if cfg.filtered and name == "broker":
             load.ask({"cmd": "close"})
+            # What the writes cost with no stream open, to tell the fan-out's part apart.
+            alone = _phase(cfg, target, load, publisher, watch, "alone", 2000, cfg.burst_rate,
+                           BURST_LANES, 0, 0)
             load.ask({"cmd": "open", "count": count, "filters": BUCKETS})
             writes = BUCKETS * max(1, min(burst_writes, 50))
             print(f"  {name}: filtered phase of {writes} writes, each stream matching 1%",
                   flush=True)
             filtered = _phase(cfg, target, load, publisher, watch, "filtered", writes,
                               cfg.burst_rate, BURST_LANES, count, writes // BUCKETS)
+            filtered["alone_us_per_write"] = alone["server_us_per_write"]
         for proc in target.procs:
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited while measured:\n{procs.log_tail(proc)}")

@@ -19,7 +19,8 @@ from bench.fanout_publish import BUCKETS, BrokerPublisher, bench_value, publish
 from bench.servers import Processes
 
 SLOW_RATE, SLOW_SECONDS, SLOW_KEYS = 200.0, 5.0, 64  # the publisher writes fanout/k-{seq % 64}
-EVENT_BYTES = 700  # about one event of a 256-byte value: what the slow reader takes per read
+SLOW_VALUE_BYTES = 8192  # 8 MB in all: more than the socket buffers hold
+EVENT_BYTES = SLOW_VALUE_BYTES + 500  # about one event: what the slow reader takes per read
 
 
 def filter_costs(subscribers: int = 1000, changes: int = 300) -> dict[str, Any]:
@@ -119,7 +120,8 @@ def slow_consumer(procs: Processes, cfg: Any, start: Callable[..., Any]) -> dict
     reader = threading.Thread(target=_read_slowly, args=(sock, slow_until, got), daemon=True)
     reader.start()
     time.sleep(0.5)
-    publisher = BrokerPublisher("127.0.0.1", [port], target.namespace, target.token, 256)
+    publisher = BrokerPublisher("127.0.0.1", [port], target.namespace, target.token,
+                                SLOW_VALUE_BYTES)
     sent = client.run(lambda: publish(publisher, "slow", writes, SLOW_RATE, 1))
     slow_until[0] = time.monotonic()
     reader.join(timeout=60)
@@ -148,22 +150,28 @@ def slow_consumer(procs: Processes, cfg: Any, start: Callable[..., Any]) -> dict
 
 def filtered_table(results: dict[str, dict[str, Any]], extra: dict[str, Any]) -> str:
     """The filtered phase beside the unfiltered burst, the micro-benchmark, the slow reader."""
-    lines = ["", "filtered (each stream's filter matches 1% of the writes) vs the unfiltered "
-             "burst, one broker process:",
-             f"{'subs':>5} | {'burst µs/delivery':>17} {'x deliveries/write':>18} "
-             f"{'= budget µs/write':>17} | {'filtered µs/write':>17} {'ratio':>6} "
-             f"{'delivered':>17}"]
+    lines = ["", "filtered (each stream's filter matches 1% of the writes) vs unfiltered, one "
+             "broker process; the server's CPU less what the writes cost alone (write µs);",
+             "budget = 1.5 x µs per unfiltered delivery (burst: batched; latency phase: one "
+             "event per send, as filtered streams get them) x deliveries per write:",
+             f"{'subs':>5} {'write µs':>8} | {'µs/delivery burst':>17} {'latency':>7} "
+             f"{'x deliveries/write':>18} {'budgets':>13} | {'filtered µs/write':>17} "
+             f"{'/budgets':>11} {'delivered':>17}"]
     for count, by_target in results.items():
         broker = by_target.get("broker")
         if not broker or "filtered" not in broker:
             continue
-        burst, filtered = broker["burst"], broker["filtered"]
-        per_delivery = burst["server_us_per_delivery"] or 0.0
+        filtered = broker["filtered"]
+        alone = filtered["alone_us_per_write"]
+        per_delivery = [(broker[p]["server_us_per_write"] - alone) / broker["streams"]
+                        for p in ("burst", "latency")]
         fanned = broker["streams"] / BUCKETS
-        budget = per_delivery * fanned
-        ratio = filtered["server_us_per_write"] / budget if budget else float("nan")
-        lines.append(f"{count:>5} | {per_delivery:>17.2f} {fanned:>18.1f} {budget:>17.1f} | "
-                     f"{filtered['server_us_per_write']:>17.1f} {ratio:>5.2f}x "
+        budgets = [1.5 * d * fanned for d in per_delivery]
+        cost = filtered["server_us_per_write"] - alone
+        ratios = "/".join(f"{cost / b:.2f}x" if b > 0 else "-" for b in budgets)
+        lines.append(f"{count:>5} {alone:>8.0f} | {per_delivery[0]:>17.2f} "
+                     f"{per_delivery[1]:>7.2f} {fanned:>18.1f} "
+                     f"{budgets[0]:>6.0f}/{budgets[1]:<6.0f} | {cost:>17.1f} {ratios:>11} "
                      f"{filtered['delivered']:>8}/{filtered['expected']:<8}")
     costs = extra.get("filter_costs")
     if costs:
