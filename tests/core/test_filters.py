@@ -243,7 +243,7 @@ def test_guards(text: str, operand: str | None, keys: set[Any] | None) -> None:
     if operand is None:
         assert guard is None
     else:
-        assert guard is not None and guard.operand == operand and guard.keys == keys
+        assert guard is not None and guard.operand == operand and set(guard.keys) == keys
 
 
 @settings(max_examples=300, deadline=None)
