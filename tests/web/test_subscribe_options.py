@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -279,3 +280,32 @@ def test_a_rate_cap_sends_the_latest_change_per_key(
     assert final_events(stream) == {"gauge": 50, "other": 1}
     assert len(stream.changes()) < 51
 
+
+
+# ---- several processes ----
+
+
+def test_two_processes_filter_deletes_and_expiries_alike(
+    broker_processes: Callable[..., list[Any]], subscribe: Callable[..., Stream], ns: str
+) -> None:
+    """Writes, deletes and the expiry sweeps of two processes on one Redis: a filtered stream
+    on each hears every matching change once, deletes and expiries by the value removed."""
+    first, second = broker_processes(2)
+    streams = [subscribe(p.url, ns, "*", query=[("filter", DONE)]).wait_open()
+               for p in (first, second)]
+    with httpx.Client(headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as one, \
+            httpx.Client(headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as two:
+        def put(client: httpx.Client, url: str, key: str, value: Any, **body: Any) -> None:
+            reply = client.put(f"{url}/v1/namespaces/{ns}/memory/{key}",
+                               json={"value": value, **body})
+            assert reply.status_code in (200, 201), reply.text
+
+        put(one, first.url, "a", {"status": "done"})
+        put(two, second.url, "b", {"status": "open"})
+        put(one, first.url, "c", {"status": "done"}, ttl_seconds=1)
+        for client, url, key in ((two, second.url, "a"), (one, first.url, "b")):
+            assert client.delete(f"{url}/v1/namespaces/{ns}/memory/{key}").status_code == 200
+    for stream in streams:
+        stream.wait_event(lambda e: e.event == "expire", "c's expiry")
+        assert seen(stream) == [("put", "a", 1), ("put", "c", 1), ("delete", "a", 2),
+                                ("expire", "c", 2)]
