@@ -348,8 +348,8 @@ class NamespaceReader:
             return
         self.ticked = (self.position, now)
         for subscriber in self.subscribers:
-            if subscriber.accepts is not None:
-                subscriber.progress_due = True
+            if subscriber.accepts is not None and not subscriber.progress_due:
+                subscriber.progress_due = True  # one nudge pending at most, however long
                 subscriber.nudge()
 
     def _reset_subscribers(self) -> None:
