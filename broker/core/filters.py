@@ -15,6 +15,7 @@ at run time makes a comparison false (`!=`: true when the field exists), never a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import re
@@ -53,11 +54,13 @@ Filter = Callable[[Subject], bool]
 class Guard:
     """An equality every change the filter accepts satisfies: `read` (the operand `operand`)
     gives one of `keys` (as `index_key` makes them). The hub indexes subscribers by it, so a
-    change is offered only to those whose guard it meets."""
+    change is offered only to those whose guard it meets; `whole`: the guard is the entire
+    filter, so meeting it is accepting."""
 
     operand: str
     read: Callable[[Subject], Any]
     keys: frozenset[Any]
+    whole: bool = False
 
 
 def index_key(value: Any) -> Any:
@@ -108,9 +111,10 @@ def compile_guarded(text: str) -> tuple[Filter, Guard | None]:
     kind, word, position = parser.peek()
     if kind != "end":
         raise filter_error(f"unexpected {word!r}", position)
-    terms = parser.conjunctions.get(compiled, [compiled])
-    guard = next((parser.guards[t] for t in terms if t in parser.guards), None)
-    return compiled, guard
+    if compiled in parser.guards:
+        return compiled, dataclasses.replace(parser.guards[compiled], whole=True)
+    terms = parser.conjunctions.get(compiled, [])
+    return compiled, next((parser.guards[t] for t in terms if t in parser.guards), None)
 
 
 def _tokens(text: str) -> list[Token]:

@@ -158,6 +158,7 @@ class Subscriber:
         self.reviews = reviews
         self.accepts = accepts
         self.guard = guard if accepts is not None else None
+        self.guarded_whole = self.guard is not None and self.guard.whole  # the guard decides
         self.queue = (ConflatingQueue if conflate else ChangeQueue)(queue_size, queue_bytes)
         self.filtered = 0  # changes the filter rejected, not yet counted in the metrics
         self.progress_due = False
@@ -184,8 +185,9 @@ class Subscriber:
         self.filtered += 1
         return False
 
-    def offer(self, change: Change) -> None:
-        if self.overflowed or not self.wants(change) or not self.passes(change):
+    def offer(self, change: Change, accepted: bool = False) -> None:
+        """Queue the change if wanted and (unless `accepted` already) the filter passes it."""
+        if self.overflowed or not self.wants(change) or not (accepted or self.passes(change)):
             return
         try:
             self.queue.put_nowait(change)
@@ -296,7 +298,7 @@ class Audience:
         for index in self.indexes.values():
             chosen = index.chosen(change)
             for subscriber in chosen:
-                subscriber.offer(change)
+                subscriber.offer(change, subscriber.guarded_whole)
             self.tally.filtered += index.size - len(chosen)
 
 

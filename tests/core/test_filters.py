@@ -244,6 +244,7 @@ def test_guards(text: str, operand: str | None, keys: set[Any] | None) -> None:
         assert guard is None
     else:
         assert guard is not None and guard.operand == operand and set(guard.keys) == keys
+        assert guard.whole is (" and " not in text)
 
 
 @settings(max_examples=300, deadline=None)
@@ -254,3 +255,5 @@ def test_a_guard_never_rules_out_a_change_the_filter_accepts(tree: Any,
     event = Event(value=doc)
     if guard is not None and accepts(event):
         assert index_key(guard.read(event)) in guard.keys
+    if guard is not None and guard.whole:  # the index alone decides, as the filter would
+        assert accepts(event) is (index_key(guard.read(event)) in guard.keys)
