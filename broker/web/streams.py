@@ -21,7 +21,8 @@ from broker.services.auth import Principal
 from broker.services.memory import MemoryService
 from broker.storage.changelog import CORRUPT, position_key
 from broker.streaming.changes import Change, ChangeLog, encode_payload
-from broker.streaming.hub import ENTRY_CHANGES, Hub, Subscriber
+from broker.streaming.hub import Hub, Subscriber
+from broker.streaming.queues import ENTRY_CHANGES
 from broker.web import frames
 
 _REPLAY_BATCH = 500

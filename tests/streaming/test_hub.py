@@ -19,7 +19,8 @@ from broker.services.visibility import Viewer
 from broker.storage import layout
 from broker.storage.changelog import ChangeLogStore, position_key
 from broker.streaming.changes import Change, ChangeLog
-from broker.streaming.hub import Audience, ConflatingQueue, Hub, Subscriber
+from broker.streaming.hub import Audience, Hub, Subscriber
+from broker.streaming.queues import ConflatingQueue
 from broker.web import frames
 from broker.web.frames import format_cursor, parse_cursor
 
