@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import client, report
-from bench.fanout_publish import BrokerPublisher, FloorPublisher, Publisher, publish
+from bench.fanout_filtered import filter_costs, filtered_table, slow_consumer
+from bench.fanout_publish import BUCKETS, BrokerPublisher, FloorPublisher, Publisher, publish
 from bench.fanout_report import table, verdicts
 from bench.servers import (
     Processes,
@@ -58,6 +59,7 @@ class Config:
     burst_rate: float
     value_bytes: int
     queue_size: int
+    filtered: bool = False
     redis_url: str = ""
     admin_key: str = field(default_factory=lambda: f"bench-admin-{secrets.token_hex(16)}")
 
@@ -98,6 +100,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--queue-size", type=int, default=0,
                         help="per-subscriber queue bound, MEMP_SUBSCRIBER_QUEUE_SIZE (default: "
                              "enough for the largest burst, so the measured load never overflows)")
+    parser.add_argument("--filtered", action="store_true",
+                        help="also run, on the broker, a phase where each subscriber's filter "
+                             "matches 1%% of the writes, a filter evaluation micro-benchmark, "
+                             "and a conflated consumer reading 10x slower than the writes")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     return parser
 
@@ -183,12 +189,15 @@ def rss_kib(pid: int) -> int:
 
 
 def _phase(cfg: Config, target: Target, load: Load, publisher: Publisher, watch: dict[str, int],
-           phase: str, writes: int, rate: float, lanes: int, streams: int) -> dict[str, Any]:
-    """Publish one phase, wait for the streams to receive it, and sum it up."""
+           phase: str, writes: int, rate: float, lanes: int, streams: int,
+           per_stream: int | None = None) -> dict[str, Any]:
+    """Publish one phase, wait for the streams to receive it (`per_stream` events each: all
+    the writes, unless filtered), and sum it up."""
+    per_stream = writes if per_stream is None else per_stream
     before = cpu_snapshot(watch)
     sent = client.run(lambda: publish(publisher, phase, writes, rate, lanes))
-    got = load.ask({"cmd": "wait", "phase": phase, "writes": writes, "quiet": 5,
-                    "timeout": 30 + 2 * writes / rate + streams * writes / 10_000})
+    got = load.ask({"cmd": "wait", "phase": phase, "writes": per_stream, "quiet": 5,
+                    "timeout": 30 + 2 * writes / rate + streams * per_stream / 10_000})
     cpu = cpu_since(watch, before)
     # From the first write to the last delivery: the time the fan-out took.
     seconds = (got["last_ns"] - sent["start_ns"]) / 1e9 if got["last_ns"] else 0.0
@@ -197,7 +206,7 @@ def _phase(cfg: Config, target: Target, load: Load, publisher: Publisher, watch:
     return {
         "writes": writes, "rate": rate, "failed_writes": sent["failed"],
         "publish_seconds": sent["publish_seconds"],
-        "expected": streams * writes, "delivered": delivered,
+        "expected": streams * per_stream, "delivered": delivered,
         "complete_streams": got["complete_streams"], "closed_streams": got["closed_streams"],
         "duplicates": got["duplicates"], "special_events": got["special_events"],
         "seconds": round(seconds, 3),
@@ -205,6 +214,7 @@ def _phase(cfg: Config, target: Target, load: Load, publisher: Publisher, watch:
         "p50_ms": got["p50_ms"], "p90_ms": got["p90_ms"], "p99_ms": got["p99_ms"],
         "max_ms": got["max_ms"],
         "server_us_per_delivery": round(server_cpu * 1e6 / delivered, 2) if delivered else None,
+        "server_us_per_write": round(server_cpu * 1e6 / writes, 1),
         "cpu_core_share": {k: round(v / seconds, 3) for k, v in cpu.items()} if seconds else {},
     }
 
@@ -243,6 +253,19 @@ def _measure(procs: Processes, cfg: Config, name: str, count: int, redis_pid: in
         burst = _phase(cfg, target, load, publisher, watch, "burst", burst_writes,
                        cfg.burst_rate, BURST_LANES, count)
         rss_after = rss()
+        filtered = None
+        if cfg.filtered and name == "broker":
+            load.ask({"cmd": "close"})
+            # What the writes cost with no stream open, to tell the fan-out's part apart.
+            alone = _phase(cfg, target, load, publisher, watch, "alone", 2000, cfg.burst_rate,
+                           BURST_LANES, 0, 0)
+            load.ask({"cmd": "open", "count": count, "filters": BUCKETS})
+            writes = BUCKETS * max(1, min(burst_writes, 50))
+            print(f"  {name}: filtered phase of {writes} writes, each stream matching 1%",
+                  flush=True)
+            filtered = _phase(cfg, target, load, publisher, watch, "filtered", writes,
+                              cfg.burst_rate, BURST_LANES, count, writes // BUCKETS)
+            filtered["alone_us_per_write"] = alone["server_us_per_write"]
         for proc in target.procs:
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited while measured:\n{procs.log_tail(proc)}")
@@ -256,6 +279,7 @@ def _measure(procs: Processes, cfg: Config, name: str, count: int, redis_pid: in
         "rss_kib": {"none": rss_none, "idle": rss_idle, "after_burst": rss_after},
         "kib_per_subscriber": round((rss_idle - rss_none) / count, 2),
         "latency": latency, "burst": burst,
+        **({"filtered": filtered} if filtered else {}),
     }
 
 
@@ -286,7 +310,8 @@ def _config(args: argparse.Namespace) -> Config:
         targets.append(f"broker-x{args.workers}")
     cfg = Config(counts=counts, targets=targets, seconds=args.seconds, rate=args.rate,
                  burst_deliveries=args.burst_deliveries, burst_rate=args.burst_rate,
-                 value_bytes=args.value_bytes, queue_size=args.queue_size)
+                 value_bytes=args.value_bytes, queue_size=args.queue_size,
+                 filtered=args.filtered)
     if not cfg.queue_size:
         most = max(max(_burst_writes(cfg, c) for c in counts), round(args.rate * args.seconds))
         cfg.queue_size = max(1000, 2 * most)
@@ -309,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     _raise_open_files(max(cfg.counts) + 1024)
     procs = start_run()
     results: dict[str, dict[str, Any]] = {}
+    extra: dict[str, Any] = {}
     load_before = os.getloadavg()[0]
     print(f"bench: {','.join(map(str, cfg.counts))} subscribers; {cfg.rate:g} writes/s for "
           f"{cfg.seconds:g} s, then a {cfg.burst_deliveries}-delivery burst at "
@@ -321,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{count} subscribers, {name}:", flush=True)
                 results.setdefault(str(count), {})[name] = _measure(procs, cfg, name, count,
                                                                     redis_proc.pid)
+        if cfg.filtered:
+            print("filter evaluation, in process; a conflated consumer 10x slower than the "
+                  "writes:", flush=True)
+            extra = {"filter_costs": filter_costs(),
+                     "slow_consumer": slow_consumer(procs, cfg, _start)}
     except (KeyboardInterrupt, RuntimeError, OSError) as exc:
         return failure_status(exc)
     finally:
@@ -329,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     checks = verdicts(results)
     print()
     print(table(results, checks))
+    if cfg.filtered:
+        print(filtered_table(results, extra))
     if args.json:
         document = {
             "config": {"subscribers": cfg.counts, "targets": cfg.targets,
@@ -338,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": report.machine(load_before, python=platform.python_version()),
             "results": results,
             "targets": checks,
+            **({"filtered": extra} if cfg.filtered else {}),
         }
         report.write_json(args.json, document)
     return 0

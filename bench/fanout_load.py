@@ -4,8 +4,9 @@ Holds SSE streams over raw asyncio sockets with a minimal chunked-body and event
 (httpx would cost too much per stream at 5,000). Driven by JSON commands on stdin, one a line,
 each answered by one JSON line on stdout:
 
-    {"cmd": "open", "count": 1000}
+    {"cmd": "open", "count": 1000, "filters": 100}
         open that many more streams (taking turns over --ports); answered once all are open;
+        with `filters`, stream i asks for `filter=/bucket == i % filters`;
     {"cmd": "wait", "phase": "lat", "writes": 100, "timeout": 30}
         wait until every open stream has received the phase's `writes` events (or the timeout,
         or `quiet` seconds with no delivery), then answer with the phase's figures;
@@ -164,25 +165,27 @@ def _percentile(ordered: list[int], p: float) -> float:
     return ordered[min(int(len(ordered) * p / 100), len(ordered) - 1)] / 1000
 
 
-def _request(args: argparse.Namespace) -> bytes:
-    path = f"/v1/subscribe?namespace={args.namespace}&pattern=*"
+def _request(args: argparse.Namespace, query: str = "") -> bytes:
+    path = f"/v1/subscribe?namespace={args.namespace}&pattern=*{query}"
     auth = f"Authorization: Bearer {args.token}\r\n" if args.token else ""
     return (f"GET {path} HTTP/1.1\r\nHost: {args.host}\r\nAccept: text/event-stream\r\n"
             f"{auth}\r\n").encode()
 
 
-async def _open(args: argparse.Namespace, totals: Totals, count: int) -> list[Subscriber]:
+async def _open(args: argparse.Namespace, totals: Totals, count: int, filters: int = 0
+                ) -> list[Subscriber]:
     """Open `count` streams, --connect-concurrency at a time, taking turns over the ports;
     returns those the server answered with 200."""
     loop = asyncio.get_running_loop()
     ports = [int(p) for p in args.ports.split(",")]
+    requests = [_request(args, f"&filter=%2Fbucket%20%3D%3D%20{n}") for n in range(filters)]
     request = _request(args)
     gate = asyncio.Semaphore(args.connect_concurrency)
     subscribers: list[Subscriber] = []
 
     async def open_one(i: int) -> None:
         async with gate:
-            subscriber = Subscriber(request, totals)
+            subscriber = Subscriber(requests[i % filters] if filters else request, totals)
             try:
                 await loop.create_connection(lambda: subscriber, args.host,
                                              ports[i % len(ports)])
@@ -241,7 +244,8 @@ async def _main(args: argparse.Namespace) -> None:
             command = json.loads(line)
             if command["cmd"] == "open":
                 started = time.monotonic()
-                opened = await _open(args, totals, int(command["count"]))
+                opened = await _open(args, totals, int(command["count"]),
+                                     int(command.get("filters", 0)))
                 subscribers += opened
                 _say({"opened": len(opened), "requested": command["count"],
                       "seconds": round(time.monotonic() - started, 3)})

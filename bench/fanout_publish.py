@@ -13,10 +13,14 @@ import redis.asyncio as aioredis
 
 from bench import client
 
+BUCKETS = 100  # `bucket` of a value: seq % 100, what the filtered phase's filters select on
+
 
 def bench_value(phase: str, seq: int, value_bytes: int) -> bytes:
-    """A JSON object of `value_bytes` bytes carrying the phase, sequence number and send time."""
-    head = f'{{"bench":"{phase}:{seq}:{time.time_ns()}","pad":"'.encode()
+    """A JSON object of `value_bytes` bytes carrying the phase, sequence number and send time,
+    and a `bucket` (seq % BUCKETS) for filters."""
+    head = (f'{{"bench":"{phase}:{seq}:{time.time_ns()}","bucket":{seq % BUCKETS},'
+            f'"pad":"').encode()
     return head + b"x" * max(value_bytes - len(head) - 2, 0) + b'"}'
 
 

@@ -170,8 +170,10 @@ def subscribe(broker_factory: Callable[..., Broker]) -> Iterator[Callable[..., S
     def open_stream(base_url: str, namespace: str | None = None, *patterns: str,
                     subs: Iterable[str] = (), snapshot: bool = False,
                     last_event_id: str | None = None, cursor_param: str | None = None,
-                    token: str | None = ADMIN_KEY, **options: Any) -> Stream:
+                    token: str | None = ADMIN_KEY, query: Iterable[tuple[str, str]] = (),
+                    **options: Any) -> Stream:
         params: list[tuple[str, str]] = [("sub", s) for s in subs]
+        params += list(query)
         if namespace is not None:
             params.append(("namespace", namespace))
             params += [("pattern", p) for p in patterns]

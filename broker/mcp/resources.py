@@ -41,12 +41,14 @@ TEMPLATES = [
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What a `memp://` URI names: one key, or a pattern (with a page cursor)."""
+    """What a `memp://` URI names: one key, or a pattern (with a page cursor, and a filter
+    its subscriptions apply)."""
 
     namespace: str
     key: str | None = None
     pattern: str = "*"
     cursor: str | None = None
+    filter: str | None = None
 
     @property
     def watched(self) -> str:
@@ -78,7 +80,7 @@ def parse_uri(uri: str) -> Target:
     if key is not None:
         return Target(namespace, key=key)
     return Target(namespace, pattern=_one(query, "pattern") or "*",
-                  cursor=_one(query, "cursor"))
+                  cursor=_one(query, "cursor"), filter=_one(query, "filter"))
 
 
 def _one(query: dict[str, list[str]], name: str) -> str | None:

@@ -31,6 +31,7 @@ from broker.services.memory import MemoryService
 from broker.services.namespaces import NamespaceRegistry
 from broker.streaming.hub import Hub, Subscriber
 from broker.streaming.leases import StreamLeases
+from broker.streaming.options import parse_options
 from broker.streaming.revocation import StreamGuard
 
 Notify = Callable[[str], Awaitable[None]]
@@ -67,6 +68,7 @@ class Watcher:
         `max_streams` and the credential's MEMP_MAX_STREAMS_PER_TOKEN (else 429
         `quota_exceeded`)."""
         target = parse_uri(uri)
+        options = parse_options(target.filter, None, None)
         await self.namespaces.require(principal, "subscribe", target.namespace)
         pattern = compile_pattern(target.watched, self.settings.max_key_bytes)
         reviews = frozenset({target.namespace} if principal.can("review", target.namespace)
@@ -74,7 +76,8 @@ class Watcher:
         subscriber = Subscriber({target.namespace: [pattern]},
                                 self.settings.subscriber_queue_size,
                                 self.memory.cells.viewer(principal), principal.writer_id,
-                                reviews, queue_bytes=self.settings.subscriber_queue_bytes)
+                                reviews, queue_bytes=self.settings.subscriber_queue_bytes,
+                                accepts=options.accepts, guard=options.guard)
         lease = await self.leases.take(principal, [target.namespace])
         try:
             await self.hub.join(subscriber)

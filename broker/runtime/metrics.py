@@ -89,6 +89,12 @@ class Metrics:
         self.events_delivered = Counter(
             "memp_events_delivered", "Change events written to subscribers' streams.",
             registry=r)
+        self.events_filtered = Counter(
+            "memp_events_filtered", "Changes a subscription's filter left out (per subscriber).",
+            registry=r)
+        self.events_conflated = Counter(
+            "memp_events_conflated", "Changes a lagging or rate-capped subscription replaced "
+            "with a newer change to the same key.", registry=r)
         self.stream_closes = Counter("memp_stream_closes", "Event streams ended, by reason.",
                                      ["reason"], registry=r)
         self.redis_seconds = Histogram(

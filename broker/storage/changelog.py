@@ -42,6 +42,7 @@ class ChangeRecord:
     entry: Entry | None
     doc: bytes = b""
     proposer: str | None = None
+    removed: bytes | None = None  # a delete's or expiry's: the JSON value it removed
 
 
 def _record(namespace: str, record: StreamRecord) -> ChangeRecord:
@@ -61,9 +62,11 @@ def _change(namespace: str, position: str, raw_fields: dict[bytes, bytes]) -> Ch
         doc = fields.get("doc") or b"{}"
         msgspec.json.decode(doc, type=dict[str, Any])  # spliced into the event as an object
         return ChangeRecord(position, kind, key, None, doc, (fields.get("by") or b"").decode())
+    removed = fields.pop("was", None)
     if kind != "put":
         fields["del"] = b"1"
-    return ChangeRecord(position, kind, key, entry_from_fields(namespace, key, fields))
+    return ChangeRecord(position, kind, key, entry_from_fields(namespace, key, fields),
+                        removed=removed or None)
 
 
 class ChangeLogStore:

@@ -4,11 +4,14 @@ policy gives the changes of the namespace it guards (AMP cells: broker/amp/visib
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
+from broker.core.filters import MISSING
 from broker.core.models import Entry
 from broker.services.visibility import Readers, ReadPolicy
 from broker.storage.changelog import (
@@ -40,7 +43,8 @@ def encode_payload(entry: Entry, kind: str) -> bytes:
 class Change:
     """One change as subscribers get it. `data` is its JSON payload; `frame` is its event for
     a stream following this namespace only (see `Framer`); `order` is the position as numbers.
-    All are made once here, not by each subscriber."""
+    All are made once here, not by each subscriber. `raw_value` is the JSON value a filter
+    looks at (a delete's or expiry's: the value it removed), decoded once, on demand."""
 
     namespace: str
     position: str
@@ -51,10 +55,28 @@ class Change:
     readers: Readers | None = None  # AMP cells: who may receive it (None: every subscriber)
     proposer: str | None = None  # a proposal's change: only its proposer and reviewers get it
     frame: bytes = field(default=b"", repr=False, compare=False)
+    agent: str = ""
+    raw_value: bytes | None = field(default=None, repr=False, compare=False)
     order: tuple[int, int] = field(init=False, repr=False, compare=False)
+    _document: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "order", position_key(self.position))
+        object.__setattr__(self, "_document", _UNDECODED)
+
+    def document(self) -> Any:
+        """The value filters look at (`filters.Subject`), MISSING for none."""
+        if self._document is _UNDECODED:
+            decoded = MISSING
+            if self.raw_value is not None:
+                # a damaged record matches nothing
+                with contextlib.suppress(msgspec.DecodeError, RecursionError):
+                    decoded = msgspec.json.decode(self.raw_value)
+            object.__setattr__(self, "_document", decoded)
+        return self._document
+
+
+_UNDECODED: Any = object()
 
 
 class ChangeLog:
@@ -76,11 +98,15 @@ class ChangeLog:
                           proposer=record.proposer,
                           frame=self.frame(namespace, position, kind, data))
         readers = None
+        removed = record.removed
         if self.cells.guards(namespace):
             entry, kind, readers = self.cells.audience(entry, kind)
+            removed = None  # a cell's content is never an oracle once it is gone
         data = encode_payload(entry, kind)
+        value = entry.value if kind == "put" else removed
         return Change(namespace, position, kind, record.key, entry.version, data, readers,
-                      frame=self.frame(namespace, position, kind, data))
+                      frame=self.frame(namespace, position, kind, data), agent=entry.agent_id,
+                      raw_value=None if value is None else bytes(value))
 
     async def last_position(self, namespace: str) -> str:
         return await self.store.last_position(namespace)

@@ -8,85 +8,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterator
+from typing import Any
 
 import anyio
 
 from broker.core.errors import unavailable
+from broker.core.filters import Filter, Guard, index_key
 from broker.core.grammar import Pattern
 from broker.runtime.supervisor import Backoff, Supervisor
 from broker.services.visibility import Viewer
 from broker.storage.changelog import CORRUPT
 from broker.streaming.changes import Change, ChangeLog
+from broker.streaming.queues import ChangeQueue, ConflatingQueue
 
 log = logging.getLogger("memp.hub")
 # A reader's subscribers wait for it: it retries soon, and never more than 2 s apart.
 READER_BACKOFF = Backoff(first=0.05, cap=2.0)
-
-
-class ChangeQueue:
-    """A FIFO with one consumer, bounded by count and by the bytes of the frames it holds (one
-    change is always taken, however large): asyncio.Queue's get/put_nowait without its three
-    deques and an event per queue (about 3 KiB, held by each of thousands of subscribers).
-    None is a nudge: look at the subscriber's flags."""
-
-    def __init__(self, maxsize: int, maxbytes: int | None = None) -> None:
-        self.maxsize = maxsize
-        self.maxbytes = maxbytes
-        self.bytes = 0
-        self._items: list[Change | None] = []
-        self._waiter: asyncio.Future[None] | None = None
-
-    def qsize(self) -> int:
-        return len(self._items)
-
-    def empty(self) -> bool:
-        return not self._items
-
-    def put_nowait(self, item: Change | None) -> None:
-        size = 0 if item is None else len(item.frame)
-        if len(self._items) >= self.maxsize or (
-                self._items and self.maxbytes is not None and self.bytes + size > self.maxbytes):
-            raise asyncio.QueueFull
-        self._items.append(item)
-        self.bytes += size
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def get_nowait(self) -> Change | None:
-        if not self._items:
-            raise asyncio.QueueEmpty
-        return self._taken(self._items.pop(0))
-
-    async def get(self) -> Change | None:
-        while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._taken(self._items.pop(0))
-
-    def _taken(self, item: Change | None) -> Change | None:
-        if item is not None:
-            self.bytes -= len(item.frame)
-        return item
-
-    def clear(self) -> None:
-        self._items.clear()
-        self.bytes = 0
+# A filtered stream whose changes were all filtered out passes its cursor on this often.
+PROGRESS_SECONDS = 1.0
 
 
 class Subscriber:
-    """One subscriber: what it wants, its bounded queue, and flags the hub sets."""
+    """One subscriber: what it wants, its bounded queue, and flags the hub sets. With a
+    filter, a change it rejects is not queued; a filter with a `Guard` is not even asked about
+    changes the guard rules out (the reader indexes it). `progress_due` says the reader moved
+    past changes a filter left out (raised at most every PROGRESS_SECONDS, with a nudge)."""
 
     def __init__(self, patterns: dict[str, list[Pattern]], queue_size: int,
                  viewer: Viewer, writer: str = "", reviews: frozenset[str] = frozenset(),
-                 *, queue_bytes: int | None = None) -> None:
+                 *, queue_bytes: int | None = None, accepts: Filter | None = None,
+                 guard: Guard | None = None, conflate: bool = False) -> None:
         self.patterns = patterns
         self.viewer = viewer
         self.writer = writer  # who it is, and where it may review: for proposals' changes
         self.reviews = reviews
-        self.queue = ChangeQueue(queue_size, queue_bytes)
+        self.accepts = accepts
+        self.guard = guard if accepts is not None else None
+        self.guarded_whole = self.guard is not None and self.guard.whole  # the guard decides
+        self.queue = (ConflatingQueue if conflate else ChangeQueue)(queue_size, queue_bytes)
+        self.filtered = 0  # changes the filter rejected, not yet counted in the metrics
+        self.progress_due = False
         self.overflowed = False
         self.closing = False
         self.revoked: str | None = None  # why the stream lost its right to continue
@@ -103,8 +65,16 @@ class Subscriber:
                 return True
         return False
 
-    def offer(self, change: Change) -> None:
-        if self.overflowed or not self.wants(change):
+    def passes(self, change: Change) -> bool:
+        """The filter accepts the change (counted when it does not)."""
+        if self.accepts is None or self.accepts(change):
+            return True
+        self.filtered += 1
+        return False
+
+    def offer(self, change: Change, accepted: bool = False) -> None:
+        """Queue the change if wanted and (unless `accepted` already) the filter passes it."""
+        if self.overflowed or not self.wants(change) or not (accepted or self.passes(change)):
             return
         try:
             self.queue.put_nowait(change)
@@ -127,15 +97,108 @@ class Subscriber:
             self.queue.put_nowait(None)
 
 
+class GuardIndex:
+    """Subscribers whose filters have a guard on one operand, by the keys the guard allows:
+    the operand is read once per change, and only the subscribers under its key are asked."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.read = guard.read
+        self.by_key: dict[Any, set[Subscriber]] = {}
+        self.size = 0
+
+    def add(self, subscriber: Subscriber, guard: Guard) -> None:
+        for key in guard.keys:
+            self.by_key.setdefault(key, set()).add(subscriber)
+        self.size += 1
+
+    def discard(self, subscriber: Subscriber, guard: Guard) -> None:
+        for key in guard.keys:
+            chosen = self.by_key.get(key)
+            if chosen is not None:
+                chosen.discard(subscriber)
+                if not chosen:
+                    del self.by_key[key]
+        self.size -= 1
+
+    def chosen(self, change: Change) -> set[Subscriber]:
+        key = index_key(self.read(change))
+        return self.by_key.get(key, _NOBODY) if key is not None else _NOBODY
+
+
+_NOBODY: set[Subscriber] = set()
+
+
+class FilterTally:
+    """Changes the indexes kept from filtered subscribers, not yet in the metrics."""
+
+    filtered = 0
+
+
+class Audience:
+    """The subscribers of one namespace, and the offer of a change to them: to each one
+    without a guarded filter, and to those a `GuardIndex` chooses."""
+
+    def __init__(self, tally: FilterTally | None = None) -> None:
+        self.members: set[Subscriber] = set()
+        self.plain: set[Subscriber] = set()  # asked about every change
+        self.indexes: dict[str, GuardIndex] = {}  # by the guard's operand
+        self.filtering = 0  # subscribers with a filter
+        self.tally = tally or FilterTally()
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __iter__(self) -> Iterator[Subscriber]:
+        return iter(self.members)
+
+    def __contains__(self, subscriber: object) -> bool:
+        return subscriber in self.members
+
+    def add(self, subscriber: Subscriber) -> None:
+        if subscriber in self.members:
+            return
+        self.members.add(subscriber)
+        self.filtering += subscriber.accepts is not None
+        guard = subscriber.guard
+        if guard is None:
+            self.plain.add(subscriber)
+        else:
+            self.indexes.setdefault(guard.operand, GuardIndex(guard)).add(subscriber, guard)
+
+    def discard(self, subscriber: Subscriber) -> None:
+        if subscriber not in self.members:
+            return
+        self.members.discard(subscriber)
+        self.filtering -= subscriber.accepts is not None
+        guard = subscriber.guard
+        if guard is None:
+            self.plain.discard(subscriber)
+            return
+        index = self.indexes[guard.operand]
+        index.discard(subscriber, guard)
+        if not index.size:
+            del self.indexes[guard.operand]
+
+    def offer(self, change: Change) -> None:
+        for subscriber in self.plain:
+            subscriber.offer(change)
+        for index in self.indexes.values():
+            chosen = index.chosen(change)
+            for subscriber in chosen:
+                subscriber.offer(change, subscriber.guarded_whole)
+            self.tally.filtered += index.size - len(chosen)
+
+
 class NamespaceReader:
-    """Follows one namespace's change log and hands each change to the subscribers."""
+    """Follows one namespace's change log and hands each change to its `Audience`."""
 
     def __init__(self, changelog: ChangeLog, namespace: str, block_ms: int,
-                 supervisor: Supervisor) -> None:
+                 supervisor: Supervisor, tally: FilterTally | None = None) -> None:
         self.changelog = changelog
         self.namespace = namespace
         self.block_ms = block_ms
-        self.subscribers: set[Subscriber] = set()
+        self.subscribers = Audience(tally)
+        self.ticked = ("0-0", 0.0)  # the position and time of the last progress nudge
         self.ready = asyncio.Event()
         self.position = "0-0"
         self.stopped = False
@@ -158,12 +221,25 @@ class NamespaceReader:
                 self._reset_subscribers()
                 continue
             for change in changes:
-                if change.type == CORRUPT:  # its position is passed, nobody gets it
-                    continue
-                for subscriber in self.subscribers:
-                    subscriber.offer(change)
+                if change.type != CORRUPT:  # its position is passed, nobody gets it
+                    self.subscribers.offer(change)
             if changes:
                 self.position = changes[-1].position
+            if self.subscribers.filtering:
+                self._progress()
+
+    def _progress(self) -> None:
+        """At most every PROGRESS_SECONDS, once the log moved: tell the filtered subscribers,
+        so a stream that sent nothing can pass its cursor on."""
+        now = asyncio.get_running_loop().time()
+        position, when = self.ticked
+        if position == self.position or now - when < PROGRESS_SECONDS:
+            return
+        self.ticked = (self.position, now)
+        for subscriber in self.subscribers:
+            if subscriber.accepts is not None and not subscriber.progress_due:
+                subscriber.progress_due = True  # one nudge pending at most, however long
+                subscriber.nudge()
 
     def _reset_subscribers(self) -> None:
         """Changes after our position are gone (Redis lost its data, or retention overtook
@@ -186,6 +262,7 @@ class Hub:
         self.ready_timeout = ready_timeout
         self.supervisor = supervisor
         self.readers: dict[str, NamespaceReader] = {}
+        self.tally = FilterTally()
         self.finishing = False
         self._shutdown: anyio.Event | None = None
         self._shutdown_watch: asyncio.Task[None] | None = None
@@ -218,7 +295,7 @@ class Hub:
             reader = self.readers.get(namespace)
             if reader is None:
                 reader = NamespaceReader(self.changelog, namespace, self.block_ms,
-                                         self.supervisor)
+                                         self.supervisor, self.tally)
                 self.readers[namespace] = reader
             reader.subscribers.add(subscriber)
             readers.append(reader)
@@ -244,6 +321,12 @@ class Hub:
                 reader.stopped = True
                 self.supervisor.stop_soon(reader.task)
                 del self.readers[namespace]
+
+    def position(self, namespace: str) -> str | None:
+        """How far this process's reader of `namespace` has offered changes (None: no reader).
+        A subscriber whose queue is empty has been offered everything up to here."""
+        reader = self.readers.get(namespace)
+        return reader.position if reader is not None else None
 
     @property
     def subscriber_count(self) -> int:

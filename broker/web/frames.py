@@ -39,6 +39,11 @@ def reset(cursor: bytes, namespace: str, reason: str) -> bytes:
     return event(b"reset", cursor, data)
 
 
+def progress(cursor: bytes) -> bytes:
+    """The cursor moved past changes a filter left out: resume from here."""
+    return event(b"progress", cursor, msgspec.json.encode({"cursor": cursor.decode()}))
+
+
 def snapshot_end(cursor: bytes) -> bytes:
     return event(b"snapshot-end", cursor, msgspec.json.encode({"cursor": cursor.decode()}))
 

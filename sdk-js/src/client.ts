@@ -25,7 +25,12 @@ import {
 } from './models.js'
 import { namespacePath, pageQuery, type PageOptions } from './resources.js'
 import { QueryResult } from './query.js'
-import { StreamState, Subscription, type SubscribeOptions } from './subscription.js'
+import {
+  StreamState,
+  Subscription,
+  streamOptions,
+  type SubscribeOptions,
+} from './subscription.js'
 import {
   messageId,
   resolveConfig,
@@ -340,6 +345,7 @@ export class MEMP {
       options.snapshot ?? false,
       options.lastEventId ?? null,
       options.onState,
+      streamOptions(options),
     )
     const open = this.#subscriptions
     let subscription: Subscription<T> | undefined = undefined

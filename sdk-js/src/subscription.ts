@@ -38,6 +38,22 @@ export interface SubscribeOptions {
   lastEventId?: string | undefined
   /** Called with each change of the connection's state (see `ConnectionState`). */
   onState?: ((state: ConnectionState) => void) | undefined
+  /** Only changes this expression accepts, e.g. `/status == "done"` (docs/subscriptions.md).
+   * Changes it leaves out still move `lastEventId`. */
+  filter?: string | undefined
+  /** `latest`: while the stream lags, the broker sends only the newest change per key. */
+  conflate?: 'latest' | undefined
+  /** At most this many changes a second; the broker conflates the rest by key. */
+  maxRate?: number | undefined
+}
+
+/** The query parameters fitting a stream to its consumer: filter, conflate, max_rate. */
+export function streamOptions(options: SubscribeOptions): [string, string][] {
+  const found: [string, string][] = []
+  if (options.filter) found.push(['filter', options.filter])
+  if (options.conflate !== undefined) found.push(['conflate', options.conflate])
+  if (options.maxRate !== undefined) found.push(['max_rate', String(options.maxRate)])
+  return found
 }
 
 /**
@@ -90,6 +106,7 @@ export class StreamState {
     snapshot: boolean,
     lastEventId: string | null,
     readonly onState?: ((state: ConnectionState) => void) | undefined,
+    readonly options: [string, string][] = [],
   ) {
     this.cursor = lastEventId || null
     this.snapshotPending = snapshot && this.cursor === null
@@ -101,6 +118,7 @@ export class StreamState {
     const params = new URLSearchParams({ namespace: this.namespace })
     for (const pattern of this.patterns) params.append('pattern', pattern)
     if (this.snapshotPending) params.append('snapshot', '1')
+    for (const [name, value] of this.options) params.append(name, value)
     return params
   }
 
@@ -150,7 +168,7 @@ export class StreamState {
     this.live = true
     this.failures = 0
     this.retries = 0
-    if (message.id) this.cursor = message.id
+    if (message.id) this.cursor = message.id // `progress` too: changes a filter left out
     if (ENTRY_EVENTS.has(kind)) {
       const entry = toEntry(decode<WireEntry>(message.data, kind))
       if (kind !== 'snapshot') return event(kind as EventType, this.cursor, entry.namespace, entry)

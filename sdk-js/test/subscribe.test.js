@@ -130,6 +130,33 @@ describe('snapshot', () => {
   })
 })
 
+describe('fitted to the consumer', () => {
+  test('a filter sends what matches; what it leaves out still moves the cursor', async () => {
+    const broker = admin(services.url, namespace())
+    const options = { filter: '/status == "done"', conflate: /** @type {const} */ ('latest'),
+      maxRate: 100 }
+    const events = await broker.subscribe('t/*', options).open()
+    await broker.memory.put('t/1', { status: 'open' })
+    await broker.memory.put('t/2', { status: 'done' })
+    await broker.memory.put('t/3', { status: 'open' })
+    const [done] = await take(events, 1)
+    assert.deepEqual([done?.type, done?.key], ['put', 't/2'])
+    // The iterator reads the stream while it is asked for the next event.
+    const pending = events.next()
+    await until(() => events.lastEventId !== done?.id, 'the progress event')
+    const cursor = events.lastEventId ?? undefined
+    events.close()
+    assert.equal((await pending).done, true)
+    await broker.memory.put('t/4', { status: 'done' })
+    const resumed = broker.subscribe('t/*', { filter: '/status == "done"', lastEventId: cursor })
+    const [next] = await take(resumed, 1)
+    assert.deepEqual([next?.type, next?.key], ['put', 't/4'])
+    resumed.close()
+    const bad = broker.subscribe('*', { filter: '/status = 1' })
+    await assert.rejects(take(bad, 1), /position 8/)
+  })
+})
+
 /**
  * An HTTP gateway to the broker that cuts the first event stream right after its first
  * `snapshot` frame, as a network failure would.

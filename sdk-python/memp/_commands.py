@@ -273,7 +273,8 @@ def _describe(error: BaseException | None) -> str:
 def cmd_watch(broker: MEMP, args: argparse.Namespace) -> None:
     patterns = args.patterns or ["*"]
     with broker.subscribe(patterns, snapshot=args.snapshot, last_event_id=args.last_event_id,
-                          on_state=_say_state(broker.config.base_url)) as events:
+                          on_state=_say_state(broker.config.base_url),
+                          filter=args.filter) as events:
         print(f"memp: watching {broker.namespace}: {' '.join(patterns)} (Ctrl-C to stop)",
               file=sys.stderr, flush=True)
         for event in events:

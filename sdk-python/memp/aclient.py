@@ -7,7 +7,7 @@ import weakref
 from collections.abc import AsyncIterator, Generator, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Unpack
+from typing import Any, Literal, Unpack
 
 import httpx
 
@@ -31,7 +31,13 @@ from memp.models import (
     StoredConfig,
     UsageReport,
 )
-from memp.subscription import AsyncSubscription, StateListener, StreamState, targets
+from memp.subscription import (
+    AsyncSubscription,
+    StateListener,
+    StreamState,
+    stream_options,
+    targets,
+)
 
 _MISSING: Any = object()
 
@@ -262,9 +268,12 @@ class AsyncMEMP:
 
     def subscribe(self, pattern: str | Sequence[str] = "*", *, snapshot: bool = False,
                   namespace: str | None = None, last_event_id: str | None = None,
-                  on_state: StateListener | None = None) -> AsyncSubscription:
+                  on_state: StateListener | None = None, filter: str | None = None,
+                  conflate: Literal["latest"] | None = None, max_rate: float | None = None
+                  ) -> AsyncSubscription:
         state = StreamState(targets(self.config.require_namespace(namespace), pattern),
-                            snapshot, last_event_id, on_state)
+                            snapshot, last_event_id, on_state,
+                            stream_options(filter, conflate, max_rate))
         subscription = AsyncSubscription(self._transport, state)
         self._subscriptions.add(subscription)
         return subscription

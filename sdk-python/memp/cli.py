@@ -167,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start with the current entries, then a snapshot-end event")
     watch.add_argument("--table", action="store_true", help="print readable lines")
     watch.add_argument("--last-event-id", help="resume after this event id")
+    watch.add_argument("--filter", help='only changes this expression accepts, e.g. '
+                       "'/status == \"done\"' (docs/subscriptions.md)")
 
     register = command("register", cmd_register,
                        "register an agent; prints it and its API key (shown once)")

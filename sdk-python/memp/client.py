@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Unpack, overload
+from typing import Any, Literal, Unpack, overload
 
 import httpx
 
@@ -32,7 +32,13 @@ from memp.models import (
     StoredConfig,
     UsageReport,
 )
-from memp.subscription import StateListener, StreamState, Subscription, targets
+from memp.subscription import (
+    StateListener,
+    StreamState,
+    Subscription,
+    stream_options,
+    targets,
+)
 
 _MISSING: Any = object()
 
@@ -312,13 +318,18 @@ class MEMP:
 
     def subscribe(self, pattern: str | Sequence[str] = "*", *, snapshot: bool = False,
                   namespace: str | None = None, last_event_id: str | None = None,
-                  on_state: StateListener | None = None) -> Subscription:
+                  on_state: StateListener | None = None, filter: str | None = None,
+                  conflate: Literal["latest"] | None = None, max_rate: float | None = None
+                  ) -> Subscription:
         """Events for keys matching `pattern`, live, reconnecting and resuming by itself.
         `snapshot=True` starts with the current entries, then a `snapshot-end` event;
+        `filter` (an expression such as `/status == "done"`), `conflate="latest"` and
+        `max_rate` (events a second) are applied by the broker (docs/subscriptions.md);
         `on_state` is called with each ConnectionState (connecting, connected, reconnecting
         with the error and attempt, closed)."""
         state = StreamState(targets(self.config.require_namespace(namespace), pattern),
-                            snapshot, last_event_id, on_state)
+                            snapshot, last_event_id, on_state,
+                            stream_options(filter, conflate, max_rate))
         subscription = Subscription(self._transport, state)
         self._subscriptions.add(subscription)
         return subscription

@@ -77,8 +77,10 @@ class StreamState:
     """What a subscription follows and how far it got; turns SSE frames into events."""
 
     def __init__(self, targets: Sequence[tuple[str, str]], snapshot: bool,
-                 last_event_id: str | None, on_state: StateListener | None = None) -> None:
+                 last_event_id: str | None, on_state: StateListener | None = None,
+                 options: Sequence[tuple[str, str]] = ()) -> None:
         self.targets = list(targets)
+        self.options = list(options)  # filter, conflate, max_rate: sent on every connection
         self.on_state = on_state
         self.status: Status | None = None
         self.deadline: float | None = None  # monotonic time by which `open()` must succeed
@@ -102,6 +104,7 @@ class StreamState:
             params = [("sub", f"{ns}:{pattern}") for ns, pattern in self.targets]
         if self.snapshot_pending:
             params.append(("snapshot", "1"))
+        params += self.options
         headers = {"Accept": "text/event-stream", "Cache-Control": "no-store"}
         if self.cursor is not None:
             headers["Last-Event-ID"] = self.cursor
@@ -160,7 +163,7 @@ class StreamState:
         self.live = True
         self.failures = 0
         self.retries = 0
-        if sse.id:
+        if sse.id:  # `progress` too: changes a filter left out moved the cursor
             self.cursor = sse.id
         kind = sse.event
         if kind in _ENTRY_EVENTS:
@@ -187,6 +190,17 @@ class StreamState:
             return Event(type="snapshot-end", id=self.cursor)
         return Event(type="reset", id=self.cursor, namespace=marker.namespace,
                      reason=marker.reason)
+
+
+def stream_options(filter: str | None, conflate: str | None, max_rate: float | None
+                   ) -> list[tuple[str, str]]:
+    """The query parameters fitting a stream to its consumer (docs/subscriptions.md)."""
+    options = [("filter", filter)] if filter else []
+    if conflate is not None:
+        options.append(("conflate", conflate))
+    if max_rate is not None:
+        options.append(("max_rate", repr(float(max_rate))))
+    return options
 
 
 def _shutdown(response: httpx.Response) -> None:

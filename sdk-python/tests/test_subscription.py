@@ -6,6 +6,7 @@ Sync iterators are read on a thread (`collect`), so every wait has a deadline.""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -107,6 +108,31 @@ def test_reset_is_handed_to_the_caller(broker_factory: Callable[..., Broker], ns
         assert reset.id is not None and reset.entry is None
         client.memory.put("k", "after the reset")
         assert summary(lost.take(1)) == [("put", "k", 12)]
+
+
+def test_a_filtered_subscription_gets_what_matches_and_resumes_past_the_rest(
+    client: MEMP, collect: Callable[..., Any]
+) -> None:
+    with client.subscribe("t/*", filter='/status == "done"', conflate="latest",
+                          max_rate=100) as subscription:
+        events = collect(subscription)
+        client.memory.put("t/1", {"status": "open"})
+        client.memory.put("t/2", {"status": "done"})
+        client.memory.put("t/3", {"status": "open"})
+        first = events.take(1)
+        assert summary(first) == [("put", "t/2", 1)]
+        # The broker's `progress` event moves the cursor past t/3 without handing it out.
+        deadline = time.monotonic() + WAIT
+        while subscription.last_event_id in (None, first[0].id):
+            assert time.monotonic() < deadline, "no progress event"
+            time.sleep(0.02)
+        cursor = subscription.last_event_id
+    client.memory.put("t/4", {"status": "done"})
+    resumed = collect(client.subscribe("t/*", filter='/status == "done"', last_event_id=cursor))
+    assert summary(resumed.take(1)) == [("put", "t/4", 1)]
+    with pytest.raises(InvalidRequest) as caught:
+        next(client.subscribe("*", filter="/status = 1"))
+    assert "position 8" in str(caught.value)
 
 
 def test_refusals_end_the_subscription_with_their_error(

@@ -170,6 +170,32 @@ def test_subscriptions_listen_hears_changes(broker: Broker, ns: str) -> None:
     run(main())
 
 
+def test_a_filtered_pattern_subscription_hears_only_matching_changes(broker: Broker,
+                                                                     ns: str) -> None:
+    _, token = register(broker, ns)
+    done = f"memp://{ns}?pattern=tasks/*&filter=%2Fstatus%20%3D%3D%20%22done%22"
+    every = f"memp://{ns}?pattern=tasks/*"
+
+    async def main() -> None:
+        async with connect(broker, token) as client:
+            async with client.listen(resource_subscriptions=[done, every]) as events:
+                await call(client, "memory_put", key="tasks/1", value={"status": "open"})
+                assert await asyncio.wait_for(anext(events), WAIT) == ResourceUpdated(every)
+                await call(client, "memory_put", key="tasks/1", value={"status": "done"})
+                heard = {await asyncio.wait_for(anext(events), WAIT) for _ in range(2)}
+                assert heard == {ResourceUpdated(every), ResourceUpdated(done)}
+                # Had the open task been heard on the filtered URI, this would not come next.
+                await call(client, "memory_put", key="tasks/2", value={"status": "open"})
+                assert await asyncio.wait_for(anext(events), WAIT) == ResourceUpdated(every)
+            bad = f"memp://{ns}?pattern=tasks/*&filter=%2Fstatus%20%3D"
+            with pytest.raises(MCPError) as caught:
+                async with client.listen(resource_subscriptions=[bad]) as events:
+                    await asyncio.wait_for(anext(events), WAIT)
+            assert "position" in str(caught.value)
+
+    run(main())
+
+
 @LEGACY_SUBSCRIBE
 @pytest.mark.parametrize("mode", MODES)
 def test_a_token_without_the_grant_is_refused(broker: Broker, ns: str, mode: str) -> None:

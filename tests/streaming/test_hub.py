@@ -12,13 +12,15 @@ import pytest
 
 from broker.amp.visibility import CellVisibility
 from broker.core.errors import MempError
+from broker.core.filters import compile_guarded
 from broker.core.grammar import compile_pattern
 from broker.runtime.supervisor import Supervisor
 from broker.services.visibility import Viewer
 from broker.storage import layout
 from broker.storage.changelog import ChangeLogStore, position_key
 from broker.streaming.changes import Change, ChangeLog
-from broker.streaming.hub import Hub, Subscriber
+from broker.streaming.hub import Audience, Hub, Subscriber
+from broker.streaming.queues import ConflatingQueue
 from broker.web import frames
 from broker.web.frames import format_cursor, parse_cursor
 
@@ -275,3 +277,74 @@ def test_hub_close_tells_subscribers_to_finish() -> None:
         assert task.done() and hub.readers == {}
 
     run_with_log(scenario)
+
+
+# ---- conflation ----
+
+
+def _change(key: str, seq: int, kind: str = "put", size: int = 10) -> Change:
+    return Change("ns", f"1-{seq}", kind, key, seq, b"{}", frame=b"x" * size)
+
+
+def test_a_conflating_queue_keeps_the_newest_change_per_key_in_log_order() -> None:
+    queue = ConflatingQueue(3)
+    for change in [_change("a", 1), _change("b", 2), _change("a", 3), _change("c", 4),
+                   _change("b", 5, "delete"), _change("p", 6, "proposal"),
+                   _change("p", 7, "approved")]:
+        try:
+            queue.put_nowait(change)
+        except asyncio.QueueFull:
+            break
+    # a, c, b fill the three slots; the proposal is a fourth (never replaced): full.
+    assert [(c.key, c.position) for c in _drain(queue)] == [("a", "1-3"), ("c", "1-4"),
+                                                            ("b", "1-5")]
+    assert queue.conflated == 2 and queue.empty() and queue.bytes == 0
+
+
+def test_a_conflating_queue_is_bounded_by_bytes_and_passes_nudges() -> None:
+    queue = ConflatingQueue(100, maxbytes=25)
+    queue.put_nowait(_change("a", 1, size=10))
+    queue.put_nowait(_change("a", 2, size=20))  # replaces: 20 bytes held
+    with pytest.raises(asyncio.QueueFull):
+        queue.put_nowait(_change("b", 3, size=10))
+    queue.put_nowait(None)
+    assert queue.get_nowait() is None  # a nudge comes first: the stream looks at its flags
+    assert [c.position for c in _drain(queue)] == ["1-2"]
+
+
+def _drain(queue: Any) -> list[Change]:
+    found = []
+    while not queue.empty():
+        item = queue.get_nowait()
+        if item is not None:
+            found.append(item)
+    return found
+
+
+# ---- filters in the hub ----
+
+
+def test_an_audience_asks_only_the_subscribers_a_guard_chooses() -> None:
+    async def scenario() -> None:
+        audience = Audience()
+        made = {}
+        for name, text in [("done", '/s == "done"'), ("open-or-done", '/s in ["open", "done"]'),
+                           ("not-open", '/s != "open"'), ("all", None)]:
+            accepts, guard = compile_guarded(text) if text else (None, None)
+            made[name] = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""),
+                                    accepts=accepts, guard=guard)
+            audience.add(made[name])
+        assert len(audience.indexes["/s"].by_key) == 2 and len(audience.plain) == 2
+        for n, status in enumerate(["done", "open", "later"], start=1):
+            value = f'{{"s": "{status}"}}'.encode()
+            audience.offer(Change("a", f"1-{n}", "put", f"k{n}", 1, value, raw_value=value))
+        got = {name: [c.key for c in _drain(s.queue)] for name, s in made.items()}
+        assert got == {"done": ["k1"], "open-or-done": ["k1", "k2"], "not-open": ["k1", "k3"],
+                       "all": ["k1", "k2", "k3"]}
+        # Offered to neither index entry: "done" twice (k2, k3), "open-or-done" once (k3).
+        assert audience.tally.filtered == 3
+        for subscriber in made.values():
+            audience.discard(subscriber)
+        assert not audience.indexes and not audience.plain and len(audience) == 0
+
+    asyncio.run(scenario())

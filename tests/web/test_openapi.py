@@ -1299,6 +1299,20 @@ def test_subscription_stream(admin: httpx.Client, ns: str, contract: Contract,
     check_events(contract, contract.check_stream(stream), replayed)
 
 
+def test_filtered_subscription_stream(admin: httpx.Client, ns: str, contract: Contract,
+                                      broker: Broker) -> None:
+    params = {"namespace": ns, "filter": 'key == "b"', "conflate": "latest", "max_rate": "100"}
+    with broker.client() as listener, listener.stream("GET", "/v1/subscribe",
+                                                      params=params) as stream:
+        schemas = contract.check_stream(stream)
+        lines = stream.iter_lines()
+        contract.check(admin.put(entry_url(ns, "b"), json={"value": 1}), 201)
+        contract.check(admin.put(entry_url(ns, "a"), json={"value": 2}), 201)
+        events = read_events(lines, "progress")
+    assert [name for _, name, _ in events] == ["put", "progress"]
+    check_events(contract, schemas, events)
+
+
 @pytest.mark.parametrize(
     ("params", "headers", "code"),
     [
@@ -1309,6 +1323,12 @@ def test_subscription_stream(admin: httpx.Client, ns: str, contract: Contract,
                      id="pattern"),
         pytest.param({"namespace": "ok"}, {"Last-Event-ID": "yesterday"}, "invalid_request",
                      id="cursor"),
+        pytest.param({"namespace": "ok", "filter": "/a =="}, {}, "invalid_request",
+                     id="filter"),
+        pytest.param({"namespace": "ok", "conflate": "oldest"}, {}, "invalid_request",
+                     id="conflate"),
+        pytest.param({"namespace": "ok", "max_rate": "0"}, {}, "invalid_request",
+                     id="max-rate"),
     ],
 )
 def test_bad_subscriptions_are_400(admin: httpx.Client, contract: Contract,

@@ -98,8 +98,10 @@ end
 
 -- Store a new version: entry hash, history, and one change-log record, all in this call.
 -- `changed`, when given, names the only fields that differ from the stored hash (an AMP status
--- change: amp_status.lua), so only they are written.
+-- change: amp_status.lua), so only they are written. A tombstone's record keeps the value it
+-- removed (`was`), so a subscription filter on values can match the delete or expiry.
 local function commit(ctx, entry, change_type, changed)
+  local removed = entry.del == '1' and redis.call('HGET', ctx.entry_key, 'val') or ''
   if changed then
     local out = {}
     for _, name in ipairs(changed) do
@@ -123,6 +125,10 @@ local function commit(ctx, entry, change_type, changed)
       record[#record + 1] = name
       record[#record + 1] = entry[name]
     end
+  end
+  if removed and removed ~= '' then
+    record[#record + 1] = 'was'
+    record[#record + 1] = removed
   end
   local id = redis.call('XADD', ctx.log_key, '*', unpack(record))
   audit_entry(ctx, entry, change_type)

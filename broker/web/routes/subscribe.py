@@ -13,6 +13,7 @@ from broker.core.errors import MempError
 from broker.core.grammar import Pattern, compile_pattern, validate_namespace
 from broker.services.auth import Principal
 from broker.streaming.leases import StreamLeases
+from broker.streaming.options import parse_options
 from broker.streaming.revocation import StreamGuard
 from broker.web.frames import parse_cursor
 from broker.web.http import authenticate
@@ -50,12 +51,15 @@ async def subscribe(request: Request) -> Response:
     principal = await authenticate(request)
     state = services(request)
     settings = state.settings
+    query = request.query_params
+    options = parse_options(query.get("filter"), query.get("conflate"), query.get("max_rate"))
     targets = await _targets(request, principal, settings.max_stream_patterns,
                              settings.max_key_bytes)
     cursor_text = request.headers.get("last-event-id") or request.query_params.get(
         "last_event_id")
     snapshot = request.query_params.get("snapshot", "").lower() in ("1", "true", "yes")
-    wanted = StreamRequest(targets, parse_cursor(cursor_text), snapshot)
+    wanted = StreamRequest(targets, parse_cursor(cursor_text), snapshot, options.accepts,
+                           options.guard, options.conflate, options.max_rate)
     leases: StreamLeases = state.stream_leases
     lease = await leases.take(principal, list(targets))
     try:

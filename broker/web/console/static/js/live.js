@@ -1,5 +1,6 @@
-// The live stream: one SSE subscription to the whole namespace, its connection state shown in
-// the header; the SDK reconnects with backoff and resumes from the last event id by itself.
+// The live stream: one SSE subscription to the whole namespace (narrowed by a filter, if one is
+// set), its connection state shown in the header; the SDK reconnects with backoff and resumes
+// from the last event id by itself.
 
 import { explain } from './dom.js'
 
@@ -19,12 +20,23 @@ export class Live {
     this.label = label
     this.onEvent = onEvent
     this.subscription = null
+    this.filter = ''
+    this.turn = null
   }
 
-  start() {
+  /** Follow the namespace, or only the changes `filter` accepts; replaces a running stream. */
+  start(filter = '') {
+    this.stop()
+    this.filter = filter
+    this.badge.dataset.state = 'idle'
     this.set('connecting')
+    const turn = {} // a stopped stream's late states are not this one's
+    this.turn = turn
     this.subscription = this.client.subscribe('*', {
-      onState: (state) => this.set(BADGE[state.status] ?? 'waiting'),
+      filter: filter || undefined,
+      onState: (state) => {
+        if (this.turn === turn) this.set(BADGE[state.status] ?? 'waiting')
+      },
     })
     this.pump(this.subscription)
   }
@@ -36,14 +48,15 @@ export class Live {
       if (subscription !== this.subscription) return
       this.set('refused', error.status === 403 ? 'Live: off (this key may not subscribe here)'
         : error.status === 401 ? 'Live: off (the broker no longer accepts this key: sign in again)'
-          : `Live: stopped (${explain(error)})`)
+          : error.status === 400 && this.filter ? `Live: off (${explain(error)})`
+            : `Live: stopped (${explain(error)})`)
     }
   }
 
   set(state, text = TEXT[state]) {
     if (state === 'closed' && this.badge.dataset.state === 'refused') return
     this.badge.dataset.state = state
-    this.label.textContent = text
+    this.label.textContent = state === 'open' && this.filter ? `${text}, filtered` : text
   }
 
   stop() {

@@ -16,7 +16,7 @@ let current = null // { session, client, live, tree, entry, views }
 
 function showSignIn(message = '') {
   $('app').hidden = true
-  for (const id of ['who', 'stream', 'ns-form', 'sign-out']) $(id).hidden = true
+  for (const id of ['who', 'stream', 'ns-form', 'live-filter-form', 'sign-out']) $(id).hidden = true
   $('signin').hidden = false
   $('signin-error').textContent = message
   const saved = session.load()
@@ -40,7 +40,7 @@ function start(saved, client) {
   stop()
   $('signin').hidden = true
   $('app').hidden = false
-  for (const id of ['who', 'stream', 'ns-form', 'sign-out']) $(id).hidden = false
+  for (const id of ['who', 'stream', 'ns-form', 'live-filter-form', 'sign-out']) $(id).hidden = false
   $('who').textContent = `${session.describeKey(saved.key)} · namespace ${saved.namespace}`
   $('ns-input').value = saved.namespace
   document.title = `${saved.namespace} · MEMP console`
@@ -61,6 +61,7 @@ function start(saved, client) {
     ages: setInterval(() => refreshAges(), AGES_MS),
   }
   tree.reload()
+  $('live-filter-input').value = ''
   live.start()
   route()
 }
@@ -112,6 +113,13 @@ $('ns-form').addEventListener('submit', (event) => {
   const saved = { key: current.session.key, namespace }
   session.save(saved)
   start(saved, session.client(saved))
+})
+
+// The live stream follows only the changes the filter accepts (the broker's filter
+// language); the tree and the open entry then update for those alone.
+$('live-filter-form').addEventListener('submit', (event) => {
+  event.preventDefault()
+  if (current) current.live.start($('live-filter-input').value.trim())
 })
 
 $('sign-out').addEventListener('click', () => {

@@ -1235,20 +1235,29 @@ function isEventPrefix(chunk, i, firstCharCode) {
 }
 
 // src/subscription.ts
+function streamOptions(options) {
+  const found = [];
+  if (options.filter) found.push(["filter", options.filter]);
+  if (options.conflate !== void 0) found.push(["conflate", options.conflate]);
+  if (options.maxRate !== void 0) found.push(["max_rate", String(options.maxRate)]);
+  return found;
+}
 var ENTRY_EVENTS = /* @__PURE__ */ new Set(["put", "delete", "expire", "snapshot"]);
 var RESUME_EVENTS = new Set(END_EVENT_TYPES);
 var OPENED = /* @__PURE__ */ Symbol("opened");
 var StreamState = class {
-  constructor(namespace, patterns, snapshot, lastEventId, onState) {
+  constructor(namespace, patterns, snapshot, lastEventId, onState, options = []) {
     this.namespace = namespace;
     this.patterns = patterns;
     this.onState = onState;
+    this.options = options;
     this.cursor = lastEventId || null;
     this.snapshotPending = snapshot && this.cursor === null;
   }
   namespace;
   patterns;
   onState;
+  options;
   cursor;
   snapshotPending;
   /** Snapshot entries handed out, so a snapshot asked for again after a break skips them. */
@@ -1274,6 +1283,7 @@ var StreamState = class {
     const params = new URLSearchParams({ namespace: this.namespace });
     for (const pattern of this.patterns) params.append("pattern", pattern);
     if (this.snapshotPending) params.append("snapshot", "1");
+    for (const [name, value] of this.options) params.append(name, value);
     return params;
   }
   headers() {
@@ -1822,7 +1832,8 @@ var MEMP = class {
       patterns,
       options.snapshot ?? false,
       options.lastEventId ?? null,
-      options.onState
+      options.onState,
+      streamOptions(options)
     );
     const open = this.#subscriptions;
     let subscription = void 0;
