@@ -66,7 +66,7 @@ export {
   UnavailableError,
 } from './errors.js'
 export type { ErrorCode } from './errors.js'
-export { END_EVENT_TYPES, EVENT_TYPES, PERMISSIONS, WARNINGS } from './models.js'
+export { CURSOR_EVENT_TYPES, END_EVENT_TYPES, EVENT_TYPES, PERMISSIONS, WARNINGS } from './models.js'
 export type {
   Agent,
   ApiKey,

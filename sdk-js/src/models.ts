@@ -138,6 +138,9 @@ export type EventType = (typeof EVENT_TYPES)[number]
  */
 export const END_EVENT_TYPES = ['overflow', 'shutdown', 'revoked'] as const
 
+/** Events that only move the cursor (a `filter` left changes out); never handed out. */
+export const CURSOR_EVENT_TYPES = ['progress'] as const
+
 /**
  * One subscription event. `put`, `delete`, `expire` and `snapshot` carry the entry version;
  * `snapshot-end` marks the end of the snapshot; `reset` says the broker could not replay

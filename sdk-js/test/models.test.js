@@ -12,6 +12,7 @@ import ts from 'typescript'
 import { parse } from 'yaml'
 
 import {
+  CURSOR_EVENT_TYPES,
   END_EVENT_TYPES,
   ERROR_CODES,
   EVENT_TYPES,
@@ -258,9 +259,9 @@ describe('the SDK against openapi.yaml', () => {
     assert.deepEqual([...ERROR_CODES].sort(), [...schemas.ErrorCode.enum].sort())
   })
 
-  test('the event types handed out and the ones resumed after are every event the stream sends', () => {
+  test('the event types handed out, resumed after and only moving the cursor are every event the stream sends', () => {
     const stream = spec.paths['/v1/subscribe'].get.responses['200'].content['text/event-stream']
-    const known = [...EVENT_TYPES, ...END_EVENT_TYPES]
+    const known = [...EVENT_TYPES, ...END_EVENT_TYPES, ...CURSOR_EVENT_TYPES]
     assert.equal(new Set(known).size, known.length)
     assert.deepEqual(known.sort(), Object.keys(stream['x-events']).sort())
   })

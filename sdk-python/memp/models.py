@@ -17,6 +17,8 @@ EventType = Literal["put", "delete", "expire", "snapshot", "snapshot-end", "rese
 # Events that end a stream; the subscription resumes from their cursor instead of handing them
 # out (after `revoked`, the reconnect is refused with the error that says why).
 EndEventType = Literal["overflow", "shutdown", "revoked"]
+# Events that only move the cursor (a `filter` left changes out); never handed out.
+CursorEventType = Literal["progress"]
 Strategy = Literal["last-write-wins", "agent-priority", "merge"]
 ArrayMode = Literal["replace", "append"]
 SharePermission = Literal["read", "subscribe"]

@@ -268,13 +268,14 @@ def test_literal_is_the_document_enum(literal: Any, pointer: str) -> None:
 
 
 def test_event_types_are_the_events_the_stream_sends() -> None:
-    """What the SDK hands out and what it resumes after, together, are every SSE event the
-    subscribe operation declares, each known once."""
+    """What the SDK hands out, what it resumes after and what only moves its cursor, together,
+    are every SSE event the subscribe operation declares, each known once."""
     stream = SPEC["paths"]["/v1/subscribe"]["get"]["responses"]["200"]["content"]
     sent = set(stream["text/event-stream"]["x-events"])
-    handed_out, resumed = set(get_args(models.EventType)), set(get_args(models.EndEventType))
-    assert handed_out | resumed == sent
-    assert not handed_out & resumed
+    kinds = [set(get_args(t)) for t in (models.EventType, models.EndEventType,
+                                         models.CursorEventType)]
+    assert set().union(*kinds) == sent
+    assert sum(map(len, kinds)) == len(sent)
 
 
 def test_every_error_code_has_its_exception() -> None:

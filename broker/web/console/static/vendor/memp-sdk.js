@@ -25,6 +25,7 @@ var EVENT_TYPES = [
   "expired"
 ];
 var END_EVENT_TYPES = ["overflow", "shutdown", "revoked"];
+var CURSOR_EVENT_TYPES = ["progress"];
 function toEntry(wire, headerWarnings = []) {
   const schemaErrors = wire.schema_errors ? wire.schema_errors.map((e) => ({ schemaId: e.schema_id, path: e.path, message: e.message })) : null;
   const conflicts = wire.conflicts ? wire.conflicts.map((c) => ({
@@ -1853,6 +1854,7 @@ export {
   Amp,
   ApprovalPendingError,
   Audit,
+  CURSOR_EVENT_TYPES,
   ConflictError,
   ConnectionFailedError,
   CorsRefusedError,
