@@ -40,6 +40,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from broker.core.errors import MempError, unavailable
 from broker.storage.pipe import AutoPipeline
 from broker.storage.records import corrupt
+from broker.storage.sentinel import Follower, NotPrimary
 from broker.storage.urls import RedisTarget, parse
 
 # The client type the stores use. A Cluster client is not a subclass but answers the same
@@ -64,6 +65,15 @@ class NotReplicated(RedisError):
                         "replicas_required": required}
 
 
+class NoReplicas(ResponseError):
+    """The primary refused a write for want of replicas (`min-replicas-to-write`): it was
+    deposed, or its replicas are gone. Nothing of the write was applied, unless `part_way`."""
+
+    def __init__(self, message: str, *, part_way: bool = False) -> None:
+        super().__init__(message)
+        self.part_way = part_way
+
+
 # Failures that mean the store cannot be reached, or cannot take writes right now (a
 # failover: a demoted primary, slots moving, a cluster without a quorum; a Redis at its
 # maxmemory), or the URL names something that is not Redis: answered 503 with Retry-After,
@@ -71,13 +81,22 @@ class NotReplicated(RedisError):
 STORE_DOWN: tuple[type[Exception], ...] = (
     RedisConnectionError, RedisTimeoutError, InvalidResponse, ClusterError, TryAgainError,
     ReadOnlyError, SlotNotCoveredError, AskError, NotReplicated, RedisClusterException,
-    OutOfMemoryError)
+    OutOfMemoryError, NoReplicas)
 
 # Redis at `maxmemory` under `noeviction` refuses a script before its first write and a
 # transaction before EXEC, so a write refused for memory was not applied (docs/design.md,
 # "Redis out of memory").
 OUT_OF_MEMORY = ("Redis is out of memory (maxmemory reached) and refused the write; nothing "
                  "was written. Free memory or raise maxmemory, then retry")
+NO_REPLICAS = ("the Redis primary refused the write for want of replicas "
+               "(min-replicas-to-write): it was deposed in a failover or lost its replicas; "
+               "nothing was written. Retry it")
+NO_REPLICAS_PART_WAY = ("the Redis primary refused part of the write for want of replicas "
+                        "(min-replicas-to-write): what came before was written, the rest was "
+                        "not. Retry it with the same id")
+FAILED_OVER = ("the Redis primary changed while the write was in flight: it may have landed "
+               "on the deposed primary and may or may not last; retry it with the same "
+               "message id")
 # A batch stored in several scripts (an AMP import of many cells) may be refused part-way.
 OUT_OF_MEMORY_PART_WAY = ("Redis ran out of memory (maxmemory reached) part-way through the "
                           "write: what came before was written, the rest was not. Free memory "
@@ -99,6 +118,12 @@ def store_down(exc: BaseException) -> MempError:
         return unavailable(OUT_OF_MEMORY, {"reason": "out_of_memory", "applied": False})
     if isinstance(exc, NotReplicated):
         return unavailable(str(exc), exc.details)
+    if isinstance(exc, NoReplicas):
+        if exc.part_way:
+            return unavailable(NO_REPLICAS_PART_WAY, {"reason": "no_replicas"})
+        return unavailable(NO_REPLICAS, {"reason": "no_replicas", "applied": False})
+    if isinstance(exc, NotPrimary):
+        return unavailable(FAILED_OVER, {"reason": "failover"})
     return unavailable()
 
 # Argument types the library encodes its own way (float repr, bool refused, buffers); checked by
@@ -169,6 +194,8 @@ class Backend:
         # The hot path's commands on one `redis://` server (see pipe.py); None elsewhere.
         self.pipe = pipe
         self._sentinels: list[Redis] = []  # Sentinel's own clients, closed with the backend
+        # On Sentinel: what moves every client to the primary the sentinels name.
+        self.follower: Follower | None = None
 
     @property
     def cluster(self) -> bool:
@@ -187,9 +214,11 @@ class Backend:
         target = parse(url)
         if target.kind == "sentinel":
             sentinel = _sentinel(target, timeout)
-            backend = cls(lambda: sentinel.master_for(target.service), kind="sentinel",
-                          replicas=replicas, wait_ms=wait_ms)
+            follower = Follower(sentinel, target.service)
+            backend = cls(follower.client, kind="sentinel", replicas=replicas,
+                          wait_ms=wait_ms)
             backend._sentinels = sentinel.sentinels
+            backend.follower = follower
             return backend
         connect = _cluster if target.kind == "cluster" else _single
         pipe = AutoPipeline(target.url, timeout) if target.url.startswith("redis://") else None
@@ -231,10 +260,27 @@ class Backend:
         `durable` writes then wait until `replicas` replicas have them (WAIT, on the same
         connection), or raise NotReplicated. A script that found a record it cannot read
         (a `CORRUPT` error, common.lua) raises CorruptRecord."""
+        epoch = self._epoch()
         try:
-            return await self._run(calls, durable)
+            replies = await self._run(calls, durable)
         except ResponseError as exc:
-            raise corrupt(exc) from None
+            raise _refused(corrupt(exc)) from None
+        if self._epoch() != epoch:
+            raise NotPrimary("the primary changed while the write was in flight")
+        return replies
+
+    def _epoch(self) -> int:
+        """How often the primary moved under this process's clients (Sentinel; 0 elsewhere):
+        a call across a move may have run on the deposed primary."""
+        if self.follower is None:
+            return 0
+        return int(getattr(self.redis.connection_pool, "epoch", 0))
+
+    async def follow_failovers(self) -> None:
+        """Move every client to the new primary the moment the sentinels announce a failover
+        (broker/storage/sentinel.py); returns at once elsewhere."""
+        if self.follower is not None:
+            await self.follower.run()
 
     async def _run(self, calls: Sequence[ScriptCall], durable: bool) -> list[Any]:
         wait = durable and self.replicas > 0
@@ -343,6 +389,9 @@ class Backend:
             node.release(connection)
 
     def _confirmed(self, count: Any) -> None:
+        if isinstance(count, ResponseError) and "replica" in str(count):
+            # "WAIT cannot be used with replica instances": demoted since the write ran.
+            raise NotPrimary("the primary was demoted before replicas confirmed the write")
         if isinstance(count, Exception):
             raise count
         if int(count) < self.replicas:
@@ -357,6 +406,13 @@ class OutOfMemoryPartWay(OutOfMemoryError):
 def _part_way(failure: Exception, others_ran: bool) -> Exception:
     if others_ran and isinstance(failure, OutOfMemoryError):
         return OutOfMemoryPartWay(str(failure))
+    return _refused(failure, part_way=others_ran)
+
+
+def _refused(failure: Exception, *, part_way: bool = False) -> Exception:
+    """A `NOREPLICAS` refusal (Redis sends it as a plain error reply) as NoReplicas."""
+    if type(failure) is ResponseError and "NOREPLICAS" in str(failure).split(" ", 2)[:2]:
+        return NoReplicas(str(failure), part_way=part_way)
     return failure
 
 
@@ -448,7 +504,7 @@ def _sentinel(target: RedisTarget, timeout: float) -> Sentinel:
                                 password=target.sentinel_password)
     if target.ssl:
         sentinel_options.update(ssl=True, **target.tls)
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(
         list(target.hosts), sentinel_kwargs=sentinel_options,
         socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=10,
         **options)

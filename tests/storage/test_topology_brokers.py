@@ -8,6 +8,7 @@ CI runs this subset, marked `topology`."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
 import time
 from collections import defaultdict
@@ -25,7 +26,7 @@ from tests.support.brokers import (
     check_workers_auto,
     start_broker,
 )
-from tests.support.streams import Stream
+from tests.support.streams import Event, Stream
 from tests.support.topologies import RedisCluster, RedisProcess, RedisSentinel, TlsRedis
 
 pytestmark = pytest.mark.topology
@@ -362,11 +363,13 @@ APPLIED = 1503  # a 503 whose write the primary applied but too few replicas con
 class Load:
     """Writers through two broker processes, one key per writer per namespace, each write's
     outcome recorded with its time: (status, monotonic time, namespace, key, value); a 503
-    for a write that was applied but not confirmed by replicas is recorded as APPLIED."""
+    for a write that was applied but not confirmed by replicas is recorded as APPLIED. The
+    time each write was sent is in `sent`, by (namespace, key, value)."""
 
     def __init__(self, urls: list[str], spaces: list[str], writers: int = 6) -> None:
         self.urls, self.spaces = urls, spaces
         self.outcomes: list[tuple[int, float, str, str, int]] = []
+        self.sent: dict[tuple[str, str, int], float] = {}
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._write, args=(w,), daemon=True)
                         for w in range(writers)]
@@ -379,6 +382,7 @@ class Load:
                 space = self.spaces[n % len(self.spaces)]
                 url = self.urls[(writer + n) % len(self.urls)]
                 key = f"w{writer}"
+                self.sent[(space, key, n)] = time.monotonic()
                 try:
                     reply = http.put(f"{url}/v1/namespaces/{space}/memory/{key}",
                                      json={"value": n}, headers={"Idempotency-Key": f"{key}-{n}"})
@@ -455,31 +459,94 @@ def test_a_killed_primary_loses_no_acknowledged_write_and_recovers_quickly(
         acknowledged_again = [t for status, t, space, *_ in load.outcomes
                               if space == doomed and t > healed_at and status in (200, 201)]
         assert acknowledged_again, "no write was acknowledged once the replica was back"
-        # Every acknowledged write is there: the last acknowledged value of each key, or a
-        # later one the broker applied though it answered 503 (it may have landed).
-        acknowledged: dict[tuple[str, str], int] = {}
-        for status, _, space, key, value in load.outcomes:
-            if status in (200, 201):
-                acknowledged[(space, key)] = max(value, acknowledged.get((space, key), 0))
-        with httpx.Client(base_url=second.url, timeout=10,
-                          headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as http:
-            for (space, key), value in acknowledged.items():
-                stored = http.get(f"/v1/namespaces/{space}/memory/{key}").json()["value"]
-                assert stored >= value, (space, key, stored, value)
-        # The stream saw the doomed namespace's writes without a silent gap: per key the
-        # versions rise one by one, or a `reset` said changes were lost, or it ended with a
-        # cursor to resume from.
-        events = list(follower.events)
-        if not any(e.event == "reset" for e in events):
-            versions: dict[str, list[int]] = defaultdict(list)
-            for event in follower.changes():
-                versions[event.data["key"]].append(event.data["version"])
-            for key, seen in versions.items():
-                assert seen == list(range(seen[0], seen[0] + len(seen))), (key, seen)
+        acknowledged = _check_acknowledged_writes_kept(load, second.url)
+        _check_no_silent_gap(follower)
         print(f"{type(topology).__name__}: promoted {promoted_after:.1f} s after the kill, "
               f"writes recovered {recovery:.2f} s after the promotion, "
               f"{len(load.outcomes)} writes, {len(acknowledged)} keys")
     finally:
+        topology.heal()
+
+
+def _check_acknowledged_writes_kept(load: Load, url: str, sent_after: float = 0.0
+                                    ) -> dict[tuple[str, str], int]:
+    """Every write acknowledged (and sent after `sent_after`) is there: the last acknowledged
+    value of each key, or a later one the broker applied though it answered 503 (it may have
+    landed). The values checked, by (namespace, key)."""
+    acknowledged: dict[tuple[str, str], int] = {}
+    for status, _, space, key, value in load.outcomes:
+        if status in (200, 201) and load.sent[(space, key, value)] > sent_after:
+            acknowledged[(space, key)] = max(value, acknowledged.get((space, key), 0))
+    with httpx.Client(base_url=url, timeout=10,
+                      headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as http:
+        for (space, key), value in acknowledged.items():
+            stored = http.get(f"/v1/namespaces/{space}/memory/{key}").json()["value"]
+            assert stored >= value, (space, key, stored, value)
+    return acknowledged
+
+
+def _check_no_silent_gap(stream: Stream) -> None:
+    """The stream saw its writes without a silent gap: per key the versions rise one by one,
+    or a `reset` said changes were lost, or it ended with a cursor to resume from."""
+    if any(e.event == "reset" for e in list(stream.events)):
+        return
+    versions: dict[str, list[int]] = defaultdict(list)
+    for event in stream.changes():
+        versions[event.data["key"]].append(event.data["version"])
+    for key, seen in versions.items():
+        assert seen == list(range(seen[0], seen[0] + len(seen))), (key, seen)
+
+
+def _reset_or(key: str, version: int) -> Callable[[Event], bool]:
+    """A stream event that is a `reset`, or `key`'s change to `version`."""
+    return lambda e: e.event == "reset" or (isinstance(e.data, dict) and e.data.get("key") == key
+                                            and e.data.get("version") == version)
+
+
+def test_a_paused_sentinel_primary_takes_no_acknowledged_write_with_it(
+        redis_sentinel: RedisSentinel, broker_processes: Callable[..., list[BrokerProcess]],
+        streams: Callable[..., Stream], ns: str) -> None:
+    """SIGSTOP the primary until Sentinel promotes its replica, then SIGCONT: the deposed node
+    is a primary again until the sentinels demote it. Every broker process follows the
+    sentinels' `+switch-master`, so no write goes to it: with `MEMP_WRITE_REPLICAS=0` (no
+    replica's confirmation to stop it) every write sent after the pause and acknowledged is
+    kept, writes are acknowledged again after the resume, a held-open stream shows no silent
+    gap and one resumed from a cursor of before the pause replays every change or resets."""
+    topology = redis_sentinel
+    first, second = broker_processes(2, MEMP_REDIS_URL=topology.url, MEMP_WRITE_REPLICAS="0")
+    spaces = [f"{ns}-p{i}" for i in range(2)]
+    held = streams(first.url, [f"{spaces[0]}:*"]).wait_open()
+    paused: RedisProcess | None = None
+    try:
+        with Load([first.url, second.url], spaces) as load:
+            load.wait_for(spaces[0], time.monotonic(), (200, 201), WAIT)
+            held.wait_changes(1)
+            cursor = held.changes()[-1].id
+            paused_at = time.monotonic()
+            paused = topology.pause_primary()
+            topology.wait_failover()
+            topology.resume(paused)
+            paused = None
+            resumed_at = time.monotonic()
+            load.wait_for(spaces[0], resumed_at, (200, 201), WAIT)
+        statuses = {status for status, *_ in load.outcomes}
+        assert statuses <= {200, 201, 503}, statuses  # never a 500, never broken
+        assert any(t > resumed_at and status in (200, 201)
+                   for status, t, *_ in load.outcomes), "nothing acknowledged after the resume"
+        kept = _check_acknowledged_writes_kept(load, second.url, sent_after=paused_at)
+        assert kept, "no write sent after the pause was acknowledged"
+        _check_no_silent_gap(held)
+        assert cursor is not None
+        resumed = streams(second.url, [f"{spaces[0]}:*"], last_event_id=cursor)
+        with httpx.Client(base_url=second.url, timeout=10,
+                          headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as http:
+            for key in {key for _, _, space, key, _ in load.outcomes if space == spaces[0]}:
+                version = http.get(f"/v1/namespaces/{spaces[0]}/memory/{key}").json()["version"]
+                resumed.wait_event(_reset_or(key, version), f"{key} v{version} or a reset")
+        _check_no_silent_gap(resumed)
+    finally:
+        if paused is not None and paused.process is not None:
+            paused.process.send_signal(signal.SIGCONT)
         topology.heal()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -286,14 +287,16 @@ class RedisSentinel(LoopbackProcesses):
     """One primary, `replicas` replicas and `sentinels` sentinels (quorum `quorum`) watching
     them as service `service_name`. With credentials, the data nodes and (unless
     `protect_sentinels` is off) the sentinels require the ACL user; the broker asks the
-    sentinels with the URL's credentials (broker/storage/urls.py)."""
+    sentinels with the URL's credentials (broker/storage/urls.py). With `min_replicas_max_lag`
+    (seconds) a primary refuses writes while no replica acknowledged its stream that recently
+    (`min-replicas-to-write 1`, docs/redis.md, "Failover")."""
 
     def __init__(self, workdir: Path | None = None, *, credentials: Credentials | None = None,
                  replicas: int = 1, sentinels: int = 3, quorum: int = 2,
                  down_after_ms: int = 1000, failover_timeout_ms: int = 10_000,
                  service_name: str = SERVICE_NAME, protect_sentinels: bool = True,
                  quick_discovery: bool = False, appendonly: bool = False,
-                 tls: bool = False) -> None:
+                 tls: bool = False, min_replicas_max_lag: int | None = None) -> None:
         super().__init__(workdir, credentials, tls)
         self.quick_discovery = quick_discovery
         self.protect_sentinels = protect_sentinels
@@ -303,6 +306,10 @@ class RedisSentinel(LoopbackProcesses):
                      for port in ports[:1 + replicas]]
         for replica in self.data[1:]:
             replica.config_lines.append(f"replicaof {HOST} {ports[0]}")
+        if min_replicas_max_lag is not None:
+            for node in self.data:
+                node.config_lines += ["min-replicas-to-write 1",
+                                      f"min-replicas-max-lag {min_replicas_max_lag}"]
         monitor = [f"sentinel monitor {service_name} {HOST} {ports[0]} {quorum}",
                    f"sentinel down-after-milliseconds {service_name} {down_after_ms}",
                    f"sentinel failover-timeout {service_name} {failover_timeout_ms}",
@@ -383,6 +390,24 @@ class RedisSentinel(LoopbackProcesses):
         killed.kill()
         self._killed = (killed, time.monotonic())
         return killed
+
+    def pause_primary(self) -> RedisProcess:
+        """SIGSTOP the current primary (a frozen VM, a long pause): to the sentinels it is as
+        good as dead, so `wait_failover` works as after a kill."""
+        paused = self.primary
+        assert paused.process is not None
+        paused.process.send_signal(signal.SIGSTOP)
+        self._killed = (paused, time.monotonic())
+        return paused
+
+    def resume(self, paused: RedisProcess, timeout: float = 30) -> None:
+        """SIGCONT a paused node, and wait until the sentinels made it a replica of the
+        current primary and it is in sync."""
+        assert paused.process is not None
+        paused.process.send_signal(signal.SIGCONT)
+        if self._killed is not None and self._killed[0] is paused:
+            self._killed = None
+        self.wait_ready(timeout)
 
     def wait_failover(self, timeout: float = 30) -> float:
         """Wait until every sentinel reports a new primary that says it is one; the seconds
