@@ -369,7 +369,7 @@ class Backend:
         node = cluster.get_node_from_key(keys[0])
         if node is None:
             raise SlotNotCoveredError(f"no primary serves the slot of {keys[0]!r}")
-        connection = node.acquire_connection()
+        connection = await _connected(node)
         try:
             reply = await _command(connection, "EVALSHA", script.sha, len(keys), *keys, *args)
             if isinstance(reply, NoScriptError):
@@ -452,8 +452,17 @@ async def read_stream(client: Redis, key: str, position: str, count: int, block_
     try:
         if node is None:
             raise SlotNotCoveredError(f"no primary serves the slot of {key!r}")
-        found = await client.execute_command("XREAD", "COUNT", count, "BLOCK", block_ms,
-                                             "STREAMS", key, position, target_nodes=node)
+        for attempt in range(2):  # a read: sent again once if its connection closed under it
+            try:
+                found = await client.execute_command(
+                    "XREAD", "COUNT", count, "BLOCK", block_ms, "STREAMS", key, position,
+                    target_nodes=node)
+                break
+            except (RuntimeError, AttributeError) as exc:
+                if not _transport_closed(exc):
+                    raise
+                if attempt:
+                    raise ClosedUnderUse("the connection was closed under the read") from exc
     except (RedisConnectionError, RedisTimeoutError, ClusterError, SlotNotCoveredError):
         await refresh(client)
         raise
@@ -463,6 +472,13 @@ async def read_stream(client: Redis, key: str, position: str, count: int, block_
     return list(found[0][1] if isinstance(found, list) else next(iter(found.values())))
 
 
+def _transport_closed(exc: BaseException) -> bool:
+    """What redis-py before 8.2 let through when a connection it was using was closed by
+    another task (it keeps no connection in hand to look at)."""
+    text = str(exc)
+    return ("unable to perform operation" in text or "'NoneType' object has no attribute" in text)
+
+
 async def refresh(client: Any) -> None:
     """Ask a Cluster for its current topology (after a failover); nothing elsewhere."""
     if isinstance(client, RedisCluster):
@@ -470,13 +486,57 @@ async def refresh(client: Any) -> None:
             await client.nodes_manager.initialize()
 
 
+class ClosedUnderUse(RedisConnectionError):
+    """A connection closed by another task while a command used it (a topology refresh
+    closing pooled connections): the command may or may not have run."""
+
+
+def _closed_under_use(exc: BaseException, connection: Any) -> bool:
+    """Whether `exc` is what a write or connect on a connection closed meanwhile raises
+    (uvloop's "unable to perform operation on <TCPTransport closed=True>", or a writer that is
+    gone), rather than a fault of the broker's own."""
+    return isinstance(exc, RuntimeError | AttributeError) and _hung_up(connection)
+
+
+async def _connected(node: ClusterNode) -> Connection:
+    """A connection of `node`, connected before anything is sent on it. One another task
+    closed under its connect (redis-py before 8.2 closed every node's connections when a
+    topology refresh failed) is replaced, once: nothing was sent, so that is always safe."""
+    for attempt in range(2):
+        connection = node.acquire_connection()
+        conn: Any = connection
+        try:
+            if conn.should_reconnect():  # marked by a topology refresh
+                await conn.disconnect()
+            if not conn.is_connected:
+                await conn.connect()
+            return connection
+        except (RuntimeError, AttributeError) as exc:
+            if not _closed_under_use(exc, conn):
+                node.release(connection)
+                raise
+            await conn.disconnect()
+            node.release(connection)
+            if attempt:
+                raise ClosedUnderUse("the connection was closed while it connected") from exc
+        except BaseException:
+            node.release(connection)
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 async def _command(connection: Connection, *args: Any) -> Any:
-    """Send one command on a connection the caller holds; a Redis error reply is returned."""
-    await connection.send_packed_command(connection.pack_command(*args))
+    """Send one command on a connection the caller holds; a Redis error reply is returned.
+    A connection closed under it is a ConnectionError (a 503), never a 500."""
     try:
+        await connection.send_packed_command(connection.pack_command(*args))
         return await connection.read_response()
     except NoScriptError as exc:
         return exc
+    except (RuntimeError, AttributeError) as exc:
+        if _closed_under_use(exc, connection):
+            raise ClosedUnderUse("the connection was closed under the command") from exc
+        raise
 
 
 def _single(target: RedisTarget, timeout: float) -> Redis:

@@ -7,6 +7,7 @@ CI runs this subset, marked `topology`."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
@@ -17,7 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
+from redis.commands.core import AsyncScript
 
+from broker.storage.client import STORE_DOWN, Backend
 from tests.support.brokers import (
     ADMIN_KEY,
     Broker,
@@ -451,6 +454,19 @@ def test_a_killed_primary_loses_no_acknowledged_write_and_recovers_quickly(
             load.wait_for(doomed, healed_at, (200, 201), 10)
         statuses = {status for status, *_ in load.outcomes}
         assert statuses <= {200, 201, 503, APPLIED}, statuses  # never a 500, never broken
+        if isinstance(topology, RedisCluster):
+            # A shard's failover stays on that shard (`cluster-require-full-coverage no`):
+            # namespaces on the healthy shards took writes while the doomed one had no
+            # primary, and were never refused as unreachable.
+            doomed_port = topology.primary_for(topology.slot_of("{" + doomed + "}")).port
+            healthy = {space for space in spaces if topology.primary_for(
+                topology.slot_of("{" + space + "}")).port != doomed_port}
+            assert healthy and all(any(
+                space == s and killed_at < t < promoted_at and status in (200, 201)
+                for status, t, s, *_ in load.outcomes) for space in healthy), healthy
+            refused = [(s, t - killed_at) for status, t, s, *_ in load.outcomes
+                       if s in healthy and status == 503]
+            assert not refused, refused
         served = [t for status, t, space, *_ in load.outcomes
                   if space == doomed and t > promoted_at and status in (200, 201, APPLIED)]
         assert served, "the killed shard took no write after the promotion"
@@ -548,6 +564,51 @@ def test_a_paused_sentinel_primary_takes_no_acknowledged_write_with_it(
         if paused is not None and paused.process is not None:
             paused.process.send_signal(signal.SIGCONT)
         topology.heal()
+
+
+def test_a_topology_reset_under_load_closes_no_connection_into_a_500(
+        redis_cluster: RedisCluster, ns: str) -> None:
+    """Every node's connections closed while script calls use them (what redis-py before
+    8.2 did to every shard when a topology refresh failed during another shard's failover):
+    each call either answers or fails as the store being unreachable (a 503), never with
+    the closed transport's own error (a 500), and the shard answers again at once."""
+    async def main() -> tuple[int, int]:
+        backend = Backend.open(redis_cluster.url, 2.0)
+        await backend.ping()
+        script = AsyncScript(backend.redis, "return redis.call('INCR', KEYS[1])")
+        cluster: Any = backend.redis
+        key = f"memp:{{{ns}}}:count"
+        done = asyncio.Event()
+        answered = refused = 0
+
+        async def writer() -> None:
+            nonlocal answered, refused
+            while not done.is_set():
+                try:
+                    await backend.call(script, [key], [], durable=True)
+                    answered += 1
+                except STORE_DOWN:
+                    refused += 1
+                await asyncio.sleep(0)
+
+        async def reset() -> None:
+            for _ in range(30):
+                await asyncio.sleep(0.01)
+                nodes = cluster.nodes_manager.nodes_cache.values()
+                await asyncio.gather(*(node.disconnect() for node in nodes))
+            done.set()
+
+        try:
+            await asyncio.gather(reset(), *(writer() for _ in range(16)))
+            # Each answered call ran; each refused one may or may not have.
+            count = await backend.call(script, [key], [])
+            assert answered + 1 <= count <= answered + refused + 1, (count, answered, refused)
+        finally:
+            await backend.close()
+        return answered, refused
+
+    answered, refused = asyncio.run(asyncio.wait_for(main(), 60))
+    assert answered and refused, (answered, refused)  # the resets did cut calls short
 
 
 # ---- TLS to Redis ----

@@ -147,6 +147,9 @@ class RedisCluster(LoopbackProcesses):
                 f"cluster-port {bus}", f"cluster-node-timeout {node_timeout_ms}",
                 # Any replica may take over, however long ago it last heard from its primary.
                 "cluster-replica-validity-factor 0",
+                # Healthy shards serve their slots while another shard fails over
+                # (docs/redis.md, "Failover").
+                "cluster-require-full-coverage no",
                 *(["tls-cluster yes"] if tls else [])], appendonly=appendonly)
             for port, bus in zip(ports[:count], ports[count:], strict=True)]
         self._killed: tuple[RedisProcess, ClusterNode, float] | None = None
