@@ -785,7 +785,7 @@ def test_a_cursor_from_a_replaced_history_gets_a_reset_and_the_changes_it_missed
         for n in range(1, 4):
             put(client, ns, "k", n)
         everything.wait_key("k", 3)
-        ids = [e.id for e in everything.changes()]
+        ids = [str(e.id) for e in everything.changes()]
         # The new primary never had version 3, and took another write since.
         store.xdel(layout.changelog(ns), ids[2].split(":", 1)[1])
         put(client, ns, "other", "kept")
