@@ -97,7 +97,7 @@ class Settings:
     proposal_ttl_seconds: int = 7 * 24 * 3600
     proposal_retention_seconds: int = 7 * 24 * 3600  # how long a closed proposal is kept
     max_pending_proposals: int = 1000  # per namespace (docs/limits.md); 0 = none
-    audit_retention_seconds: int = 0  # 0: keep every audit record
+    audit_retention_seconds: int = 30 * 24 * 3600  # 0: keep every audit record
     # Connections (broker/runtime/connections.py, docs/security.md): request heads and deadlines.
     max_head_bytes: int = 64 * 1024
     max_header_line_bytes: int = 16 * 1024
