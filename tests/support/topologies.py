@@ -153,6 +153,7 @@ class RedisCluster(LoopbackProcesses):
                 *(["tls-cluster yes"] if tls else [])], appendonly=appendonly)
             for port, bus in zip(ports[:count], ports[count:], strict=True)]
         self._killed: tuple[RedisProcess, ClusterNode, float] | None = None
+        self._paused: set[int] = set()  # ports of nodes SIGSTOPped by pause_primary
 
     @property
     def url(self) -> str:
@@ -185,9 +186,13 @@ class RedisCluster(LoopbackProcesses):
     def process(self, port: int) -> RedisProcess:
         return next(p for p in self.processes if p.port == port)
 
+    def _live(self) -> list[RedisProcess]:
+        """The nodes running and not paused (`pause_primary`)."""
+        return [p for p in self.processes if p.running and p.port not in self._paused]
+
     def nodes(self) -> list[ClusterNode]:
         """The cluster as the first live process sees it."""
-        for process in self.processes:
+        for process in self._live():
             if process.running:
                 with contextlib.suppress(redis.RedisError), process.client() as client:
                     return parse_cluster_nodes(client.execute_command("CLUSTER", "NODES"))
@@ -198,7 +203,7 @@ class RedisCluster(LoopbackProcesses):
         return self.process(node.port)
 
     def slot_of(self, key: str) -> int:
-        for process in self.processes:
+        for process in self._live():
             if process.running:
                 with process.client() as client:
                     return int(client.execute_command("CLUSTER", "KEYSLOT", key))
@@ -207,7 +212,7 @@ class RedisCluster(LoopbackProcesses):
     def healthy(self) -> bool:
         """Every running node says `cluster_state:ok`, sees every node, and every slot has a
         primary that is not failing."""
-        live = [p for p in self.processes if p.running]
+        live = self._live()
         for process in live:
             with process.client(timeout=0.5) as client:
                 info = client.execute_command("CLUSTER", "INFO")
@@ -217,7 +222,7 @@ class RedisCluster(LoopbackProcesses):
                 if len(nodes) != len(self.processes):
                     return False
                 failed = {n.port for n in nodes if n.failed}
-                if failed - {p.port for p in self.processes if not p.running}:
+                if failed - {p.port for p in self.processes if p not in live}:
                     return False
                 # Gossip is slower than CLUSTER REPLICATE: until it spreads, a node still sees
                 # a new replica as a primary without slots.
@@ -228,8 +233,7 @@ class RedisCluster(LoopbackProcesses):
     def wait_ok(self, timeout: float = 30) -> float:
         """Wait until healthy() and every running replica is in sync with its primary."""
         def settled() -> bool:
-            return self.healthy() and all(self._replica_linked(p) for p in self.processes
-                                          if p.running)
+            return self.healthy() and all(self._replica_linked(p) for p in self._live())
         return wait_until(settled, "cluster_state:ok on every node", timeout, 0.05,
                           ignoring=(redis.RedisError, OSError))
 
@@ -247,6 +251,26 @@ class RedisCluster(LoopbackProcesses):
         process.kill()
         self._killed = (process, node, time.monotonic())
         return process
+
+    def pause_primary(self, target: int | RedisProcess = 0) -> RedisProcess:
+        """SIGSTOP the primary serving `target` (a slot) or `target` itself: to the cluster it
+        is as good as dead, so `wait_promoted` works as after a kill; `resume` ends it."""
+        process = self.primary_for(target) if isinstance(target, int) else target
+        node = next(n for n in self.nodes() if n.port == process.port)
+        assert process.process is not None and node.primary
+        process.process.send_signal(signal.SIGSTOP)
+        self._paused.add(process.port)
+        self._killed = (process, node, time.monotonic())
+        return process
+
+    def resume(self, process: RedisProcess, timeout: float = 30) -> None:
+        """SIGCONT a paused node (a former primary rejoins as a replica of its heir) and wait
+        until the cluster is ok."""
+        assert process.process is not None
+        process.process.send_signal(signal.SIGCONT)
+        self._paused.discard(process.port)
+        self._killed = None
+        self.wait_ok(timeout)
 
     def wait_promoted(self, timeout: float = 30) -> float:
         """Wait until a replica holds the killed primary's slots and the cluster is ok again;
@@ -272,7 +296,12 @@ class RedisCluster(LoopbackProcesses):
         self.wait_ok(timeout)
 
     def heal(self) -> None:
-        """Restart every node that is down and wait until the cluster is ok."""
+        """Resume paused nodes, restart every node that is down and wait until the cluster
+        is ok."""
+        for process in self.processes:
+            if process.port in self._paused and process.process is not None:
+                process.process.send_signal(signal.SIGCONT)
+        self._paused.clear()
         for process in self.processes:
             if not process.running:
                 process.stop()
