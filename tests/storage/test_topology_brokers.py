@@ -31,6 +31,7 @@ from tests.support.brokers import (
 )
 from tests.support.streams import Event, Stream
 from tests.support.topologies import RedisCluster, RedisProcess, RedisSentinel, TlsRedis
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.topology
 Topology = RedisCluster | RedisSentinel
@@ -564,6 +565,65 @@ def test_a_paused_sentinel_primary_takes_no_acknowledged_write_with_it(
         if paused is not None and paused.process is not None:
             paused.process.send_signal(signal.SIGCONT)
         topology.heal()
+
+
+def test_every_client_follows_the_sentinels_announcement_without_a_command(
+        redis_sentinel: RedisSentinel, ns: str) -> None:
+    """A failover the sentinels announce (`SENTINEL FAILOVER`, `+switch-master`) moves every
+    client of the process at once: its pooled connections to the old primary are closed before
+    any command could use them, a write sent across the move answers 503 rather than being
+    acknowledged, and the next write goes to the new primary."""
+    topology = redis_sentinel
+
+    async def main() -> None:
+        backend = Backend.open(topology.url, 2.0, replicas=1)
+        follower = asyncio.create_task(backend.follow_failovers())
+        script = AsyncScript(backend.redis, "return redis.call('INCR', KEYS[1])")
+        pool: Any = backend.redis.connection_pool
+        key = f"memp:{{{ns}}}:count"
+        try:
+            # On the replica too, so that the promoted one has it.
+            assert await backend.call(script, [key], [], durable=True) == 1
+            old = pool.master_address
+            idle = list(pool._available_connections)
+            assert idle and all(c.is_connected for c in idle)
+            with topology.sentinels[0].client() as sentinel:
+                sentinel.execute_command("SENTINEL", "FAILOVER", topology.service_name)
+            deadline = time.monotonic() + WAIT
+            while pool.master_address == old:  # no command is sent meanwhile
+                assert time.monotonic() < deadline, "the pool never moved"
+                await asyncio.sleep(0.05)
+            assert not any(c.is_connected for c in idle)
+            while True:  # the promoted replica may need a moment to take writes
+                try:
+                    count = await backend.call(script, [key], [])
+                    break
+                except STORE_DOWN:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+            assert count in (2, 3)  # 3: one refused as unconfirmed across the move had run
+            connection = await pool.get_connection()
+            try:
+                assert (connection.host, connection.port) == pool.master_address != old
+            finally:
+                await pool.release(connection)
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+            await backend.close()
+        return None
+
+    deposed = topology.primary.port
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        def moved() -> bool:
+            ports = set(topology.reported_primaries())
+            return len(ports) == 1 and None not in ports and deposed not in ports
+        wait_until(moved, "every sentinel naming the new primary", WAIT)
+        heir = set(topology.reported_primaries())
+        topology.primary = next(p for p in topology.data if p.port in heir)
+        topology.wait_ready()
 
 
 def test_a_topology_reset_under_load_closes_no_connection_into_a_500(
