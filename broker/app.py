@@ -138,6 +138,9 @@ def loops(s: Services) -> list[Supervised]:
                    every=max(settings.sweep_interval_seconds, 1.0)),
         Supervised("stream lease renewer", s.stream_leases.run),
         Supervised("store watch", lambda: _watch_store(s.storage, s.failures.outage)),
+        # Writes move to a new Sentinel primary within a second of its announcement.
+        *([Supervised("sentinel follower", s.storage.follow_failovers,
+                      backoff=Backoff(cap=1.0))] if s.storage.follows_failovers else []),
     ]
 
 
@@ -176,7 +179,7 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
         settings.redis_url, timeout=settings.redis_timeout_seconds,
         history_limit=settings.history_limit, changelog_maxlen=settings.changelog_maxlen,
         idempotency_window_ms=settings.idempotency_window_seconds * 1000,
-        write_replicas=settings.write_replicas,
+        write_replicas=settings.replicas_to_confirm,
         write_replicas_timeout_ms=settings.write_replicas_timeout_ms,
     )
     s = build(settings, clock, storage)

@@ -267,7 +267,7 @@ async def manage_keys(settings: Settings, args: argparse.Namespace) -> int:
     storage = Storage.open(settings.redis_url, timeout=settings.redis_timeout_seconds,
                            history_limit=settings.history_limit,
                            changelog_maxlen=settings.changelog_maxlen, idempotency_window_ms=1,
-                           write_replicas=settings.write_replicas,
+                           write_replicas=settings.replicas_to_confirm,
                            write_replicas_timeout_ms=settings.write_replicas_timeout_ms)
     store = storage.accounts
     audit = AuditService(storage.audit, system_clock, storage.entries.namespaces)

@@ -86,10 +86,10 @@ class ExpirySweeper:
 
 class GovernanceSweeper:
     """Closes pending proposals whose time is up; every `purge_every` seconds drops closed
-    ones past the proposal retention (retentions are days: a second's precision would cost a
-    script call per namespace per second); drops audit records past the audit retention (when
-    one is set). Each close and each drop is one script that re-checks what it acts on, so
-    processes sweeping at once close or drop a proposal once. A namespace's proposals of
+    ones past the proposal retention and audit records past the audit retention (retentions
+    are days: a second's precision would cost a script call per namespace per second). Each
+    close and each drop is one script that re-checks what it acts on, so processes sweeping
+    at once close or drop a proposal once. A namespace's proposals of
     earlier releases are adopted (counted, and set to expire) the first time this process
     drops closed ones there."""
 
@@ -115,7 +115,10 @@ class GovernanceSweeper:
             await self.proposals.expire_due(namespace)
             if purge:
                 await self._drop_closed(namespace)
-            if self.audit_retention_ms:
+            # A retention of days is kept to `purge_every` seconds (on by default: a
+            # script call per namespace per second would cost more than it is worth); one
+            # under a minute, to the sweep.
+            if self.audit_retention_ms and (purge or self.audit_retention_ms < 60_000):
                 before = self.clock() - self.audit_retention_ms
                 while await self.audit.trim(namespace, before, self.batch) == self.batch:
                     pass

@@ -33,7 +33,8 @@ class Settings:
     port: int = 8080
     # Secrets (a Redis URL may hold a password) are kept out of repr, and so out of logs.
     redis_url: str | None = field(default=None, repr=False)
-    write_replicas: int = 0
+    # None: 1 on Sentinel and Cluster URLs (replicated topologies), 0 on one server.
+    write_replicas: int | None = None
     write_replicas_timeout_ms: int = 1000
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -96,7 +97,7 @@ class Settings:
     proposal_ttl_seconds: int = 7 * 24 * 3600
     proposal_retention_seconds: int = 7 * 24 * 3600  # how long a closed proposal is kept
     max_pending_proposals: int = 1000  # per namespace (docs/limits.md); 0 = none
-    audit_retention_seconds: int = 0  # 0: keep every audit record
+    audit_retention_seconds: int = 30 * 24 * 3600  # 0: keep every audit record
     # Connections (broker/runtime/connections.py, docs/security.md): request heads and deadlines.
     max_head_bytes: int = 64 * 1024
     max_header_line_bytes: int = 16 * 1024
@@ -112,6 +113,17 @@ class Settings:
         return not self.redis_url
 
     @property
+    def replicas_to_confirm(self) -> int:
+        """`MEMP_WRITE_REPLICAS`, or its default: 1 where the URL names a replicated topology
+        (Sentinel, Cluster), where an acknowledgement should mean more than "on one node";
+        0 on one server and the embedded store."""
+        if self.write_replicas is not None:
+            return self.write_replicas
+        if self.redis_url and urls.parse(self.redis_url).kind in ("sentinel", "cluster"):
+            return 1
+        return 0
+
+    @property
     def production(self) -> bool:
         """Production mode: a Redis is configured, so data outlives the process and other
         processes share it. The broker then never makes up an admin key, let alone prints one."""
@@ -125,7 +137,8 @@ class Settings:
                 urls.parse(self.redis_url)
             except urls.UrlError as exc:
                 raise SettingsError(str(exc)) from None
-        if self.write_replicas < 0 or self.write_replicas_timeout_ms <= 0:
+        if ((self.write_replicas is not None and self.write_replicas < 0)
+                or self.write_replicas_timeout_ms <= 0):
             raise SettingsError("write_replicas must be >= 0 and write_replicas_timeout_ms "
                                 "positive")
         if self.write_replicas and not self.redis_url:

@@ -64,7 +64,22 @@ def _before(position: str) -> str | None:
 
 
 def _lowest(selection: AuditFilter) -> str:
-    return f"{min(max(selection.since, 0), _ID_MAX)}-0" if selection.since is not None else "-"
+    """The oldest position to read down to (inclusive): `since`, or just after `after`."""
+    bounds: list[tuple[int, int]] = []
+    if selection.since is not None:
+        bounds.append((min(max(selection.since, 0), _ID_MAX), 0))
+    if selection.after is not None:
+        ms, seq = (int(part) for part in selection.after.split("-"))
+        bounds.append((ms, seq + 1) if seq < _ID_MAX else (ms + 1, 0))
+    if not bounds:
+        return "-"
+    low_ms, low_seq = max(bounds)
+    return f"{min(low_ms, _ID_MAX)}-{low_seq}"
+
+
+def _is_position(text: str) -> bool:
+    match = _POSITION_RE.fullmatch(text)
+    return match is not None and max(int(match[1]), int(match[2])) <= _ID_MAX
 
 
 def parse_time(text: str | None, name: str) -> int | None:
@@ -90,6 +105,7 @@ class AuditFilter:
 
     since: int | None = None
     until: int | None = None
+    after: str | None = None  # a record id: only records appended after it (an export's resume)
     actor: str | None = None
     key: str | None = None
     action: str | None = None
@@ -142,6 +158,9 @@ class AuditService:
     def check_filter(selection: AuditFilter, max_key_bytes: int) -> AuditFilter:
         if selection.key is not None:
             validate_key(selection.key, max_key_bytes)
+        if selection.after is not None and not _is_position(selection.after):
+            raise MempError("invalid_request", "after must be an audit record id",
+                            {"parameter": "after"})
         for name in ("actor", "action"):
             value = getattr(selection, name)
             if value is not None and not 0 < len(value) <= 200:

@@ -80,6 +80,15 @@ class Storage:
     async def ping(self) -> bool:
         return await self.backend.ping()
 
+    @property
+    def follows_failovers(self) -> bool:
+        """Whether `follow_failovers` has work to do (on Sentinel)."""
+        return self.backend.follower is not None
+
+    async def follow_failovers(self) -> None:
+        """Move every connection to the primary the sentinels announce (a loop)."""
+        await self.backend.follow_failovers()
+
     async def close(self) -> None:
         await self._waiting.aclose()
         await self.backend.close()

@@ -31,6 +31,22 @@ PROPOSAL_EVENTS = frozenset({"proposal", "approved", "rejected", "expired"})
 CORRUPT = "corrupt"
 
 
+# Why a log no longer continues after a position (a stream's `reset`, docs/subscriptions.md).
+TRIMMED = "trimmed"  # retention dropped changes after it
+LOST = "lost"  # the log started over: Redis lost its data
+REPLACED = "replaced"  # the history after some earlier record differs: a failover or restore
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Changes after a position are not in the log: why (`cause`), and the position from which
+    the log's own history goes on (`resume`: the newest record before it that is still there,
+    or "0-0")."""
+
+    cause: str
+    resume: str
+
+
 @dataclass(frozen=True, slots=True)
 class ChangeRecord:
     """One change-log record: where it sits, the change type, and the entry version (or, for
@@ -79,17 +95,29 @@ class ChangeLogStore:
         records = await self.redis.xrevrange(layout.changelog(namespace), "+", "-", count=1)
         return cast(bytes, records[0][0]).decode() if records else "0-0"
 
-    async def continues(self, namespace: str, position: str) -> bool:
-        """False when changes after `position` were lost: trimmed by retention, or the log was
-        recreated (Redis lost its data) so the record at `position` is gone untrimmed."""
+    async def gap(self, namespace: str, position: str, key: str | None = None) -> Gap | None:
+        """None when the log still holds every change after `position` (and the record there
+        is the one read, when its `key` is given); else why it does not (Gap)."""
+        log_key = layout.changelog(namespace)
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xrange(layout.changelog(namespace), position, position, count=1)
+            pipe.xrange(log_key, position, position, count=1)
             pipe.hget(layout.meta(namespace), "trimmed")
-            found, raw = await pipe.execute()
+            pipe.xrevrange(log_key, position, "-", count=2)  # the record there and the one before
+            found, raw, before = await pipe.execute()
         trimmed = cast(bytes, raw).decode() if raw else "0-0"
         if position_key(position) < position_key(trimmed):
-            return False
-        return bool(found) or position in (trimmed, "0-0")
+            return Gap(TRIMMED, "0-0")
+        if found:
+            fields = cast(StreamRecord, found[0])[1]
+            if key is None or fields.get(b"key", b"").decode() == key:
+                return None
+        elif position in (trimmed, "0-0"):
+            return None
+        earlier = [cast(bytes, r[0]).decode() for r in before or []
+                   if cast(bytes, r[0]).decode() != position]
+        if not earlier:  # nothing at or before it: the log started over
+            return Gap(LOST, "0-0")
+        return Gap(REPLACED, earlier[0])
 
     async def after(self, namespace: str, position: str, count: int) -> list[ChangeRecord]:
         records: Any = await self.redis.xrange(layout.changelog(namespace), f"({position}", "+",

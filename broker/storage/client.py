@@ -40,6 +40,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from broker.core.errors import MempError, unavailable
 from broker.storage.pipe import AutoPipeline
 from broker.storage.records import corrupt
+from broker.storage.sentinel import Follower, NotPrimary
 from broker.storage.urls import RedisTarget, parse
 
 # The client type the stores use. A Cluster client is not a subclass but answers the same
@@ -64,6 +65,15 @@ class NotReplicated(RedisError):
                         "replicas_required": required}
 
 
+class NoReplicas(ResponseError):
+    """The primary refused a write for want of replicas (`min-replicas-to-write`): it was
+    deposed, or its replicas are gone. Nothing of the write was applied, unless `part_way`."""
+
+    def __init__(self, message: str, *, part_way: bool = False) -> None:
+        super().__init__(message)
+        self.part_way = part_way
+
+
 # Failures that mean the store cannot be reached, or cannot take writes right now (a
 # failover: a demoted primary, slots moving, a cluster without a quorum; a Redis at its
 # maxmemory), or the URL names something that is not Redis: answered 503 with Retry-After,
@@ -71,13 +81,22 @@ class NotReplicated(RedisError):
 STORE_DOWN: tuple[type[Exception], ...] = (
     RedisConnectionError, RedisTimeoutError, InvalidResponse, ClusterError, TryAgainError,
     ReadOnlyError, SlotNotCoveredError, AskError, NotReplicated, RedisClusterException,
-    OutOfMemoryError)
+    OutOfMemoryError, NoReplicas)
 
 # Redis at `maxmemory` under `noeviction` refuses a script before its first write and a
 # transaction before EXEC, so a write refused for memory was not applied (docs/design.md,
 # "Redis out of memory").
 OUT_OF_MEMORY = ("Redis is out of memory (maxmemory reached) and refused the write; nothing "
                  "was written. Free memory or raise maxmemory, then retry")
+NO_REPLICAS = ("the Redis primary refused the write for want of replicas "
+               "(min-replicas-to-write): it was deposed in a failover or lost its replicas; "
+               "nothing was written. Retry it")
+NO_REPLICAS_PART_WAY = ("the Redis primary refused part of the write for want of replicas "
+                        "(min-replicas-to-write): what came before was written, the rest was "
+                        "not. Retry it with the same id")
+FAILED_OVER = ("the Redis primary changed while the write was in flight: it may have landed "
+               "on the deposed primary and may or may not last; retry it with the same "
+               "message id")
 # A batch stored in several scripts (an AMP import of many cells) may be refused part-way.
 OUT_OF_MEMORY_PART_WAY = ("Redis ran out of memory (maxmemory reached) part-way through the "
                           "write: what came before was written, the rest was not. Free memory "
@@ -99,6 +118,12 @@ def store_down(exc: BaseException) -> MempError:
         return unavailable(OUT_OF_MEMORY, {"reason": "out_of_memory", "applied": False})
     if isinstance(exc, NotReplicated):
         return unavailable(str(exc), exc.details)
+    if isinstance(exc, NoReplicas):
+        if exc.part_way:
+            return unavailable(NO_REPLICAS_PART_WAY, {"reason": "no_replicas"})
+        return unavailable(NO_REPLICAS, {"reason": "no_replicas", "applied": False})
+    if isinstance(exc, NotPrimary):
+        return unavailable(FAILED_OVER, {"reason": "failover"})
     return unavailable()
 
 # Argument types the library encodes its own way (float repr, bool refused, buffers); checked by
@@ -169,6 +194,8 @@ class Backend:
         # The hot path's commands on one `redis://` server (see pipe.py); None elsewhere.
         self.pipe = pipe
         self._sentinels: list[Redis] = []  # Sentinel's own clients, closed with the backend
+        # On Sentinel: what moves every client to the primary the sentinels name.
+        self.follower: Follower | None = None
 
     @property
     def cluster(self) -> bool:
@@ -187,9 +214,11 @@ class Backend:
         target = parse(url)
         if target.kind == "sentinel":
             sentinel = _sentinel(target, timeout)
-            backend = cls(lambda: sentinel.master_for(target.service), kind="sentinel",
-                          replicas=replicas, wait_ms=wait_ms)
+            follower = Follower(sentinel, target.service)
+            backend = cls(follower.client, kind="sentinel", replicas=replicas,
+                          wait_ms=wait_ms)
             backend._sentinels = sentinel.sentinels
+            backend.follower = follower
             return backend
         connect = _cluster if target.kind == "cluster" else _single
         pipe = AutoPipeline(target.url, timeout) if target.url.startswith("redis://") else None
@@ -231,10 +260,27 @@ class Backend:
         `durable` writes then wait until `replicas` replicas have them (WAIT, on the same
         connection), or raise NotReplicated. A script that found a record it cannot read
         (a `CORRUPT` error, common.lua) raises CorruptRecord."""
+        epoch = self._epoch()
         try:
-            return await self._run(calls, durable)
+            replies = await self._run(calls, durable)
         except ResponseError as exc:
-            raise corrupt(exc) from None
+            raise _refused(corrupt(exc)) from None
+        if self._epoch() != epoch:
+            raise NotPrimary("the primary changed while the write was in flight")
+        return replies
+
+    def _epoch(self) -> int:
+        """How often the primary moved under this process's clients (Sentinel; 0 elsewhere):
+        a call across a move may have run on the deposed primary."""
+        if self.follower is None:
+            return 0
+        return int(getattr(self.redis.connection_pool, "epoch", 0))
+
+    async def follow_failovers(self) -> None:
+        """Move every client to the new primary the moment the sentinels announce a failover
+        (broker/storage/sentinel.py); returns at once elsewhere."""
+        if self.follower is not None:
+            await self.follower.run()
 
     async def _run(self, calls: Sequence[ScriptCall], durable: bool) -> list[Any]:
         wait = durable and self.replicas > 0
@@ -323,7 +369,7 @@ class Backend:
         node = cluster.get_node_from_key(keys[0])
         if node is None:
             raise SlotNotCoveredError(f"no primary serves the slot of {keys[0]!r}")
-        connection = node.acquire_connection()
+        connection = await _connected(node)
         try:
             reply = await _command(connection, "EVALSHA", script.sha, len(keys), *keys, *args)
             if isinstance(reply, NoScriptError):
@@ -343,6 +389,9 @@ class Backend:
             node.release(connection)
 
     def _confirmed(self, count: Any) -> None:
+        if isinstance(count, ResponseError) and "replica" in str(count):
+            # "WAIT cannot be used with replica instances": demoted since the write ran.
+            raise NotPrimary("the primary was demoted before replicas confirmed the write")
         if isinstance(count, Exception):
             raise count
         if int(count) < self.replicas:
@@ -357,6 +406,13 @@ class OutOfMemoryPartWay(OutOfMemoryError):
 def _part_way(failure: Exception, others_ran: bool) -> Exception:
     if others_ran and isinstance(failure, OutOfMemoryError):
         return OutOfMemoryPartWay(str(failure))
+    return _refused(failure, part_way=others_ran)
+
+
+def _refused(failure: Exception, *, part_way: bool = False) -> Exception:
+    """A `NOREPLICAS` refusal (Redis sends it as a plain error reply) as NoReplicas."""
+    if type(failure) is ResponseError and "NOREPLICAS" in str(failure).split(" ", 2)[:2]:
+        return NoReplicas(str(failure), part_way=part_way)
     return failure
 
 
@@ -396,8 +452,17 @@ async def read_stream(client: Redis, key: str, position: str, count: int, block_
     try:
         if node is None:
             raise SlotNotCoveredError(f"no primary serves the slot of {key!r}")
-        found = await client.execute_command("XREAD", "COUNT", count, "BLOCK", block_ms,
-                                             "STREAMS", key, position, target_nodes=node)
+        for attempt in range(2):  # a read: sent again once if its connection closed under it
+            try:
+                found = await client.execute_command(
+                    "XREAD", "COUNT", count, "BLOCK", block_ms, "STREAMS", key, position,
+                    target_nodes=node)
+                break
+            except (RuntimeError, AttributeError) as exc:
+                if not _transport_closed(exc):
+                    raise
+                if attempt:
+                    raise ClosedUnderUse("the connection was closed under the read") from exc
     except (RedisConnectionError, RedisTimeoutError, ClusterError, SlotNotCoveredError):
         await refresh(client)
         raise
@@ -407,6 +472,13 @@ async def read_stream(client: Redis, key: str, position: str, count: int, block_
     return list(found[0][1] if isinstance(found, list) else next(iter(found.values())))
 
 
+def _transport_closed(exc: BaseException) -> bool:
+    """What redis-py before 8.2 let through when a connection it was using was closed by
+    another task (it keeps no connection in hand to look at)."""
+    text = str(exc)
+    return ("unable to perform operation" in text or "'NoneType' object has no attribute" in text)
+
+
 async def refresh(client: Any) -> None:
     """Ask a Cluster for its current topology (after a failover); nothing elsewhere."""
     if isinstance(client, RedisCluster):
@@ -414,13 +486,57 @@ async def refresh(client: Any) -> None:
             await client.nodes_manager.initialize()
 
 
+class ClosedUnderUse(RedisConnectionError):
+    """A connection closed by another task while a command used it (a topology refresh
+    closing pooled connections): the command may or may not have run."""
+
+
+def _closed_under_use(exc: BaseException, connection: Any) -> bool:
+    """Whether `exc` is what a write or connect on a connection closed meanwhile raises
+    (uvloop's "unable to perform operation on <TCPTransport closed=True>", or a writer that is
+    gone), rather than a fault of the broker's own."""
+    return isinstance(exc, RuntimeError | AttributeError) and _hung_up(connection)
+
+
+async def _connected(node: ClusterNode) -> Connection:
+    """A connection of `node`, connected before anything is sent on it. One another task
+    closed under its connect (redis-py before 8.2 closed every node's connections when a
+    topology refresh failed) is replaced, once: nothing was sent, so that is always safe."""
+    for attempt in range(2):
+        connection = node.acquire_connection()
+        conn: Any = connection
+        try:
+            if conn.should_reconnect():  # marked by a topology refresh
+                await conn.disconnect()
+            if not conn.is_connected:
+                await conn.connect()
+            return connection
+        except (RuntimeError, AttributeError) as exc:
+            if not _closed_under_use(exc, conn):
+                node.release(connection)
+                raise
+            await conn.disconnect()
+            node.release(connection)
+            if attempt:
+                raise ClosedUnderUse("the connection was closed while it connected") from exc
+        except BaseException:
+            node.release(connection)
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 async def _command(connection: Connection, *args: Any) -> Any:
-    """Send one command on a connection the caller holds; a Redis error reply is returned."""
-    await connection.send_packed_command(connection.pack_command(*args))
+    """Send one command on a connection the caller holds; a Redis error reply is returned.
+    A connection closed under it is a ConnectionError (a 503), never a 500."""
     try:
+        await connection.send_packed_command(connection.pack_command(*args))
         return await connection.read_response()
     except NoScriptError as exc:
         return exc
+    except (RuntimeError, AttributeError) as exc:
+        if _closed_under_use(exc, connection):
+            raise ClosedUnderUse("the connection was closed under the command") from exc
+        raise
 
 
 def _single(target: RedisTarget, timeout: float) -> Redis:
@@ -448,7 +564,7 @@ def _sentinel(target: RedisTarget, timeout: float) -> Sentinel:
                                 password=target.sentinel_password)
     if target.ssl:
         sentinel_options.update(ssl=True, **target.tls)
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(
         list(target.hosts), sentinel_kwargs=sentinel_options,
         socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=10,
         **options)

@@ -18,6 +18,7 @@ from broker.storage.changelog import (
     CORRUPT,
     ChangeLogStore,
     ChangeRecord,
+    Gap,
     position_key,
 )
 
@@ -111,9 +112,9 @@ class ChangeLog:
     async def last_position(self, namespace: str) -> str:
         return await self.store.last_position(namespace)
 
-    async def continues(self, namespace: str, position: str) -> bool:
-        """False when changes after `position` were lost (see ChangeLogStore.continues)."""
-        return await self.store.continues(namespace, position)
+    async def gap(self, namespace: str, position: str, key: str | None = None) -> Gap | None:
+        """Why changes after `position` are not in the log, or None (ChangeLogStore.gap)."""
+        return await self.store.gap(namespace, position, key)
 
     async def after(self, namespace: str, position: str, count: int) -> list[Change]:
         return [self.change(namespace, r)

@@ -18,7 +18,7 @@ from broker.core.filters import Filter, Guard, index_key
 from broker.core.grammar import Pattern
 from broker.runtime.supervisor import Backoff, Supervisor
 from broker.services.visibility import Viewer
-from broker.storage.changelog import CORRUPT
+from broker.storage.changelog import CORRUPT, Gap
 from broker.streaming.changes import Change, ChangeLog
 from broker.streaming.queues import ChangeQueue, ConflatingQueue
 
@@ -52,7 +52,8 @@ class Subscriber:
         self.overflowed = False
         self.closing = False
         self.revoked: str | None = None  # why the stream lost its right to continue
-        self.resets: set[str] = set()
+        # Namespaces whose log lost changes: why, and the position the log goes on from.
+        self.resets: dict[str, Gap] = {}
 
     def wants(self, change: Change) -> bool:
         if change.readers is not None and not self.viewer.may_read(change.readers):
@@ -201,6 +202,7 @@ class NamespaceReader:
         self.ticked = ("0-0", 0.0)  # the position and time of the last progress nudge
         self.ready = asyncio.Event()
         self.position = "0-0"
+        self.key: str | None = None  # the key of the record at `position`, once one was read
         self.stopped = False
         self.task = supervisor.start(f"change-log reader for {namespace}", self.run,
                                      READER_BACKOFF)
@@ -215,16 +217,20 @@ class NamespaceReader:
             changes = await self.changelog.wait(self.namespace, self.position,
                                                 self.block_ms, 1000)
             # Checked on every read, not only after errors: the client library may
-            # reconnect to a restarted Redis without the reader ever seeing an error.
-            if self.position != "0-0" and not await self.changelog.continues(
-                    self.namespace, self.position):
-                self._reset_subscribers()
-                continue
+            # reconnect to a restarted Redis, or to a new primary after a failover, without
+            # the reader ever seeing an error. The record at the position must be the one
+            # read there: after a failover the new history may hold another under its id.
+            if self.position != "0-0":
+                gap = await self.changelog.gap(self.namespace, self.position, self.key)
+                if gap is not None:
+                    self._reset_subscribers(gap)
+                    continue
             for change in changes:
                 if change.type != CORRUPT:  # its position is passed, nobody gets it
                     self.subscribers.offer(change)
             if changes:
                 self.position = changes[-1].position
+                self.key = changes[-1].key if changes[-1].type != CORRUPT else None
             if self.subscribers.filtering:
                 self._progress()
 
@@ -241,14 +247,17 @@ class NamespaceReader:
                 subscriber.progress_due = True  # one nudge pending at most, however long
                 subscriber.nudge()
 
-    def _reset_subscribers(self) -> None:
-        """Changes after our position are gone (Redis lost its data, or retention overtook
-        us): tell every subscriber to re-sync, then follow the log from its start."""
-        log.warning("change log of %s lost the changes after %s; resetting subscribers",
-                    self.namespace, self.position)
-        self.position = "0-0"
+    def _reset_subscribers(self, gap: Gap) -> None:
+        """Changes after our position are gone (retention overtook us, Redis lost its data,
+        or a failover replaced the history): tell every subscriber to re-sync, then follow the
+        log from where its own history goes on (the start, after a loss), so changes the new
+        history holds and no one was sent are delivered."""
+        log.warning("change log of %s does not go on after %s (%s); resetting subscribers",
+                    self.namespace, self.position, gap.cause)
+        self.position, self.key = gap.resume, None
         for subscriber in self.subscribers:
-            subscriber.resets.add(self.namespace)
+            subscriber.queue.drop(self.namespace)
+            subscriber.resets[self.namespace] = gap
             subscriber.nudge()
 
 

@@ -75,6 +75,12 @@ class ChangeQueue:
         self._items.clear()
         self.bytes = 0
 
+    def drop(self, namespace: str) -> None:
+        """Forget the queued changes of `namespace` (read from a history that was replaced)."""
+        kept = [i for i in self._items if i is None or i.namespace != namespace]
+        self._items = kept
+        self.bytes = sum(len(i.frame) for i in kept if i is not None)
+
 
 class ConflatingQueue(ChangeQueue):
     """A ChangeQueue in which a change to a key replaces that key's change still pending (the
@@ -121,3 +127,7 @@ class ConflatingQueue(ChangeQueue):
         self._pending.clear()
         self._nudged = False
         self.bytes = 0
+
+    def drop(self, namespace: str) -> None:
+        for slot in [slot for slot in self._pending if slot[0] == namespace]:
+            self.bytes -= len(self._pending.pop(slot).frame)

@@ -32,10 +32,20 @@ def change(namespace: str, position: str, kind: str, data: bytes) -> bytes:
     return event(kind.encode(), format_cursor({namespace: position}), data)
 
 
-def reset(cursor: bytes, namespace: str, reason: str) -> bytes:
-    """Changes of `namespace` were lost: the stream starts it over from `cursor`."""
-    data = msgspec.json.encode({"namespace": namespace, "reason": reason,
-                                "cursor": cursor.decode()})
+# What a `reset` says, by its cause (broker/storage/changelog.py, docs/subscriptions.md).
+RESET_REASONS = {
+    "trimmed": "the cursor is older than the retained change log",
+    "lost": "the change log was lost and started over (Redis lost its data)",
+    "replaced": "the change log's history after the cursor was replaced (a Redis failover to "
+                "a replica that lacked the latest changes, or a restore)",
+}
+
+
+def reset(cursor: bytes, namespace: str, cause: str) -> bytes:
+    """Changes of `namespace` were lost (`cause`: trimmed, lost, replaced): the stream goes
+    on from `cursor`."""
+    data = msgspec.json.encode({"namespace": namespace, "cause": cause,
+                                "reason": RESET_REASONS[cause], "cursor": cursor.decode()})
     return event(b"reset", cursor, data)
 
 

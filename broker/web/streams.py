@@ -19,7 +19,7 @@ from broker.core.models import Entry
 from broker.runtime.metrics import Metrics
 from broker.services.auth import Principal
 from broker.services.memory import MemoryService
-from broker.storage.changelog import CORRUPT, position_key
+from broker.storage.changelog import CORRUPT, TRIMMED, position_key
 from broker.streaming.changes import Change, ChangeLog, encode_payload
 from broker.streaming.hub import Hub, Subscriber
 from broker.streaming.queues import ENTRY_CHANGES
@@ -109,7 +109,7 @@ class EventStream:
         self.positions[namespace] = position
         self.orders[namespace] = position_key(position)
 
-    async def open(self) -> list[str]:
+    async def open(self) -> dict[str, str]:
         """Join the hub and fix the start positions before any response is sent, so a store
         that is down is a 503 and a client that has seen the first frame knows the stream
         follows every change made from then on. Returns the namespaces whose cursor lost
@@ -136,11 +136,11 @@ class EventStream:
             self.metrics.events_conflated.inc(subscriber.queue.conflated)
             subscriber.queue.conflated = 0
 
-    async def frames(self, lost: list[str]) -> AsyncIterator[bytes]:
+    async def frames(self, lost: dict[str, str]) -> AsyncIterator[bytes]:
         try:
             yield frames.retry(self.retry_ms)
-            for namespace in lost:
-                yield self._reset(namespace, "the cursor is older than the retained change log")
+            for namespace, cause in lost.items():
+                yield self._reset(namespace, cause)
             if self.request.cursor is None and self.request.snapshot:
                 async for chunk in self._snapshot():
                     yield chunk
@@ -156,20 +156,25 @@ class EventStream:
         finally:
             self.close()
 
-    async def _locate(self) -> list[str]:
+    async def _locate(self) -> dict[str, str]:
         """Set each namespace's start: the cursor, else the log's end; returns the namespaces
-        whose cursor lost changes (they start from the end, after a reset)."""
-        lost: list[str] = []
+        whose cursor lost changes, with why. After trimming they start from the end; after a
+        loss or a replaced history, from where the log's own history goes on, so the changes
+        it holds that the cursor never saw are sent after the reset."""
+        lost: dict[str, str] = {}
         cursor = self.request.cursor or {}
         for namespace in self.request.patterns:
             self._move(namespace, await self.changelog.last_position(namespace))
             start = cursor.get(namespace)
             if start is None:
                 continue
-            if await self.changelog.continues(namespace, start):
+            gap = await self.changelog.gap(namespace, start)
+            if gap is None:
                 self._move(namespace, start)
-            else:
-                lost.append(namespace)
+                continue
+            lost[namespace] = gap.cause
+            if gap.cause != TRIMMED:
+                self._move(namespace, gap.resume)
         return lost
 
     async def _snapshot(self) -> AsyncIterator[bytes]:
@@ -199,9 +204,9 @@ class EventStream:
         self.subscriber.filtered += 1
         return False
 
-    def _reset(self, namespace: str, reason: str) -> bytes:
+    def _reset(self, namespace: str, cause: str) -> bytes:
         self.unsent = False
-        return frames.reset(self.cursor, namespace, reason)
+        return frames.reset(self.cursor, namespace, cause)
 
     def _progress_frame(self) -> bytes:
         self.unsent = False
@@ -311,10 +316,9 @@ class EventStream:
                     yield b"".join(frames)
                     return
                 while subscriber.resets:
-                    namespace = subscriber.resets.pop()
-                    self._move(namespace, "0-0")
-                    frames.append(self._reset(namespace,
-                                              "the change log was lost and started over"))
+                    namespace, gap = subscriber.resets.popitem()
+                    self._move(namespace, gap.resume)
+                    frames.append(self._reset(namespace, gap.cause))
                 if change is not None and self._fresh(change, matched=True):
                     frames.append(self._frame(change))
                 if queue.empty() or len(frames) >= batch:

@@ -259,6 +259,8 @@ def sample(field: dataclasses.Field[Any], kind: object) -> tuple[str, Any]:
     if kind is bool:
         return ("yes", True) if default is False else ("no", False)
     if kind is int:
+        if default is None:  # a count chosen by the deployment (write_replicas): give one
+            return "2", 2
         assert isinstance(default, int)
         number = default + 1 if default == 0 else default - 1  # counts of 0 mean "none"
         return str(number), number
@@ -474,3 +476,19 @@ def test_purge_retention_names_that_disagree_stop_the_start(amp: str, memp: str)
 def test_purge_retention_under_the_amp_name_is_parsed_as_a_bool() -> None:
     with pytest.raises(SettingsError, match="AMP_PURGE_RETENTION must be one of 1, 0, true"):
         Settings.from_env({"AMP_PURGE_RETENTION": "please"})
+
+
+@pytest.mark.parametrize(("url", "replicas"), [
+    (None, 0), ("redis://127.0.0.1:6390/0", 0), ("unix:///run/redis.sock", 0),
+    ("redis+sentinel://127.0.0.1:26379/memp", 1), ("redis+cluster://127.0.0.1:7000", 1)])
+def test_writes_wait_for_a_replica_by_default_on_replicated_topologies(
+        url: str | None, replicas: int) -> None:
+    """`MEMP_WRITE_REPLICAS` unset: 1 on Sentinel and Cluster, 0 on one server or embedded;
+    set, it is what it says (0 included)."""
+    environ = {"MEMP_REDIS_URL": url} if url else {}
+    assert Settings.from_env(environ).replicas_to_confirm == replicas
+    if url:
+        assert Settings.from_env({**environ, "MEMP_WRITE_REPLICAS": "0"}
+                                 ).replicas_to_confirm == 0
+        assert Settings.from_env({**environ, "MEMP_WRITE_REPLICAS": "2"}
+                                 ).replicas_to_confirm == 2

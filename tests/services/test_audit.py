@@ -80,6 +80,36 @@ def test_filters_cursor_and_export(admin: httpx.Client, ns: str) -> None:
     assert [r["seq"] for r in lines] == [5, 4, 3, 2, 1]
 
 
+def test_an_export_resumes_after_the_newest_record_it_got(admin: httpx.Client, broker: Broker,
+                                                          ns: str) -> None:
+    """`format=ndjson` exports every kept record; `after=<id>` of the newest one exported
+    exports only what was appended since, so a scheduled export keeps what retention drops
+    without gaps or repeats; the same needs `audit`."""
+    for i in range(3):
+        admin.put(f"/v1/namespaces/{ns}/memory/k{i}", json={"value": i})
+
+    def export(**params: str) -> list[dict[str, Any]]:
+        reply = audit(admin, ns, format="ndjson", **params)
+        assert reply.headers["content-type"].startswith("application/x-ndjson"), reply.text
+        return [json.loads(line) for line in reply.text.splitlines()]
+
+    first = export()
+    assert [r["seq"] for r in first] == [3, 2, 1]
+    assert export(after=first[0]["id"]) == []
+    for i in range(3, 5):
+        admin.put(f"/v1/namespaces/{ns}/memory/k{i}", json={"value": i})
+    since = export(after=first[0]["id"])
+    assert [r["seq"] for r in since] == [5, 4] and since[-1]["prev"] == first[0]["hash"]
+    assert [r["seq"] for r in export(after=first[-1]["id"])] == [5, 4, 3, 2]
+    assert [r["seq"] for r in records(admin, ns, after=first[1]["id"])] == [5, 4, 3]
+    assert [r["seq"] for r in export(after="0-0")] == [5, 4, 3, 2, 1]
+    assert audit(admin, ns, format="json").json()["records"][0]["seq"] == 5
+    token, _ = create_key(admin, (ns, ["read"]))
+    with broker.client(token) as reader:
+        assert_error(reader.get(f"/v1/namespaces/{ns}/audit", params={"format": "ndjson"}),
+                     403, "forbidden")
+
+
 def test_merge_records_conflict_paths_only(admin: httpx.Client, ns: str) -> None:
     admin.put(f"/v1/namespaces/{ns}/config", json={"strategy": "merge"})
     path = f"/v1/namespaces/{ns}/memory/doc"
@@ -132,6 +162,12 @@ def test_other_tenant_and_revoked_keys_are_refused(admin: httpx.Client, broker: 
     pytest.param({"limit": "abc"}, id="bad-limit"),
     pytest.param({"key": "a//b"}, id="bad-key"),
     pytest.param({"actor": "x" * 300}, id="long-actor"),
+    pytest.param({"after": "abc"}, id="bad-after"),
+    pytest.param({"after": "1-" + "9" * 20}, id="after-past-the-id-range"),
+    pytest.param({"after": "1-0\n"}, id="after-control-character"),
+    pytest.param({"after": "*" * 128}, id="after-stars"),
+    pytest.param({"format": "xml"}, id="bad-format"),
+    pytest.param({"format": "ndjson\x00"}, id="format-control-character"),
 ])
 def test_bad_parameters_are_400(admin: httpx.Client, ns: str, params: dict[str, str]) -> None:
     admin.put(f"/v1/namespaces/{ns}/memory/a", json={"value": 1})

@@ -7,7 +7,9 @@ CI runs this subset, marked `topology`."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import signal
 import threading
 import time
 from collections import defaultdict
@@ -16,7 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
+from redis.commands.core import AsyncScript
 
+from broker.storage.client import STORE_DOWN, Backend
 from tests.support.brokers import (
     ADMIN_KEY,
     Broker,
@@ -25,8 +29,9 @@ from tests.support.brokers import (
     check_workers_auto,
     start_broker,
 )
-from tests.support.streams import Stream
+from tests.support.streams import Event, Stream
 from tests.support.topologies import RedisCluster, RedisProcess, RedisSentinel, TlsRedis
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.topology
 Topology = RedisCluster | RedisSentinel
@@ -362,11 +367,13 @@ APPLIED = 1503  # a 503 whose write the primary applied but too few replicas con
 class Load:
     """Writers through two broker processes, one key per writer per namespace, each write's
     outcome recorded with its time: (status, monotonic time, namespace, key, value); a 503
-    for a write that was applied but not confirmed by replicas is recorded as APPLIED."""
+    for a write that was applied but not confirmed by replicas is recorded as APPLIED. The
+    time each write was sent is in `sent`, by (namespace, key, value)."""
 
     def __init__(self, urls: list[str], spaces: list[str], writers: int = 6) -> None:
         self.urls, self.spaces = urls, spaces
         self.outcomes: list[tuple[int, float, str, str, int]] = []
+        self.sent: dict[tuple[str, str, int], float] = {}
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._write, args=(w,), daemon=True)
                         for w in range(writers)]
@@ -379,6 +386,7 @@ class Load:
                 space = self.spaces[n % len(self.spaces)]
                 url = self.urls[(writer + n) % len(self.urls)]
                 key = f"w{writer}"
+                self.sent[(space, key, n)] = time.monotonic()
                 try:
                     reply = http.put(f"{url}/v1/namespaces/{space}/memory/{key}",
                                      json={"value": n}, headers={"Idempotency-Key": f"{key}-{n}"})
@@ -447,6 +455,19 @@ def test_a_killed_primary_loses_no_acknowledged_write_and_recovers_quickly(
             load.wait_for(doomed, healed_at, (200, 201), 10)
         statuses = {status for status, *_ in load.outcomes}
         assert statuses <= {200, 201, 503, APPLIED}, statuses  # never a 500, never broken
+        if isinstance(topology, RedisCluster):
+            # A shard's failover stays on that shard (`cluster-require-full-coverage no`):
+            # namespaces on the healthy shards took writes while the doomed one had no
+            # primary, and were never refused as unreachable.
+            doomed_port = topology.primary_for(topology.slot_of("{" + doomed + "}")).port
+            healthy = {space for space in spaces if topology.primary_for(
+                topology.slot_of("{" + space + "}")).port != doomed_port}
+            assert healthy and all(any(
+                space == s and killed_at < t < promoted_at and status in (200, 201)
+                for status, t, s, *_ in load.outcomes) for space in healthy), healthy
+            refused = [(s, t - killed_at) for status, t, s, *_ in load.outcomes
+                       if s in healthy and status == 503]
+            assert not refused, refused
         served = [t for status, t, space, *_ in load.outcomes
                   if space == doomed and t > promoted_at and status in (200, 201, APPLIED)]
         assert served, "the killed shard took no write after the promotion"
@@ -455,32 +476,199 @@ def test_a_killed_primary_loses_no_acknowledged_write_and_recovers_quickly(
         acknowledged_again = [t for status, t, space, *_ in load.outcomes
                               if space == doomed and t > healed_at and status in (200, 201)]
         assert acknowledged_again, "no write was acknowledged once the replica was back"
-        # Every acknowledged write is there: the last acknowledged value of each key, or a
-        # later one the broker applied though it answered 503 (it may have landed).
-        acknowledged: dict[tuple[str, str], int] = {}
-        for status, _, space, key, value in load.outcomes:
-            if status in (200, 201):
-                acknowledged[(space, key)] = max(value, acknowledged.get((space, key), 0))
-        with httpx.Client(base_url=second.url, timeout=10,
-                          headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as http:
-            for (space, key), value in acknowledged.items():
-                stored = http.get(f"/v1/namespaces/{space}/memory/{key}").json()["value"]
-                assert stored >= value, (space, key, stored, value)
-        # The stream saw the doomed namespace's writes without a silent gap: per key the
-        # versions rise one by one, or a `reset` said changes were lost, or it ended with a
-        # cursor to resume from.
-        events = list(follower.events)
-        if not any(e.event == "reset" for e in events):
-            versions: dict[str, list[int]] = defaultdict(list)
-            for event in follower.changes():
-                versions[event.data["key"]].append(event.data["version"])
-            for key, seen in versions.items():
-                assert seen == list(range(seen[0], seen[0] + len(seen))), (key, seen)
+        acknowledged = _check_acknowledged_writes_kept(load, second.url)
+        _check_no_silent_gap(follower)
         print(f"{type(topology).__name__}: promoted {promoted_after:.1f} s after the kill, "
               f"writes recovered {recovery:.2f} s after the promotion, "
               f"{len(load.outcomes)} writes, {len(acknowledged)} keys")
     finally:
         topology.heal()
+
+
+def _check_acknowledged_writes_kept(load: Load, url: str, sent_after: float = 0.0
+                                    ) -> dict[tuple[str, str], int]:
+    """Every write acknowledged (and sent after `sent_after`) is there: the last acknowledged
+    value of each key, or a later one the broker applied though it answered 503 (it may have
+    landed). The values checked, by (namespace, key)."""
+    acknowledged: dict[tuple[str, str], int] = {}
+    for status, _, space, key, value in load.outcomes:
+        if status in (200, 201) and load.sent[(space, key, value)] > sent_after:
+            acknowledged[(space, key)] = max(value, acknowledged.get((space, key), 0))
+    with httpx.Client(base_url=url, timeout=10,
+                      headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as http:
+        for (space, key), value in acknowledged.items():
+            stored = http.get(f"/v1/namespaces/{space}/memory/{key}").json()["value"]
+            assert stored >= value, (space, key, stored, value)
+    return acknowledged
+
+
+def _check_no_silent_gap(stream: Stream) -> None:
+    """The stream saw its writes without a silent gap: per key the versions rise one by one,
+    or a `reset` said changes were lost, or it ended with a cursor to resume from."""
+    if any(e.event == "reset" for e in list(stream.events)):
+        return
+    versions: dict[str, list[int]] = defaultdict(list)
+    for event in stream.changes():
+        versions[event.data["key"]].append(event.data["version"])
+    for key, seen in versions.items():
+        assert seen == list(range(seen[0], seen[0] + len(seen))), (key, seen)
+
+
+def _reset_or(key: str, version: int) -> Callable[[Event], bool]:
+    """A stream event that is a `reset`, or `key`'s change to `version`."""
+    return lambda e: e.event == "reset" or (isinstance(e.data, dict) and e.data.get("key") == key
+                                            and e.data.get("version") == version)
+
+
+def test_a_paused_sentinel_primary_takes_no_acknowledged_write_with_it(
+        redis_sentinel: RedisSentinel, broker_processes: Callable[..., list[BrokerProcess]],
+        streams: Callable[..., Stream], ns: str) -> None:
+    """SIGSTOP the primary until Sentinel promotes its replica, then SIGCONT: the deposed node
+    is a primary again until the sentinels demote it. Every broker process follows the
+    sentinels' `+switch-master`, so no write goes to it: with `MEMP_WRITE_REPLICAS=0` (no
+    replica's confirmation to stop it) every write sent after the pause and acknowledged is
+    kept, writes are acknowledged again after the resume, a held-open stream shows no silent
+    gap and one resumed from a cursor of before the pause replays every change or resets."""
+    topology = redis_sentinel
+    first, second = broker_processes(2, MEMP_REDIS_URL=topology.url, MEMP_WRITE_REPLICAS="0")
+    spaces = [f"{ns}-p{i}" for i in range(2)]
+    held = streams(first.url, [f"{spaces[0]}:*"]).wait_open()
+    paused: RedisProcess | None = None
+    try:
+        with Load([first.url, second.url], spaces) as load:
+            load.wait_for(spaces[0], time.monotonic(), (200, 201), WAIT)
+            held.wait_changes(1)
+            cursor = held.changes()[-1].id
+            paused_at = time.monotonic()
+            paused = topology.pause_primary()
+            topology.wait_failover()
+            topology.resume(paused)
+            paused = None
+            resumed_at = time.monotonic()
+            load.wait_for(spaces[0], resumed_at, (200, 201), WAIT)
+        statuses = {status for status, *_ in load.outcomes}
+        assert statuses <= {200, 201, 503}, statuses  # never a 500, never broken
+        assert any(t > resumed_at and status in (200, 201)
+                   for status, t, *_ in load.outcomes), "nothing acknowledged after the resume"
+        kept = _check_acknowledged_writes_kept(load, second.url, sent_after=paused_at)
+        assert kept, "no write sent after the pause was acknowledged"
+        _check_no_silent_gap(held)
+        assert cursor is not None
+        resumed = streams(second.url, [f"{spaces[0]}:*"], last_event_id=cursor)
+        with httpx.Client(base_url=second.url, timeout=10,
+                          headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as http:
+            for key in {key for _, _, space, key, _ in load.outcomes if space == spaces[0]}:
+                version = http.get(f"/v1/namespaces/{spaces[0]}/memory/{key}").json()["version"]
+                resumed.wait_event(_reset_or(key, version), f"{key} v{version} or a reset")
+        _check_no_silent_gap(resumed)
+    finally:
+        if paused is not None and paused.process is not None:
+            paused.process.send_signal(signal.SIGCONT)
+        topology.heal()
+
+
+def test_every_client_follows_the_sentinels_announcement_without_a_command(
+        redis_sentinel: RedisSentinel, ns: str) -> None:
+    """A failover the sentinels announce (`SENTINEL FAILOVER`, `+switch-master`) moves every
+    client of the process at once: its pooled connections to the old primary are closed before
+    any command could use them, a write sent across the move answers 503 rather than being
+    acknowledged, and the next write goes to the new primary."""
+    topology = redis_sentinel
+
+    async def main() -> None:
+        backend = Backend.open(topology.url, 2.0, replicas=1)
+        follower = asyncio.create_task(backend.follow_failovers())
+        script = AsyncScript(backend.redis, "return redis.call('INCR', KEYS[1])")
+        pool: Any = backend.redis.connection_pool
+        key = f"memp:{{{ns}}}:count"
+        try:
+            # On the replica too, so that the promoted one has it.
+            assert await backend.call(script, [key], [], durable=True) == 1
+            old = pool.master_address
+            idle = list(pool._available_connections)
+            assert idle and all(c.is_connected for c in idle)
+            with topology.sentinels[0].client() as sentinel:
+                sentinel.execute_command("SENTINEL", "FAILOVER", topology.service_name)
+            deadline = time.monotonic() + WAIT
+            while pool.master_address == old:  # no command is sent meanwhile
+                assert time.monotonic() < deadline, "the pool never moved"
+                await asyncio.sleep(0.05)
+            assert not any(c.is_connected for c in idle)
+            while True:  # the promoted replica may need a moment to take writes
+                try:
+                    count = await backend.call(script, [key], [])
+                    break
+                except STORE_DOWN:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+            assert count in (2, 3)  # 3: one refused as unconfirmed across the move had run
+            connection = await pool.get_connection()
+            try:
+                assert (connection.host, connection.port) == pool.master_address != old
+            finally:
+                await pool.release(connection)
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+            await backend.close()
+        return None
+
+    deposed = topology.primary.port
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        def moved() -> bool:
+            ports = set(topology.reported_primaries())
+            return len(ports) == 1 and None not in ports and deposed not in ports
+        wait_until(moved, "every sentinel naming the new primary", WAIT)
+        heir = set(topology.reported_primaries())
+        topology.primary = next(p for p in topology.data if p.port in heir)
+        topology.wait_ready()
+
+
+def test_a_topology_reset_under_load_closes_no_connection_into_a_500(
+        redis_cluster: RedisCluster, ns: str) -> None:
+    """Every node's connections closed while script calls use them (what redis-py before
+    8.2 did to every shard when a topology refresh failed during another shard's failover):
+    each call either answers or fails as the store being unreachable (a 503), never with
+    the closed transport's own error (a 500), and the shard answers again at once."""
+    async def main() -> tuple[int, int]:
+        backend = Backend.open(redis_cluster.url, 2.0)
+        await backend.ping()
+        script = AsyncScript(backend.redis, "return redis.call('INCR', KEYS[1])")
+        cluster: Any = backend.redis
+        key = f"memp:{{{ns}}}:count"
+        done = asyncio.Event()
+        answered = refused = 0
+
+        async def writer() -> None:
+            nonlocal answered, refused
+            while not done.is_set():
+                try:
+                    await backend.call(script, [key], [], durable=True)
+                    answered += 1
+                except STORE_DOWN:
+                    refused += 1
+                await asyncio.sleep(0)
+
+        async def reset() -> None:
+            for _ in range(30):
+                await asyncio.sleep(0.01)
+                nodes = cluster.nodes_manager.nodes_cache.values()
+                await asyncio.gather(*(node.disconnect() for node in nodes))
+            done.set()
+
+        try:
+            await asyncio.gather(reset(), *(writer() for _ in range(16)))
+            # Each answered call ran; each refused one may or may not have.
+            count = await backend.call(script, [key], [])
+            assert answered + 1 <= count <= answered + refused + 1, (count, answered, refused)
+        finally:
+            await backend.close()
+        return answered, refused
+
+    answered, refused = asyncio.run(asyncio.wait_for(main(), 60))
+    assert answered and refused, (answered, refused)  # the resets did cut calls short
 
 
 # ---- TLS to Redis ----

@@ -13,11 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
+import redis as redis_lib
 
 from broker.storage import Storage, layout
 from broker.storage.client import Backend, NotReplicated
 from broker.storage.writes import Announcement, Holds
-from tests.support.brokers import Broker, RedisServer
+from tests.support.brokers import Broker, RedisServer, start_broker
 
 TIMEOUT_MS = 100
 
@@ -158,3 +159,35 @@ def test_an_unconfirmed_revocation_takes_effect_everywhere_and_is_audited(
         assert [r["action"] for r in audit] == ["key-revoke", "key-create"]
         with waiting.client() as admin:
             assert admin.delete(f"/v1/keys/{created['key']['id']}").status_code == 404
+
+
+def test_a_primary_refusing_writes_for_replicas_or_demoted_answers_503_never_500(
+        private_redis: RedisServer, ns: str) -> None:
+    """A primary short of replicas (`min-replicas-to-write`, as a deposed one is) refuses a
+    write before applying it: `503` with `applied: false`; a node demoted to a replica refuses
+    it `READONLY`: `503`. Neither is a `500`, nothing is written, and the same write retried
+    with its id once the node is a primary again is applied once."""
+    broker = start_broker("redis", private_redis.url)
+    put = f"/v1/namespaces/{ns}/memory/k"
+    try:
+        with broker.client() as admin, redis_lib.Redis.from_url(private_redis.url) as redis:
+            assert admin.put(put, json={"value": 1}).status_code == 201
+            redis.config_set("min-replicas-to-write", 1)
+            reply = admin.put(put, json={"value": 2}, headers={"Idempotency-Key": "w2"})
+            assert reply.status_code == 503, reply.text
+            assert reply.json()["error"]["details"] == {"reason": "no_replicas",
+                                                        "applied": False}
+            redis.config_set("min-replicas-to-write", 0)
+            redis.execute_command("REPLICAOF", "127.0.0.1", "1")  # no primary there
+            try:
+                reply = admin.put(put, json={"value": 2}, headers={"Idempotency-Key": "w2"})
+                assert reply.status_code == 503, reply.text
+            finally:
+                redis.execute_command("REPLICAOF", "NO", "ONE")
+            assert admin.get(put).json()["value"] == 1
+            reply = admin.put(put, json={"value": 2}, headers={"Idempotency-Key": "w2"})
+            assert reply.status_code == 200 and reply.json()["version"] == 2, reply.text
+            again = admin.put(put, json={"value": 2}, headers={"Idempotency-Key": "w2"})
+            assert again.json()["version"] == 2
+    finally:
+        broker.stop()

@@ -17,7 +17,7 @@ from broker.core.grammar import compile_pattern
 from broker.runtime.supervisor import Supervisor
 from broker.services.visibility import Viewer
 from broker.storage import layout
-from broker.storage.changelog import ChangeLogStore, position_key
+from broker.storage.changelog import LOST, REPLACED, TRIMMED, ChangeLogStore, Gap, position_key
 from broker.streaming.changes import Change, ChangeLog
 from broker.streaming.hub import Audience, Hub, Subscriber
 from broker.streaming.queues import ConflatingQueue
@@ -158,23 +158,29 @@ async def log_change(client: Any, namespace: str, key: str, version: int) -> str
     return str(raw.decode())
 
 
-def test_continues_tells_retained_trimmed_and_lost_positions_apart() -> None:
+def test_gap_tells_retained_trimmed_lost_and_replaced_positions_apart() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
         ids = [await log_change(client, "ns", "k", v) for v in range(1, 6)]
-        assert await changelog.continues("ns", "0-0")  # nothing trimmed yet
-        assert all([await changelog.continues("ns", i) for i in ids])
+        assert await changelog.gap("ns", "0-0") is None  # nothing trimmed yet
+        assert [await changelog.gap("ns", i, "k") for i in ids] == [None] * 5
         # Retention drops the two oldest and notes the newest it dropped.
         await client.xdel(layout.changelog("ns"), ids[0], ids[1])
         await client.hset(layout.meta("ns"), "trimmed", ids[1])
-        assert not await changelog.continues("ns", "0-0")
-        assert not await changelog.continues("ns", ids[0])
-        assert await changelog.continues("ns", ids[1])  # saw the last dropped: lost nothing
-        assert await changelog.continues("ns", ids[2])
-        # A position the log never held past the trim mark: the log was recreated.
-        assert not await changelog.continues("ns", "99999999999999-0")
+        assert await changelog.gap("ns", "0-0") == Gap(TRIMMED, "0-0")
+        assert await changelog.gap("ns", ids[0]) == Gap(TRIMMED, "0-0")
+        assert await changelog.gap("ns", ids[1]) is None  # saw the last dropped: lost nothing
+        assert await changelog.gap("ns", ids[2]) is None
+        # A failover to a replica that lacked the newest changes: the history after ids[2]
+        # is another one. A cursor at a change it lacks, at a change held under the same id
+        # for another key, or beyond its end goes on from the newest change before it.
+        await client.xdel(layout.changelog("ns"), ids[3])
+        assert await changelog.gap("ns", ids[3]) == Gap(REPLACED, ids[2])
+        assert await changelog.gap("ns", ids[4], "other") == Gap(REPLACED, ids[2])
+        assert await changelog.gap("ns", "99999999999999-0") == Gap(REPLACED, ids[4])
+        # Redis lost its data: the new log holds nothing at or before the position.
         await client.delete(layout.changelog("ns"), layout.meta("ns"))
         await log_change(client, "ns", "k", 1)
-        assert not await changelog.continues("ns", ids[4])
+        assert await changelog.gap("ns", ids[4]) == Gap(LOST, "0-0")
 
     run_with_log(scenario)
 
@@ -247,6 +253,34 @@ def test_reader_resets_subscribers_when_the_log_is_recreated() -> None:
     run_with_log(scenario)
 
 
+def test_reader_resets_subscribers_when_a_failover_replaced_the_history() -> None:
+    """The reader read a change the new primary never had (a deposed primary's), and the new
+    history holds another change under a nearby id: it resets its subscribers at once, drops
+    what it queued from the old history, and delivers the new history's changes from the
+    newest one both share."""
+    async def scenario(client: Any, changelog: ChangeLog) -> None:
+        hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
+        sub = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""))
+        await hub.join(sub)
+        shared = await log_change(client, "a", "k", 1)
+        deposed = await log_change(client, "a", "k", 2)
+        await wait_for(lambda: hub.readers["a"].position == deposed, "the reader to catch up")
+        got = [await next_change(sub) for _ in range(2)]
+        assert [c.version if c else None for c in got] == [1, 2]
+        # The failover: the new primary lacks version 2 and took another write meanwhile.
+        await client.xdel(layout.changelog("a"), deposed)
+        kept = await log_change(client, "a", "other", 1)
+        await wait_for(lambda: "a" in sub.resets, "the reset flag")
+        assert sub.resets["a"] == Gap(REPLACED, shared)
+        item = await next_change(sub)
+        while item is None:  # nudges
+            item = await next_change(sub)
+        assert (item.key, item.version, item.position) == ("other", 1, kept)
+        await hub.close()
+
+    run_with_log(scenario)
+
+
 def test_reader_does_not_reset_for_retention_behind_it() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
         hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
@@ -258,7 +292,7 @@ def test_reader_does_not_reset_for_retention_behind_it() -> None:
         await client.hset(layout.meta("a"), "trimmed", ids[1])
         await log_change(client, "a", "k", 4)
         await asyncio.sleep(0.3)  # several reads later
-        assert sub.resets == set()
+        assert sub.resets == {}
         versions = [c.version for c in [sub.queue.get_nowait() for _ in range(4)] if c]
         assert versions == [1, 2, 3, 4]
         await hub.close()

@@ -253,8 +253,9 @@ def clocked_broker(backend: str, redis_url: str, namespace: str, clock: TestCloc
                    **overrides: Any) -> Iterator[Amp]:
     """A broker built with `create_app(settings, clock=clock)`, served over real HTTP. Its
     change-log age retention is off: with the clock moved ahead it would trim every
-    namespace in the shared test Redis."""
+    namespace in the shared test Redis (the audit retention too)."""
     overrides.setdefault("changelog_max_age_seconds", 0)
+    overrides.setdefault("audit_retention_seconds", 0)  # likewise for the audit logs
     port = free_port()
     settings = Settings.from_env(
         environ={}, port=port, admin_key=ADMIN_KEY, amp_namespace=namespace,

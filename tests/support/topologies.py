@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -146,9 +147,13 @@ class RedisCluster(LoopbackProcesses):
                 f"cluster-port {bus}", f"cluster-node-timeout {node_timeout_ms}",
                 # Any replica may take over, however long ago it last heard from its primary.
                 "cluster-replica-validity-factor 0",
+                # Healthy shards serve their slots while another shard fails over
+                # (docs/redis.md, "Failover").
+                "cluster-require-full-coverage no",
                 *(["tls-cluster yes"] if tls else [])], appendonly=appendonly)
             for port, bus in zip(ports[:count], ports[count:], strict=True)]
         self._killed: tuple[RedisProcess, ClusterNode, float] | None = None
+        self._paused: set[int] = set()  # ports of nodes SIGSTOPped by pause_primary
 
     @property
     def url(self) -> str:
@@ -181,9 +186,13 @@ class RedisCluster(LoopbackProcesses):
     def process(self, port: int) -> RedisProcess:
         return next(p for p in self.processes if p.port == port)
 
+    def _live(self) -> list[RedisProcess]:
+        """The nodes running and not paused (`pause_primary`)."""
+        return [p for p in self.processes if p.running and p.port not in self._paused]
+
     def nodes(self) -> list[ClusterNode]:
         """The cluster as the first live process sees it."""
-        for process in self.processes:
+        for process in self._live():
             if process.running:
                 with contextlib.suppress(redis.RedisError), process.client() as client:
                     return parse_cluster_nodes(client.execute_command("CLUSTER", "NODES"))
@@ -194,7 +203,7 @@ class RedisCluster(LoopbackProcesses):
         return self.process(node.port)
 
     def slot_of(self, key: str) -> int:
-        for process in self.processes:
+        for process in self._live():
             if process.running:
                 with process.client() as client:
                     return int(client.execute_command("CLUSTER", "KEYSLOT", key))
@@ -203,7 +212,7 @@ class RedisCluster(LoopbackProcesses):
     def healthy(self) -> bool:
         """Every running node says `cluster_state:ok`, sees every node, and every slot has a
         primary that is not failing."""
-        live = [p for p in self.processes if p.running]
+        live = self._live()
         for process in live:
             with process.client(timeout=0.5) as client:
                 info = client.execute_command("CLUSTER", "INFO")
@@ -213,7 +222,7 @@ class RedisCluster(LoopbackProcesses):
                 if len(nodes) != len(self.processes):
                     return False
                 failed = {n.port for n in nodes if n.failed}
-                if failed - {p.port for p in self.processes if not p.running}:
+                if failed - {p.port for p in self.processes if p not in live}:
                     return False
                 # Gossip is slower than CLUSTER REPLICATE: until it spreads, a node still sees
                 # a new replica as a primary without slots.
@@ -224,8 +233,7 @@ class RedisCluster(LoopbackProcesses):
     def wait_ok(self, timeout: float = 30) -> float:
         """Wait until healthy() and every running replica is in sync with its primary."""
         def settled() -> bool:
-            return self.healthy() and all(self._replica_linked(p) for p in self.processes
-                                          if p.running)
+            return self.healthy() and all(self._replica_linked(p) for p in self._live())
         return wait_until(settled, "cluster_state:ok on every node", timeout, 0.05,
                           ignoring=(redis.RedisError, OSError))
 
@@ -243,6 +251,26 @@ class RedisCluster(LoopbackProcesses):
         process.kill()
         self._killed = (process, node, time.monotonic())
         return process
+
+    def pause_primary(self, target: int | RedisProcess = 0) -> RedisProcess:
+        """SIGSTOP the primary serving `target` (a slot) or `target` itself: to the cluster it
+        is as good as dead, so `wait_promoted` works as after a kill; `resume` ends it."""
+        process = self.primary_for(target) if isinstance(target, int) else target
+        node = next(n for n in self.nodes() if n.port == process.port)
+        assert process.process is not None and node.primary
+        process.process.send_signal(signal.SIGSTOP)
+        self._paused.add(process.port)
+        self._killed = (process, node, time.monotonic())
+        return process
+
+    def resume(self, process: RedisProcess, timeout: float = 30) -> None:
+        """SIGCONT a paused node (a former primary rejoins as a replica of its heir) and wait
+        until the cluster is ok."""
+        assert process.process is not None
+        process.process.send_signal(signal.SIGCONT)
+        self._paused.discard(process.port)
+        self._killed = None
+        self.wait_ok(timeout)
 
     def wait_promoted(self, timeout: float = 30) -> float:
         """Wait until a replica holds the killed primary's slots and the cluster is ok again;
@@ -268,7 +296,12 @@ class RedisCluster(LoopbackProcesses):
         self.wait_ok(timeout)
 
     def heal(self) -> None:
-        """Restart every node that is down and wait until the cluster is ok."""
+        """Resume paused nodes, restart every node that is down and wait until the cluster
+        is ok."""
+        for process in self.processes:
+            if process.port in self._paused and process.process is not None:
+                process.process.send_signal(signal.SIGCONT)
+        self._paused.clear()
         for process in self.processes:
             if not process.running:
                 process.stop()
@@ -286,14 +319,16 @@ class RedisSentinel(LoopbackProcesses):
     """One primary, `replicas` replicas and `sentinels` sentinels (quorum `quorum`) watching
     them as service `service_name`. With credentials, the data nodes and (unless
     `protect_sentinels` is off) the sentinels require the ACL user; the broker asks the
-    sentinels with the URL's credentials (broker/storage/urls.py)."""
+    sentinels with the URL's credentials (broker/storage/urls.py). With `min_replicas_max_lag`
+    (seconds) a primary refuses writes while no replica acknowledged its stream that recently
+    (`min-replicas-to-write 1`, docs/redis.md, "Failover")."""
 
     def __init__(self, workdir: Path | None = None, *, credentials: Credentials | None = None,
                  replicas: int = 1, sentinels: int = 3, quorum: int = 2,
                  down_after_ms: int = 1000, failover_timeout_ms: int = 10_000,
                  service_name: str = SERVICE_NAME, protect_sentinels: bool = True,
                  quick_discovery: bool = False, appendonly: bool = False,
-                 tls: bool = False) -> None:
+                 tls: bool = False, min_replicas_max_lag: int | None = None) -> None:
         super().__init__(workdir, credentials, tls)
         self.quick_discovery = quick_discovery
         self.protect_sentinels = protect_sentinels
@@ -303,6 +338,10 @@ class RedisSentinel(LoopbackProcesses):
                      for port in ports[:1 + replicas]]
         for replica in self.data[1:]:
             replica.config_lines.append(f"replicaof {HOST} {ports[0]}")
+        if min_replicas_max_lag is not None:
+            for node in self.data:
+                node.config_lines += ["min-replicas-to-write 1",
+                                      f"min-replicas-max-lag {min_replicas_max_lag}"]
         monitor = [f"sentinel monitor {service_name} {HOST} {ports[0]} {quorum}",
                    f"sentinel down-after-milliseconds {service_name} {down_after_ms}",
                    f"sentinel failover-timeout {service_name} {failover_timeout_ms}",
@@ -398,6 +437,24 @@ class RedisSentinel(LoopbackProcesses):
         killed.kill()
         self._killed = (killed, time.monotonic())
         return killed
+
+    def pause_primary(self) -> RedisProcess:
+        """SIGSTOP the current primary (a frozen VM, a long pause): to the sentinels it is as
+        good as dead, so `wait_failover` works as after a kill."""
+        paused = self.primary
+        assert paused.process is not None
+        paused.process.send_signal(signal.SIGSTOP)
+        self._killed = (paused, time.monotonic())
+        return paused
+
+    def resume(self, paused: RedisProcess, timeout: float = 30) -> None:
+        """SIGCONT a paused node, and wait until the sentinels made it a replica of the
+        current primary and it is in sync."""
+        assert paused.process is not None
+        paused.process.send_signal(signal.SIGCONT)
+        if self._killed is not None and self._killed[0] is paused:
+            self._killed = None
+        self.wait_ready(timeout)
 
     def wait_failover(self, timeout: float = 30) -> float:
         """Wait until every sentinel reports a new primary that says it is one; the seconds

@@ -20,7 +20,9 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 import pytest
+import redis
 
+from broker.storage import layout
 from tests.support.brokers import (
     ADMIN_KEY,
     BACKENDS,
@@ -768,6 +770,31 @@ def own_broker(own_redis: OwnRedis) -> Iterator[Broker]:
     handle = start_broker("redis", own_redis.url)
     yield handle
     handle.stop()
+
+
+def test_a_cursor_from_a_replaced_history_gets_a_reset_and_the_changes_it_missed(
+    broker_factory: Callable[..., Broker], subscribe: Callable[..., Stream], redis_url: str,
+    ns: str
+) -> None:
+    """A cursor naming a change the log no longer holds while it holds older ones (a failover
+    to a replica that lacked the newest changes) is not skipped past: `reset` with cause
+    `replaced`, then the changes the new history holds after the newest change both share."""
+    broker = broker_factory("redis")
+    everything = subscribe(broker.url, ns, "*").wait_open()
+    with broker.client() as client, redis.Redis.from_url(redis_url) as store:
+        for n in range(1, 4):
+            put(client, ns, "k", n)
+        everything.wait_key("k", 3)
+        ids = [str(e.id) for e in everything.changes()]
+        # The new primary never had version 3, and took another write since.
+        store.xdel(layout.changelog(ns), ids[2].split(":", 1)[1])
+        put(client, ns, "other", "kept")
+        resumed = subscribe(broker.url, ns, "*", last_event_id=ids[2])
+        resumed.wait_key("other", 1)
+        reset, kept = resumed.events[:2]
+        assert reset.event == "reset" and reset.data["cause"] == "replaced", reset
+        assert reset.data["cursor"] == reset.id == ids[1] and "failover" in reset.data["reason"]
+        assert (kept.data["key"], kept.data["value"]) == ("other", "kept")
 
 
 def test_stream_survives_a_redis_restart(
