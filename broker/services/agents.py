@@ -6,6 +6,7 @@ another agent of that name."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 
@@ -26,6 +27,9 @@ from broker.storage.writes import settle
 
 KNOWN_FRAMEWORKS = ("langchain", "crewai", "claude", "autogen", "custom")
 _FRAMEWORK_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+# A name's claim is written just before its agent's record: a registration that finds the claim
+# held waits this long for the holder's record before it takes the claim as abandoned.
+CLAIM_SETTLE_SECONDS = 5.0
 _UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
@@ -109,12 +113,24 @@ class AgentService:
                                                        agent.name, agent.id, stale)
             if holder == agent.id:
                 return planned
-            found = await self._claimed(principal, agent.namespace, agent.name, holder)
+            found = await self._holder(agent.namespace, holder)
             if found is not None:
                 credentials = msgspec.structs.replace(planned.credentials, agent_id=found.id)
                 return Registration(agent=found, credentials=credentials, reused=True)
             stale = holder
         return planned
+
+    async def _holder(self, namespace: str, holder: str) -> Agent | None:
+        """The live agent holding a name's claim; None when it was removed, or when its record
+        did not follow the claim within CLAIM_SETTLE_SECONDS (its registration never
+        finished). A claim made a moment ago by another process is waited for, not taken."""
+        deadline = asyncio.get_running_loop().time() + CLAIM_SETTLE_SECONDS
+        while not await self.store.removed_agents({holder}):
+            found = await self.store.get_agent(namespace, holder)
+            if found is not None or asyncio.get_running_loop().time() > deadline:
+                return found
+            await asyncio.sleep(0.02)
+        return None
 
     async def _apply(self, principal: Principal, planned: Registration, new: bool
                      ) -> Registration:
