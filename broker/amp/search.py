@@ -1,20 +1,23 @@
 """AMP search: candidates from indexes (owner prefix, term index, creation order), then filters,
-relevance x decay ranking and pagination. Only cells the caller may read are returned, and
-relevance weighs words by statistics of those cells alone (docs/security.md)."""
+relevance x decay ranking and pagination. Relevance is by shared words (`keyword`), by meaning
+(`semantic`) or both (`hybrid`, broker/amp/recall.py). Only cells the caller may read are
+returned, and relevance weighs words by statistics of those cells alone (docs/security.md)."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
 
 from broker.amp.cells import MemoryCell, MemoryType, OwnerId, OwnerType, Status, iso, parse_time
+from broker.amp.embedders import EmbedderUnavailable, Vectors
 from broker.amp.index import terms_of, words_of
 from broker.amp.lifecycle import score_at
+from broker.amp.recall import UNAVAILABLE, Recall, fused, unavailable
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, loaded_cell
 from broker.core.errors import MempError
@@ -41,6 +44,8 @@ class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     created_before: str | None = None
     limit: Annotated[int, Meta(ge=1, le=100)] = 20
     cursor: str | None = None
+    mode: Literal["hybrid", "semantic", "keyword"] | None = None
+    min_score: Annotated[float, Meta(ge=0, le=1)] | None = None
 
 
 class SearchHit(msgspec.Struct):
@@ -60,6 +65,13 @@ class _Query:
     end: int | None
     terms: set[str]
     now: int
+    mode: str = "keyword"
+    vector: Vectors | None = None  # the query's, in `semantic` and `hybrid`
+
+    @property
+    def meaning(self) -> bool:
+        """Whether cells are ranked by meaning too (not only those sharing a word)."""
+        return self.vector is not None
 
 
 def _statuses(body: SearchBody) -> set[str]:
@@ -74,8 +86,9 @@ def _statuses(body: SearchBody) -> set[str]:
 class CellSearch:
     """Runs searches for one acting agent."""
 
-    def __init__(self, cells: CellService) -> None:
+    def __init__(self, cells: CellService, recall: Recall) -> None:
         self.cells = cells
+        self.recall = recall
 
     async def search(self, by: Principal, agent: str, body: SearchBody) -> dict[str, Any]:
         """One page of `agent`'s search (made by `by`), held to the read rates."""
@@ -86,8 +99,18 @@ class CellSearch:
         terms = terms_of(body.query) if body.query else set()
         if body.query is not None and not terms:
             raise MempError("invalid_request", "query has no searchable words", {"field": "query"})
+        mode = self.recall.mode(body.mode)
         await self.cells.check_read(by, agent)
-        query = _Query(body, agent, statuses, start, end, terms, self.cells.clock())
+        vector, degraded = None, None
+        if body.query is not None and mode != "keyword":
+            try:
+                vector = await self.recall.query_vector(body.query)
+            except EmbedderUnavailable as exc:
+                if mode == "semantic":
+                    raise unavailable(str(exc)) from None
+                degraded = UNAVAILABLE
+        query = _Query(body, agent, statuses, start, end, terms, self.cells.clock(), mode,
+                       vector)
         if not walk:
             candidates = await self._candidates(query)
             if candidates is not None:
@@ -95,7 +118,8 @@ class CellSearch:
                 hits.sort(key=lambda h: (-h.score, h.cell.id))
                 more = len(hits) > offset + body.limit
                 next_cursor = str(offset + body.limit) if more else None
-                return {"results": hits[offset:offset + body.limit], "next_cursor": next_cursor}
+                page = {"results": hits[offset:offset + body.limit], "next_cursor": next_cursor}
+                return {**page, "degraded": degraded} if degraded else page
         return await self._walk(query, offset)
 
     async def _walk(self, query: _Query, position: int) -> dict[str, Any]:
@@ -130,18 +154,42 @@ class CellSearch:
             if found is None or not self._keep(found[1], record, query):
                 continue
             words = Counter(words_of(found[1].content.text)) if query.terms else Counter()
-            if not query.terms or not query.terms.isdisjoint(words):
+            if not query.terms or query.meaning or not query.terms.isdisjoint(words):
                 kept.append((found[1], record, words))
-        idf = _idf(query.terms, [words for _, _, words in kept])
+        idf = _idf(query.terms, [words for _, _, words in kept if
+                                 not query.terms.isdisjoint(words)])
+        relevance = await self._relevance(kept, idf, query)
         hits: dict[str, SearchHit] = {}
-        for cell, record, words in kept:
+        for cell, record, _ in kept:
+            if cell.id not in relevance:
+                continue
             cell.scoring.access_count = record.count
             if record.accessed is not None:
                 cell.lifecycle.last_accessed_at = iso(record.accessed)
             decay = score_at(cell, record, query.now)
-            relevance = _relevance(words, idf) if query.terms else 1.0
-            hits[cell.id] = SearchHit(cell, relevance * (0.2 + 0.8 * decay), decay)
+            hits[cell.id] = SearchHit(cell, relevance[cell.id] * (0.2 + 0.8 * decay), decay)
         return [hits[i] for i in candidates if i in hits]
+
+    async def _relevance(self, kept: list[tuple[MemoryCell, CellRecord, Counter[str]]],
+                         idf: dict[str, float], query: _Query) -> dict[str, float]:
+        """Each ranked cell's relevance in the query's mode, cells under `min_score` left
+        out. `min_score` is held against a relevance in [0, 1]: the cosine (`semantic`), the
+        fused score (`hybrid`), the keyword score over the best one (`keyword`)."""
+        if not query.terms:
+            return {cell.id: 1.0 for cell, _, _ in kept}
+        keyword = {cell.id: _relevance(words, idf) for cell, _, words in kept}
+        best = max(keyword.values(), default=0.0) or 1.0
+        floor = query.body.min_score
+        if query.vector is None:
+            return {i: s for i, s in keyword.items() if s > 0 and (
+                floor is None or s / best >= floor)}
+        similar = await self.recall.similarities(query.vector, [c for c, _, _ in kept])
+        if query.mode == "semantic":
+            scores = {i: max(s, 0.0) for i, s in similar.items()}
+        else:
+            scores = {i: fused(similar.get(i), s / best) for i, s in keyword.items()
+                      if i in similar or s > 0}
+        return {i: s for i, s in scores.items() if floor is None or s >= floor}
 
     async def _candidates(self, query: _Query) -> list[str] | None:
         """Every candidate id, to rank then page; None when there are more than one request
@@ -161,6 +209,15 @@ class CellSearch:
             # without a query word), which is far cheaper than a union of the term sets of every
             # cell in the namespace, which a common word makes as large as the namespace.
             return sorted(owned)
+        if query.meaning:
+            # By meaning, any cell may answer: the newest MAX_CANDIDATES (docs/amp.md), and
+            # in hybrid every cell sharing a word.
+            recent = await cells.index.created_between(query.start, query.end, 0,
+                                                       MAX_CANDIDATES)
+            found = sorted(await cells.index.by_term(terms)) if query.mode == "hybrid" else []
+            if len(found) > MAX_CANDIDATES:
+                found = await self._readable(found, query)
+            return sorted({*recent, *found})
         if terms:
             found = sorted(await cells.index.by_term(terms))
             return found if len(found) <= MAX_CANDIDATES else await self._readable(found, query)
