@@ -109,8 +109,7 @@ def build(settings: Settings, clock: Clock, storage: Storage) -> Services:
         amp_purger=Purger(amp_cells, clock, settings.amp_purge_retention, audit_service),
         amp_poster=TermPoster(amp_cells.index),
         amp_recall=Recall(vectors, embedder),
-        amp_embedding=None if embedder is None else CellEmbedding(
-            amp_cells.index, vectors, embedder, clock, metrics),
+        amp_embedding=CellEmbedding(amp_cells.index, vectors, embedder, clock, metrics),
         changelog=changelog,
         hub=Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2,
                 supervisor),
@@ -141,9 +140,8 @@ def loops(s: Services) -> list[Supervised]:
             settings.amp_lifecycle_interval_seconds, s.metrics.amp_pass)),
         Supervised("AMP term poster",
                    lambda: s.amp_poster.run_forever(settings.amp_post_interval_seconds)),
-        *([] if s.amp_embedding is None else [Supervised(
-            "AMP embedder", lambda: s.amp_embedding.run_forever(  # type: ignore[union-attr]
-                settings.amp_embed_interval_seconds))]),
+        Supervised("AMP embedder", lambda: s.amp_embedding.run_forever(
+            settings.amp_embed_interval_seconds)),
         Supervised("SSE send watchdog", s.send_watchdog.run),
         Supervised("governance sweeper", s.governance.sweep_once,
                    every=max(settings.sweep_interval_seconds, 1.0)),

@@ -2,7 +2,9 @@
 process: a write only marks its cell (amp_index.lua), and this loop takes marked cells in
 batches, embeds their text and stores each vector only if the cell did not change meanwhile.
 At start, and every `RECHECK_SECONDS`, it marks the cells without a vector of the configured
-model, so a model switch or a lost batch is caught up. A write never waits for it."""
+model, so a model switch or a lost batch is caught up. A write never waits for it. With no
+embedder (`MEMP_EMBEDDER=none`) it only drops the vectors of changed cells, which no longer
+describe their text, so that they are embedded again once an embedder is configured."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ class CellEmbedding:
     """Embeds marked cells in batches; several processes share the marks (each batch is
     taken by one of them)."""
 
-    def __init__(self, index: CellIndexStore, vectors: CellVectorStore, embedder: Embedder,
+    def __init__(self, index: CellIndexStore, vectors: CellVectorStore, embedder: Embedder | None,
                  clock: Clock, metrics: Metrics | None = None, batch: int = 64) -> None:
         self.index = index
         self.vectors = vectors
@@ -48,7 +50,7 @@ class CellEmbedding:
         rechecked = -RECHECK_SECONDS
         loop = asyncio.get_running_loop()
         while True:
-            if loop.time() - rechecked >= RECHECK_SECONDS:
+            if self.embedder is not None and loop.time() - rechecked >= RECHECK_SECONDS:
                 await self.recheck()
                 rechecked = loop.time()
             try:
@@ -72,8 +74,9 @@ class CellEmbedding:
         """Embed up to one batch of marked cells; how many were taken. When the embedder
         fails, the cells are marked again and EmbedderUnavailable raised."""
         ids = await self.vectors.take(self.batch)
-        if not ids:
-            return 0
+        if not ids or self.embedder is None:
+            await self.vectors.drop(ids)
+            return len(ids)
         loaded = await self.index.load(ids)
         now = self.clock()
         gone: list[str] = []
@@ -88,12 +91,13 @@ class CellEmbedding:
                 todo.append((cell_id, found[0].key, cell[0].version, cell[1].content.text))
         await self.vectors.drop(gone)
         if todo:
+            embedder = self.embedder
             try:
-                rows = await self.embedder.embed([text for *_, text in todo])
+                rows = await embedder.embed([text for *_, text in todo])
             except BaseException:
                 await self.vectors.requeue([cell_id for cell_id, *_ in todo])
                 raise
-            model, dims = self.embedder.model, int(rows.shape[1])
+            model, dims = embedder.model, int(rows.shape[1])
             saved = await self.vectors.save([
                 VectorWrite(cell_id, key, version, model, dims, text_digest(text),
                             row.tobytes())
@@ -104,6 +108,8 @@ class CellEmbedding:
 
     async def recheck(self) -> int:
         """Mark every cell without a vector of the configured model; how many were."""
+        if self.embedder is None:
+            return 0
         marked, offset, model = 0, 0, self.embedder.model
         while True:
             found = await self.vectors.models(offset, _RECHECK_BATCH)

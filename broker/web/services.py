@@ -65,7 +65,7 @@ class Services:
     amp_purger: Purger
     amp_poster: TermPoster
     amp_recall: Recall
-    amp_embedding: CellEmbedding | None  # None with MEMP_EMBEDDER=none
+    amp_embedding: CellEmbedding
     # streaming
     changelog: ChangeLog
     hub: Hub
