@@ -192,6 +192,12 @@ QUESTIONS: list[tuple[str, str, str, list[str]]] = [
     ("exact", "ops-bot", "RabbitMQ", ["ops-queue"]),
     ("exact", "acme", "12 Harbour Street", ["acme-office"]),
     ("exact", "acme", "probation period", ["acme-probation"]),
+    ("exact", "ana", "Nube", ["ana-cat"]),
+    ("exact", "bob", "Helga Schmidt", ["bob-boss"]),
+    ("exact", "carla", "Rossi", ["carla-tax"]),
+    ("exact", "ops-bot", "eu-central-1", ["ops-region"]),
+    ("exact", "ops-bot", "Loki", ["ops-logs"]),
+    ("exact", "acme", "Marleen de Vries", ["acme-ceo"]),
     # ---- several answers ----
     ("several", "ana", "what should we avoid when cooking for Ana?",
      ["ana-peanuts", "ana-vegetarian", "ana-lactose"]),

@@ -6,7 +6,9 @@ no longer describes it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -17,10 +19,17 @@ from broker.core.errors import MempError
 from broker.storage.amp_vectors import CellVectorStore
 
 MODES = ("hybrid", "semantic", "keyword")
-# Hybrid relevance = SEMANTIC_WEIGHT x cosine + (1 - SEMANTIC_WEIGHT) x the keyword score
-# over the best keyword score among the ranked cells, measured against Reciprocal Rank Fusion
-# on bench/recall's labelled questions (docs/amp.md, "How recall ranks").
-SEMANTIC_WEIGHT = 0.7
+# Hybrid relevance = SEMANTIC_WEIGHT x cosine + (1 - SEMANTIC_WEIGHT) x the share of the
+# query's words a cell holds; chosen over Reciprocal Rank Fusion and other weights on
+# bench/recall's labelled questions (docs/amp.md, "How recall ranks").
+SEMANTIC_WEIGHT = 0.8
+# Words that say nothing about which memory answers: a question's "what", "does", "her" must
+# not lift cells that happen to hold them.
+_STOP = (
+    "a an and are as at be by can could do does for from had has have he her hers him his how "
+    "i if in is it its me my of on or our she should so than that the their them they this to "
+    "us was we were what when where which who whom why will with would you your")
+STOP_WORDS = frozenset(_STOP.split())
 UNAVAILABLE = "embedder_unavailable"
 
 
@@ -70,6 +79,20 @@ class Recall:
             return {}
         scores = np.stack(rows) @ query
         return {cell_id: float(s) for cell_id, s in zip(ids, scores, strict=True)}
+
+
+def word_shares(terms: set[str], cells: Mapping[str, Counter[str]]) -> dict[str, float]:
+    """Each cell's share (0..1) of the query's weighted words, stop words left out: BM25's
+    saturating term frequency weighted by inverse document frequency among `cells`, over what
+    a cell holding every word once scores."""
+    words = sorted(terms - STOP_WORDS)
+    counts = Counter(t for held in cells.values() for t in words if held[t])
+    idf = {t: math.log(1 + (len(cells) + 1) / (counts[t] + 0.5)) for t in words}
+    whole = sum(idf.values()) / 2.2
+    if not whole:
+        return {}
+    return {cell_id: min(sum(idf[t] * held[t] / (held[t] + 1.2) for t in words if held[t])
+                         / whole, 1.0) for cell_id, held in cells.items()}
 
 
 def fused(similarity: float | None, keyword: float) -> float:

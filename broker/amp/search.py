@@ -17,7 +17,7 @@ from broker.amp.cells import MemoryCell, MemoryType, OwnerId, OwnerType, Status,
 from broker.amp.embedders import EmbedderUnavailable, Vectors
 from broker.amp.index import terms_of, words_of
 from broker.amp.lifecycle import score_at
-from broker.amp.recall import UNAVAILABLE, Recall, fused, unavailable
+from broker.amp.recall import UNAVAILABLE, Recall, fused, unavailable, word_shares
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, loaded_cell
 from broker.core.errors import MempError
@@ -173,22 +173,24 @@ class CellSearch:
     async def _relevance(self, kept: list[tuple[MemoryCell, CellRecord, Counter[str]]],
                          idf: dict[str, float], query: _Query) -> dict[str, float]:
         """Each ranked cell's relevance in the query's mode, cells under `min_score` left
-        out. `min_score` is held against a relevance in [0, 1]: the cosine (`semantic`), the
-        fused score (`hybrid`), the keyword score over the best one (`keyword`)."""
+        out. `min_score` is held against a relevance in [0, 1]: the keyword relevance over the
+        best one (`keyword`), the cosine (`semantic`), the fused score (`hybrid`)."""
         if not query.terms:
             return {cell.id: 1.0 for cell, _, _ in kept}
-        keyword = {cell.id: _relevance(words, idf) for cell, _, words in kept}
-        best = max(keyword.values(), default=0.0) or 1.0
         floor = query.body.min_score
         if query.vector is None:
+            keyword = {cell.id: _relevance(words, idf) for cell, _, words in kept}
+            best = max(keyword.values(), default=0.0) or 1.0
             return {i: s for i, s in keyword.items() if s > 0 and (
                 floor is None or s / best >= floor)}
         similar = await self.recall.similarities(query.vector, [c for c, _, _ in kept])
         if query.mode == "semantic":
             scores = {i: max(s, 0.0) for i, s in similar.items()}
         else:
-            scores = {i: fused(similar.get(i), s / best) for i, s in keyword.items()
-                      if i in similar or s > 0}
+            shares = word_shares(query.terms, {cell.id: words for cell, _, words in kept})
+            scores = {cell.id: fused(similar.get(cell.id), shares.get(cell.id, 0.0))
+                      for cell, _, _ in kept
+                      if cell.id in similar or shares.get(cell.id, 0.0) > 0}
         return {i: s for i, s in scores.items() if floor is None or s >= floor}
 
     async def _candidates(self, query: _Query) -> list[str] | None:
