@@ -250,3 +250,57 @@ def test_after_a_model_switch_cells_are_embedded_again_never_mixed(
         stand_in.down = False
         after.close()
         second.stop()
+
+
+def test_two_brokers_on_one_redis_embed_together_and_recall_the_same(redis_url: str) -> None:
+    if "redis" not in BACKENDS:
+        pytest.skip("two brokers share one Redis")
+    first, one = start("redis", redis_url)
+    second = start_broker("redis", redis_url, amp_namespace=one.namespace,
+                          amp_lifecycle_interval_seconds=NO_BACKGROUND_RUNS)
+    two = Amp(second.url, one.namespace, app=second.app)
+    try:
+        owner = f"u-{uuid.uuid4().hex[:8]}"
+        for at, text in enumerate(FACTS):
+            (one if at % 2 else two).create(text, owner=owner)
+        for amp in (one, two):
+            wait_until(lambda amp=amp: len(recall(amp, owner, "anything", mode="semantic"))
+                       == len(FACTS), "every cell embedded, seen by each broker")
+        for question in ("what food could hurt Ana?", "when do releases go out?"):
+            assert recall(one, owner, question) == recall(two, owner, question)
+        cell_id = two.search_ids(owner_id=owner, query="peanuts")[0]
+        changed = "Ana sings in the city choir on Sundays"
+        assert one.patch(cell_id, {"content": {"text": changed}}).status_code == 200
+        wait_until(lambda: recall(two, owner, "what music does Ana do?", mode="semantic")[0]
+                   == changed, "the patched text recalled through the other broker")
+    finally:
+        one.close()
+        two.close()
+        first.stop()
+        second.stop()
+
+
+def test_a_text_changed_without_an_embedder_is_embedded_again_later(redis_url: str) -> None:
+    if "redis" not in BACKENDS:
+        pytest.skip("brokers in turn on one Redis")
+    first, before = start("redis", redis_url)
+    owner = remembered(before, ["Ana is allergic to peanuts"])
+    cell_id = before.search_ids(owner_id=owner)[0]
+    before.close()
+    first.stop()
+    store = redis.Redis.from_url(redis_url)
+    key = layout.amp_vector(before.namespace, cell_id)
+    plain = start_broker("redis", redis_url, amp_namespace=before.namespace,
+                         amp_lifecycle_interval_seconds=NO_BACKGROUND_RUNS, embedder="none")
+    with Amp(plain.url, before.namespace, app=plain.app) as keyword_only:
+        changed = "Ana sings in the city choir on Sundays"
+        assert keyword_only.patch(cell_id, {"content": {"text": changed}}).status_code == 200
+        wait_until(lambda: not store.exists(key), "the old text's vector dropped")
+    plain.stop()
+    again = start_broker("redis", redis_url, amp_namespace=before.namespace,
+                         amp_lifecycle_interval_seconds=NO_BACKGROUND_RUNS)
+    with Amp(again.url, before.namespace, app=again.app) as after:
+        wait_until(lambda: recall(after, owner, "what music does Ana do?", mode="semantic")
+                   == [changed], "the new text embedded once an embedder is back")
+    again.stop()
+    store.close()
