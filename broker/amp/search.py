@@ -212,13 +212,15 @@ class CellSearch:
             # cell in the namespace, which a common word makes as large as the namespace.
             return sorted(owned)
         if query.meaning:
-            # By meaning, any cell may answer: the newest MAX_CANDIDATES (docs/amp.md), and
-            # in hybrid every cell sharing a word.
+            # By meaning, any cell may answer: the newest, and in hybrid up to half of
+            # MAX_CANDIDATES sharing a word (docs/amp.md).
+            found: list[str] = []
+            if query.mode == "hybrid":
+                found = sorted(await cells.index.by_term(terms))
+                if len(found) > MAX_CANDIDATES // 2:
+                    found = (await self._readable(found, query))[:MAX_CANDIDATES // 2]
             recent = await cells.index.created_between(query.start, query.end, 0,
-                                                       MAX_CANDIDATES)
-            found = sorted(await cells.index.by_term(terms)) if query.mode == "hybrid" else []
-            if len(found) > MAX_CANDIDATES:
-                found = await self._readable(found, query)
+                                                       MAX_CANDIDATES - len(found))
             return sorted({*recent, *found})
         if terms:
             found = sorted(await cells.index.by_term(terms))
