@@ -219,14 +219,28 @@ class CellSearch:
                 found = sorted(await cells.index.by_term(terms))
                 if len(found) > MAX_CANDIDATES // 2:
                     found = (await self._readable(found, query))[:MAX_CANDIDATES // 2]
-            recent = await cells.index.created_between(query.start, query.end, 0,
-                                                       MAX_CANDIDATES - len(found))
+            recent = await self._newest_readable(query, MAX_CANDIDATES - len(found))
             return sorted({*recent, *found})
         if terms:
             found = sorted(await cells.index.by_term(terms))
             return found if len(found) <= MAX_CANDIDATES else await self._readable(found, query)
         ids = await cells.index.created_between(query.start, query.end, 0, MAX_CANDIDATES + 1)
         return ids if len(ids) <= MAX_CANDIDATES else None
+
+    async def _newest_readable(self, query: _Query, want: int) -> list[str]:
+        """The newest `want` cells in the time range that the agent may read and whose status
+        the search wants, by their index records: others' private cells never push the
+        agent's own out."""
+        kept: list[str] = []
+        position = 0
+        while len(kept) < want:
+            ids = await self.cells.index.created_between(query.start, query.end, position,
+                                                         _ACCESS_BATCH)
+            if not ids:
+                break
+            position += len(ids)
+            kept += (await self._readable(ids, query))[:want - len(kept)]
+        return kept
 
     async def _readable(self, ids: list[str], query: _Query) -> list[str]:
         """The first MAX_CANDIDATES of `ids` in a status the search wants and readable by the
