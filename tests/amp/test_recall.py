@@ -263,9 +263,11 @@ def test_two_brokers_on_one_redis_embed_together_and_recall_the_same(redis_url: 
         owner = f"u-{uuid.uuid4().hex[:8]}"
         for at, text in enumerate(FACTS):
             (one if at % 2 else two).create(text, owner=owner)
-        for amp in (one, two):
-            wait_until(lambda amp=amp: len(recall(amp, owner, "anything", mode="semantic"))
-                       == len(FACTS), "every cell embedded, seen by each broker")
+        def embedded(amp: Amp) -> bool:
+            return len(recall(amp, owner, "anything", mode="semantic")) == len(FACTS)
+
+        wait_until(lambda: embedded(one) and embedded(two),
+                   "every cell embedded, seen by each broker")
         for question in ("what food could hurt Ana?", "when do releases go out?"):
             assert recall(one, owner, question) == recall(two, owner, question)
         cell_id = two.search_ids(owner_id=owner, query="peanuts")[0]
