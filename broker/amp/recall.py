@@ -80,6 +80,26 @@ class Recall:
         scores = np.stack(rows) @ query
         return {cell_id: float(s) for cell_id, s in zip(ids, scores, strict=True)}
 
+    async def nearest(self, query: Vectors, cell_ids: Sequence[str]) -> list[tuple[str, float]]:
+        """The cells with a vector of the configured model, by falling cosine to `query`,
+        without loading the cells (whether a vector still matches its cell's text is checked
+        when the cell is ranked)."""
+        if self.embedder is None or not cell_ids:
+            return []
+        stored = await self.vectors.load(cell_ids)
+        ids, rows = [], []
+        for cell_id, found in stored.items():
+            if found.model == self.embedder.model:
+                row = np.frombuffer(found.vector, dtype=np.float32)
+                if row.shape == query.shape:
+                    ids.append(cell_id)
+                    rows.append(row)
+        if not rows:
+            return []
+        scores = np.stack(rows) @ query
+        order = np.argsort(-scores, kind="stable")
+        return [(ids[i], float(scores[i])) for i in order]
+
 
 def word_shares(terms: set[str], cells: Mapping[str, Counter[str]]) -> dict[str, float]:
     """Each cell's share (0..1) of the query's weighted words, stop words left out: BM25's

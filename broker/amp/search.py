@@ -26,6 +26,7 @@ from broker.services.auth import Principal
 from broker.storage.amp import CellRecord
 
 MAX_CANDIDATES = 5_000
+_EAGER = 200  # candidates ranked by meaning that are loaded at once (`_best_by_meaning`)
 _WALK_BATCH = 500
 _ACCESS_BATCH = 2_000  # index records looked at per round trip when picking readable cells
 
@@ -114,8 +115,10 @@ class CellSearch:
         if not walk:
             candidates = await self._candidates(query)
             if candidates is not None:
-                hits = await self._hits(candidates, query)
-                hits.sort(key=lambda h: (-h.score, h.cell.id))
+                hits = await self._best_by_meaning(candidates, query, offset + body.limit + 1)
+                if hits is None:
+                    hits = await self._hits(candidates, query)
+                    hits.sort(key=lambda h: (-h.score, h.cell.id))
                 more = len(hits) > offset + body.limit
                 next_cursor = str(offset + body.limit) if more else None
                 page = {"results": hits[offset:offset + body.limit], "next_cursor": next_cursor}
@@ -140,6 +143,28 @@ class CellSearch:
                     if len(page) == body.limit:
                         break
         return {"results": page, "next_cursor": f"p{position}"}
+
+    async def _best_by_meaning(self, candidates: list[str], query: _Query, want: int
+                               ) -> list[SearchHit] | None:
+        """The best `want` hits of many candidates ranked by `semantic`, sorted, without
+        loading every candidate: cells are loaded by falling cosine until the `want`-th score
+        beats the next cosine (a score is at most its cosine). None: rank them all (few
+        candidates, or a mode whose relevance depends on the other ranked cells)."""
+        if query.mode != "semantic" or query.vector is None or len(candidates) <= _EAGER:
+            return None
+        nearest = await self.recall.nearest(query.vector, candidates)
+        floor = query.body.min_score
+        hits: list[SearchHit] = []
+        for at in range(0, len(nearest), _EAGER):
+            hits += await self._hits(sorted(i for i, _ in nearest[at:at + _EAGER]), query)
+            hits.sort(key=lambda h: (-h.score, h.cell.id))
+            if at + _EAGER >= len(nearest):
+                break
+            left = max(nearest[at + _EAGER][1], 0.0)
+            if (len(hits) >= want and hits[want - 1].score > left) or (
+                    floor is not None and left < floor):
+                break
+        return hits
 
     async def _hits(self, candidates: list[str], query: _Query) -> list[SearchHit]:
         """The candidates that pass every filter (the caller's right to read included), scored,

@@ -306,3 +306,36 @@ def test_a_text_changed_without_an_embedder_is_embedded_again_later(redis_url: s
                    == [changed], "the new text embedded once an embedder is back")
     again.stop()
     store.close()
+
+
+def test_many_candidates_are_ranked_by_meaning_as_if_all_were_loaded(
+        amp: Amp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over 200 candidates (16 here), semantic search loads cells by falling similarity only
+    as far as the page needs: its pages must be the full ranking's (every cell here decays
+    alike, so the ranking is by cosine, computed here with the same model)."""
+    from broker.amp import search
+    from broker.amp.embedders import _wordllama
+
+    monkeypatch.setattr(search, "_EAGER", 16)
+
+    owner = f"u-{uuid.uuid4().hex[:8]}"
+    topics = ["peanut allergy", "Friday deploys", "window seats", "cello lessons",
+              "tomato garden", "tax returns", "golf handicap", "night shifts"]
+    texts = [f"Note {n}: {topics[n % len(topics)]} came up again in meeting {n * 7}"
+             for n in range(230)]
+    for text in texts:
+        amp.create(text, owner=owner)
+    wait_until(lambda: len(recall(amp, owner, "anything", mode="semantic", limit=100,
+                                  cursor="200")) == 30, "every cell embedded", timeout=60)
+    question = "which musical instrument is being studied?"
+    model = _wordllama()
+    rows = model.embed([question, *texts], norm=True)
+    cosine = rows[1:] @ rows[0]
+    expected = [texts[i] for i in sorted(range(len(texts)), key=lambda i: -cosine[i])]
+    first = amp.http.post("/amp/memories/search", headers={"X-AMP-Agent-ID": "agent-1"},
+                          json={"query": question, "owner_id": owner, "mode": "semantic",
+                                "limit": 10}).json()
+    second = recall(amp, owner, question, mode="semantic", limit=10,
+                    cursor=first["next_cursor"])
+    ranked = [hit["cell"]["content"]["text"] for hit in first["results"]] + second
+    assert ranked == expected[:20]
