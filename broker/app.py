@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 
+from broker.amp.embedders import open_embedder
+from broker.amp.embedding import CellEmbedding
 from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.poster import TermPoster
+from broker.amp.recall import Recall
 from broker.amp.service import CellService
 from broker.amp.visibility import CellVisibility
 from broker.core.clock import Clock, system_clock
@@ -89,6 +92,8 @@ def build(settings: Settings, clock: Clock, storage: Storage) -> Services:
     agent_service = AgentService(settings, storage.accounts, activity, clock, audit_service)
     amp_cells = CellService(storage.cells(settings.amp_namespace), clock, fair_share, registry,
                             approvals)
+    embedder = open_embedder(settings)
+    vectors = storage.vectors(settings.amp_namespace)
     proposal_service = ProposalService(storage.proposals, memory_service, amp_cells, clock)
     changelog = ChangeLog(storage.changes, cell_visibility, frames.change)
     stream_guard = StreamGuard(auth, registry, supervisor)
@@ -103,6 +108,8 @@ def build(settings: Settings, clock: Clock, storage: Storage) -> Services:
         amp_engine=LifecycleEngine(amp_cells, clock),
         amp_purger=Purger(amp_cells, clock, settings.amp_purge_retention, audit_service),
         amp_poster=TermPoster(amp_cells.index),
+        amp_recall=Recall(vectors, embedder),
+        amp_embedding=CellEmbedding(amp_cells.index, vectors, embedder, clock, metrics),
         changelog=changelog,
         hub=Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2,
                 supervisor),
@@ -133,6 +140,8 @@ def loops(s: Services) -> list[Supervised]:
             settings.amp_lifecycle_interval_seconds, s.metrics.amp_pass)),
         Supervised("AMP term poster",
                    lambda: s.amp_poster.run_forever(settings.amp_post_interval_seconds)),
+        Supervised("AMP embedder", lambda: s.amp_embedding.run_forever(
+            settings.amp_embed_interval_seconds)),
         Supervised("SSE send watchdog", s.send_watchdog.run),
         Supervised("governance sweeper", s.governance.sweep_once,
                    every=max(settings.sweep_interval_seconds, 1.0)),
@@ -163,7 +172,8 @@ def _mcp(s: Services) -> mcp.McpMount:
         from broker.mcp.tools import Toolbox
         from broker.mcp.watch import Watcher
 
-        return McpServer(Toolbox(s.memory, s.amp_cells, s.agents), Resources(s.memory),
+        return McpServer(Toolbox(s.memory, s.amp_cells, s.agents, s.amp_recall),
+                         Resources(s.memory),
                          Watcher(s.settings, s.hub, s.namespaces, s.memory, s.stream_guard,
                                  s.stream_leases),
                          s.settings.max_request_bytes, s.failures)
@@ -202,6 +212,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock,
             with contextlib.suppress(*StoreError, OSError):
                 await s.stream_leases.release_all()
             await s.supervisor.close()
+            if s.amp_recall.embedder is not None:
+                await s.amp_recall.embedder.close()
             with contextlib.suppress(*StoreError, OSError):
                 await s.activity.flush()
             await storage.close()

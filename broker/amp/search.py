@@ -1,20 +1,23 @@
 """AMP search: candidates from indexes (owner prefix, term index, creation order), then filters,
-relevance x decay ranking and pagination. Only cells the caller may read are returned, and
-relevance weighs words by statistics of those cells alone (docs/security.md)."""
+relevance x decay ranking and pagination. Relevance is by shared words (`keyword`), by meaning
+(`semantic`) or both (`hybrid`, broker/amp/recall.py). Only cells the caller may read are
+returned, and relevance weighs words by statistics of those cells alone (docs/security.md)."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
 
 from broker.amp.cells import MemoryCell, MemoryType, OwnerId, OwnerType, Status, iso, parse_time
+from broker.amp.embedders import EmbedderUnavailable, Vectors
 from broker.amp.index import terms_of, words_of
 from broker.amp.lifecycle import score_at
+from broker.amp.recall import UNAVAILABLE, Recall, fused, unavailable, word_shares
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, loaded_cell
 from broker.core.errors import MempError
@@ -23,6 +26,7 @@ from broker.services.auth import Principal
 from broker.storage.amp import CellRecord
 
 MAX_CANDIDATES = 5_000
+_EAGER = 200  # candidates ranked by meaning that are loaded at once (`_best_by_meaning`)
 _WALK_BATCH = 500
 _ACCESS_BATCH = 2_000  # index records looked at per round trip when picking readable cells
 
@@ -41,6 +45,8 @@ class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     created_before: str | None = None
     limit: Annotated[int, Meta(ge=1, le=100)] = 20
     cursor: str | None = None
+    mode: Literal["hybrid", "semantic", "keyword"] | None = None
+    min_score: Annotated[float, Meta(ge=0, le=1)] | None = None
 
 
 class SearchHit(msgspec.Struct):
@@ -60,6 +66,13 @@ class _Query:
     end: int | None
     terms: set[str]
     now: int
+    mode: str = "keyword"
+    vector: Vectors | None = None  # the query's, in `semantic` and `hybrid`
+
+    @property
+    def meaning(self) -> bool:
+        """Whether cells are ranked by meaning too (not only those sharing a word)."""
+        return self.vector is not None
 
 
 def _statuses(body: SearchBody) -> set[str]:
@@ -74,8 +87,9 @@ def _statuses(body: SearchBody) -> set[str]:
 class CellSearch:
     """Runs searches for one acting agent."""
 
-    def __init__(self, cells: CellService) -> None:
+    def __init__(self, cells: CellService, recall: Recall) -> None:
         self.cells = cells
+        self.recall = recall
 
     async def search(self, by: Principal, agent: str, body: SearchBody) -> dict[str, Any]:
         """One page of `agent`'s search (made by `by`), held to the read rates."""
@@ -86,16 +100,29 @@ class CellSearch:
         terms = terms_of(body.query) if body.query else set()
         if body.query is not None and not terms:
             raise MempError("invalid_request", "query has no searchable words", {"field": "query"})
+        mode = self.recall.mode(body.mode)
         await self.cells.check_read(by, agent)
-        query = _Query(body, agent, statuses, start, end, terms, self.cells.clock())
+        vector, degraded = None, None
+        if body.query is not None and mode != "keyword":
+            try:
+                vector = await self.recall.query_vector(body.query)
+            except EmbedderUnavailable as exc:
+                if mode == "semantic":
+                    raise unavailable(str(exc)) from None
+                degraded = UNAVAILABLE
+        query = _Query(body, agent, statuses, start, end, terms, self.cells.clock(), mode,
+                       vector)
         if not walk:
             candidates = await self._candidates(query)
             if candidates is not None:
-                hits = await self._hits(candidates, query)
-                hits.sort(key=lambda h: (-h.score, h.cell.id))
+                hits = await self._best_by_meaning(candidates, query, offset + body.limit + 1)
+                if hits is None:
+                    hits = await self._hits(candidates, query)
+                    hits.sort(key=lambda h: (-h.score, h.cell.id))
                 more = len(hits) > offset + body.limit
                 next_cursor = str(offset + body.limit) if more else None
-                return {"results": hits[offset:offset + body.limit], "next_cursor": next_cursor}
+                page = {"results": hits[offset:offset + body.limit], "next_cursor": next_cursor}
+                return {**page, "degraded": degraded} if degraded else page
         return await self._walk(query, offset)
 
     async def _walk(self, query: _Query, position: int) -> dict[str, Any]:
@@ -117,6 +144,28 @@ class CellSearch:
                         break
         return {"results": page, "next_cursor": f"p{position}"}
 
+    async def _best_by_meaning(self, candidates: list[str], query: _Query, want: int
+                               ) -> list[SearchHit] | None:
+        """The best `want` hits of many candidates ranked by `semantic`, sorted, without
+        loading every candidate: cells are loaded by falling cosine until the `want`-th score
+        beats the next cosine (a score is at most its cosine). None: rank them all (few
+        candidates, or a mode whose relevance depends on the other ranked cells)."""
+        if query.mode != "semantic" or query.vector is None or len(candidates) <= _EAGER:
+            return None
+        nearest = await self.recall.nearest(query.vector, candidates)
+        floor = query.body.min_score
+        hits: list[SearchHit] = []
+        for at in range(0, len(nearest), _EAGER):
+            hits += await self._hits(sorted(i for i, _ in nearest[at:at + _EAGER]), query)
+            hits.sort(key=lambda h: (-h.score, h.cell.id))
+            if at + _EAGER >= len(nearest):
+                break
+            left = max(nearest[at + _EAGER][1], 0.0)
+            if (len(hits) >= want and hits[want - 1].score > left) or (
+                    floor is not None and left < floor):
+                break
+        return hits
+
     async def _hits(self, candidates: list[str], query: _Query) -> list[SearchHit]:
         """The candidates that pass every filter (the caller's right to read included), scored,
         in candidate order. A word's weight comes from how many of these cells have it: the
@@ -130,18 +179,44 @@ class CellSearch:
             if found is None or not self._keep(found[1], record, query):
                 continue
             words = Counter(words_of(found[1].content.text)) if query.terms else Counter()
-            if not query.terms or not query.terms.isdisjoint(words):
+            if not query.terms or query.meaning or not query.terms.isdisjoint(words):
                 kept.append((found[1], record, words))
-        idf = _idf(query.terms, [words for _, _, words in kept])
+        idf = _idf(query.terms, [words for _, _, words in kept if
+                                 not query.terms.isdisjoint(words)])
+        relevance = await self._relevance(kept, idf, query)
         hits: dict[str, SearchHit] = {}
-        for cell, record, words in kept:
+        for cell, record, _ in kept:
+            if cell.id not in relevance:
+                continue
             cell.scoring.access_count = record.count
             if record.accessed is not None:
                 cell.lifecycle.last_accessed_at = iso(record.accessed)
             decay = score_at(cell, record, query.now)
-            relevance = _relevance(words, idf) if query.terms else 1.0
-            hits[cell.id] = SearchHit(cell, relevance * (0.2 + 0.8 * decay), decay)
+            hits[cell.id] = SearchHit(cell, relevance[cell.id] * (0.2 + 0.8 * decay), decay)
         return [hits[i] for i in candidates if i in hits]
+
+    async def _relevance(self, kept: list[tuple[MemoryCell, CellRecord, Counter[str]]],
+                         idf: dict[str, float], query: _Query) -> dict[str, float]:
+        """Each ranked cell's relevance in the query's mode, cells under `min_score` left
+        out. `min_score` is held against a relevance in [0, 1]: the keyword relevance over the
+        best one (`keyword`), the cosine (`semantic`), the fused score (`hybrid`)."""
+        if not query.terms:
+            return {cell.id: 1.0 for cell, _, _ in kept}
+        floor = query.body.min_score
+        if query.vector is None:
+            keyword = {cell.id: _relevance(words, idf) for cell, _, words in kept}
+            best = max(keyword.values(), default=0.0) or 1.0
+            return {i: s for i, s in keyword.items() if s > 0 and (
+                floor is None or s / best >= floor)}
+        similar = await self.recall.similarities(query.vector, [c for c, _, _ in kept])
+        if query.mode == "semantic":
+            scores = {i: max(s, 0.0) for i, s in similar.items()}
+        else:
+            shares = word_shares(query.terms, {cell.id: words for cell, _, words in kept})
+            scores = {cell.id: fused(similar.get(cell.id), shares.get(cell.id, 0.0))
+                      for cell, _, _ in kept
+                      if cell.id in similar or shares.get(cell.id, 0.0) > 0}
+        return {i: s for i, s in scores.items() if floor is None or s >= floor}
 
     async def _candidates(self, query: _Query) -> list[str] | None:
         """Every candidate id, to rank then page; None when there are more than one request
@@ -161,11 +236,36 @@ class CellSearch:
             # without a query word), which is far cheaper than a union of the term sets of every
             # cell in the namespace, which a common word makes as large as the namespace.
             return sorted(owned)
+        if query.meaning:
+            # By meaning, any cell may answer: the newest, and in hybrid up to half of
+            # MAX_CANDIDATES sharing a word (docs/amp.md).
+            found: list[str] = []
+            if query.mode == "hybrid":
+                found = sorted(await cells.index.by_term(terms))
+                if len(found) > MAX_CANDIDATES // 2:
+                    found = (await self._readable(found, query))[:MAX_CANDIDATES // 2]
+            recent = await self._newest_readable(query, MAX_CANDIDATES - len(found))
+            return sorted({*recent, *found})
         if terms:
             found = sorted(await cells.index.by_term(terms))
             return found if len(found) <= MAX_CANDIDATES else await self._readable(found, query)
         ids = await cells.index.created_between(query.start, query.end, 0, MAX_CANDIDATES + 1)
         return ids if len(ids) <= MAX_CANDIDATES else None
+
+    async def _newest_readable(self, query: _Query, want: int) -> list[str]:
+        """The newest `want` cells in the time range that the agent may read and whose status
+        the search wants, by their index records: others' private cells never push the
+        agent's own out."""
+        kept: list[str] = []
+        position = 0
+        while len(kept) < want:
+            ids = await self.cells.index.created_between(query.start, query.end, position,
+                                                         _ACCESS_BATCH)
+            if not ids:
+                break
+            position += len(ids)
+            kept += (await self._readable(ids, query))[:want - len(kept)]
+        return kept
 
     async def _readable(self, ids: list[str], query: _Query) -> list[str]:
         """The first MAX_CANDIDATES of `ids` in a status the search wants and readable by the

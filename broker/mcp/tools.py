@@ -15,6 +15,7 @@ from msgspec import Meta, Struct
 
 from broker.amp.acting import acting_agent
 from broker.amp.cells import NewCell
+from broker.amp.recall import Recall
 from broker.amp.search import CellSearch, SearchBody
 from broker.amp.service import CellService
 from broker.core.errors import MempError
@@ -129,13 +130,19 @@ class AmpRemember(Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class AmpRecall(Struct, forbid_unknown_fields=True, kw_only=True):
-    """Search the AMP memory cells you may read: by words, by owner, by kind or by metadata,
-    best matches first (relevance x how fresh and important the memory is). Stale memories
+    """Search the AMP memory cells you may read: by meaning and words, by owner, by kind or by
+    metadata, best matches first (relevance x how fresh and important the memory is). Stale memories
     are left out unless include_stale is true. When next_cursor is not null, call again with
     it as cursor for more."""
 
     query: Annotated[Annotated[str, Meta(max_length=1000)] | None, Meta(description=(
-        "Words to look for in the cells' text."))] = None
+        "What to recall, in your own words."))] = None
+    mode: Annotated[Literal["hybrid", "semantic", "keyword"] | None, Meta(description=(
+        "hybrid (meaning and words, the default), semantic (meaning only) or keyword "
+        "(shared words only)."))] = None
+    min_score: Annotated[Annotated[float, Meta(ge=0, le=1)] | None, Meta(description=(
+        "Leave out matches less relevant than this (0 to 1), so that a question with no "
+        "answer returns nothing."))] = None
     owner_id: Annotated[str | None, Meta(description="Only cells of this owner.")] = None
     owner_type: Annotated[Literal["user", "agent", "organization"] | None, Meta(
         description="The kind of owner owner_id names.")] = None
@@ -202,9 +209,11 @@ _BY_NAME = {tool.name: tool for tool in TOOLS}
 class Toolbox:
     """Runs the tools for a caller against the broker's services."""
 
-    def __init__(self, memory: MemoryService, cells: CellService, agents: AgentService) -> None:
+    def __init__(self, memory: MemoryService, cells: CellService, agents: AgentService,
+                 recall: Recall) -> None:
         self.memory = memory
         self.cells = cells
+        self.recall = recall
         self.agents = agents
         self.definitions = [tool.definition() for tool in TOOLS]
         self.schemas = {d.name: d.input_schema for d in self.definitions}
@@ -290,7 +299,7 @@ class Toolbox:
         fields = msgspec.structs.asdict(args)
         del fields["agent"]
         body = _decode(SearchBody, {k: v for k, v in fields.items() if v is not None})
-        return await CellSearch(self.cells).search(principal, agent, body)
+        return await CellSearch(self.cells, self.recall).search(principal, agent, body)
 
     async def _forget(self, principal: Principal, args: AmpForget) -> Any:
         agent = self._acting(principal, args.agent)

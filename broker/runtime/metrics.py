@@ -109,6 +109,15 @@ class Metrics:
         self.amp_transitions = Counter(
             "memp_amp_lifecycle_transitions", "AMP cells moved by the lifecycle engine, by "
             "the status they moved to.", ["to"], registry=r)
+        self.amp_embedded = Counter(
+            "memp_amp_cells_embedded", "AMP cells whose vector the embedder stored.",
+            registry=r)
+        self.amp_embed_failures = Counter(
+            "memp_amp_embedder_failures", "Embedding batches the embedder could not embed "
+            "(the cells wait and are tried again).", registry=r)
+        self.amp_embed_backlog = Gauge(
+            "memp_amp_embedding_backlog", "AMP cells waiting for a vector of the configured "
+            "model, as last counted by this process.", multiprocess_mode="max", registry=r)
         self.rate_limited = Counter(
             "memp_rate_limited", "Requests refused for going over a rate, by limit and by whose "
             "rate it was (scope: agent or namespace).", ["limit", "scope"], registry=r)

@@ -84,6 +84,14 @@ class Settings:
     amp_lifecycle_interval_seconds: float = 60.0
     amp_post_interval_seconds: float = 0.05
     amp_purge_retention: bool = False
+    # Recall by meaning (docs/amp.md): `builtin` (weights installed with the broker), `openai`
+    # (an OpenAI-compatible /v1/embeddings at embeddings_url) or `none` (keyword search only).
+    embedder: str = "builtin"
+    embeddings_url: str = ""
+    embeddings_model: str = ""
+    embeddings_api_key: str | None = field(default=None, repr=False)
+    embeddings_timeout_seconds: float = 5.0
+    amp_embed_interval_seconds: float = 0.05
     cors_origins: str = ""
     # Fair share (docs/limits.md): every agent's own rates per namespace, and a cap on each
     # credential's open streams; 0 = none. Bursts default to the rate.
@@ -154,7 +162,8 @@ class Settings:
             "sse_send_timeout_seconds", "max_stream_patterns", "reader_block_ms",
             "namespace_cache_seconds", "max_schema_bytes", "schema_timeout_ms",
             "schema_check_timeout_ms", "amp_lifecycle_interval_seconds",
-            "amp_post_interval_seconds", "proposal_ttl_seconds", "proposal_retention_seconds",
+            "amp_post_interval_seconds", "amp_embed_interval_seconds",
+            "embeddings_timeout_seconds", "proposal_ttl_seconds", "proposal_retention_seconds",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -183,6 +192,12 @@ class Settings:
             raise SettingsError("MEMP_JWT_SECRET must be at least 32 characters")
         if not NAMESPACE_RE.fullmatch(self.amp_namespace):
             raise SettingsError(f"amp_namespace {self.amp_namespace!r} is not a namespace")
+        if self.embedder not in ("builtin", "openai", "none"):
+            raise SettingsError(f"embedder must be builtin, openai or none, not "
+                                f"{self.embedder!r}")
+        if self.embedder == "openai" and not (self.embeddings_url and self.embeddings_model):
+            raise SettingsError("MEMP_EMBEDDER=openai needs MEMP_EMBEDDINGS_URL and "
+                                "MEMP_EMBEDDINGS_MODEL")
         if not self.key_env.isalnum():
             raise SettingsError("key_env must be alphanumeric")
         return self

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from broker.storage import bulletins
 from broker.storage.accounts import AccountStore
 from broker.storage.amp import CellIndexStore
+from broker.storage.amp_vectors import CellVectorStore
 from broker.storage.audit import AuditStore
 from broker.storage.changelog import ChangeLogStore
 from broker.storage.client import Backend
@@ -66,6 +67,10 @@ class Storage:
     def cells(self, namespace: str) -> CellIndexStore:
         """The AMP records and indexes of `namespace`."""
         return CellIndexStore(self.backend, self.entries, namespace)
+
+    def vectors(self, namespace: str) -> CellVectorStore:
+        """The vectors of `namespace`'s AMP cells."""
+        return CellVectorStore(self.backend, namespace)
 
     def bulletins(self, position: str | None, block_ms: int
                   ) -> AsyncIterator[bulletins.Bulletin]:

@@ -42,7 +42,8 @@ RECORD_FIELDS = ("key", "status", "ref", "count", "accessed")
 COMMIT_CHUNK = 50  # changes per amp_commit.lua call: a few milliseconds of Redis at most
 
 CELL_INDEX_KEYS = Fields("cell_index_keys", ("created", *(f"due_{t}" for t in TRANSITIONS),
-                                             "recheck", "unposted"))
+                                             "recheck", "unposted",
+                                             "unembedded"))
 CELL_PREFIXES = Fields("cell_prefixes", ("entry_prefix", "record_prefix", "term_prefix"))
 CHANGE = Fields("change", ("writes",))
 CELL_UPDATE = Fields("cell_update", (
@@ -162,7 +163,7 @@ class CellIndexStore:
                                        [CELL_TERMS_KEYS, CELL_TERMS])
         self._index_keys = CELL_INDEX_KEYS.pack(
             created=layout.amp_created(ns), recheck=layout.amp_recover(ns),
-            unposted=layout.amp_unposted(ns),
+            unposted=layout.amp_unposted(ns), unembedded=layout.amp_unembedded(ns),
             **{f"due_{t}": layout.amp_due(ns, t) for t in TRANSITIONS})
         self._namespace_keys = NAMESPACE_KEYS.pack(
             index=layout.index(ns), ttl=layout.expiries(ns), log=layout.changelog(ns),
@@ -401,6 +402,8 @@ class CellIndexStore:
                     pipe.zrem(layout.amp_due(ns, transition), cell_id)
                 pipe.srem(layout.amp_recover(ns), cell_id)
                 pipe.srem(layout.amp_unposted(ns), cell_id)
+                pipe.srem(layout.amp_unembedded(ns), cell_id)
+                pipe.delete(layout.amp_vector(ns, cell_id))
                 for term in cells[cell_id][1] | indexed:
                     pipe.srem(layout.amp_term(ns, term), cell_id)
             await pipe.execute()

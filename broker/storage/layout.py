@@ -207,3 +207,14 @@ def amp_term(namespace: str, term: str) -> str:
 def amp_unposted(namespace: str) -> str:
     """Set of cells whose search terms changed and are not yet in the term sets."""
     return f"{_ns(namespace)}:amp:unposted"
+
+
+def amp_vector(namespace: str, cell_id: str) -> str:
+    """Hash of one cell's embedding: its model, dimensions, text digest and unit vector
+    (float32 bytes), beside the cell so every process recalls the same."""
+    return f"{_ns(namespace)}:amp:vec:{cell_id}"
+
+
+def amp_unembedded(namespace: str) -> str:
+    """Set of cells whose text changed (or that went away) and whose vector is not yet in line."""
+    return f"{_ns(namespace)}:amp:unembedded"

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from broker.amp.embedding import CellEmbedding
 from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.poster import TermPoster
+from broker.amp.recall import Recall
 from broker.amp.service import CellService
 from broker.core.clock import Clock
 from broker.governance.proposals import ProposalService
@@ -62,6 +64,8 @@ class Services:
     amp_engine: LifecycleEngine
     amp_purger: Purger
     amp_poster: TermPoster
+    amp_recall: Recall
+    amp_embedding: CellEmbedding
     # streaming
     changelog: ChangeLog
     hub: Hub

@@ -59,7 +59,12 @@ export interface CellHit {
 export interface CellSearchPage {
   results: CellHit[]
   nextCursor: string | null
+  /** `embedder_unavailable` when a hybrid search could rank by words alone. */
+  degraded?: string
 }
+
+/** How relevance is judged: by meaning and words, by meaning alone, or by shared words. */
+export type SearchMode = 'hybrid' | 'semantic' | 'keyword'
 
 export interface ImportResult {
   imported: number
@@ -108,6 +113,10 @@ export interface CellSearchOptions extends Acting {
   createdBefore?: string | Date | undefined
   limit?: number | undefined
   cursor?: string | undefined
+  /** `hybrid` (the broker's default when it has an embedder), `semantic` or `keyword`. */
+  mode?: SearchMode | undefined
+  /** Leave out matches less relevant than this (0 to 1). */
+  minScore?: number | undefined
 }
 
 function iso(moment: string | Date | undefined): string | undefined {
@@ -213,12 +222,15 @@ export class Amp {
         created_before: iso(options.createdBefore),
         limit: options.limit,
         cursor: options.cursor,
+        mode: options.mode,
+        min_score: options.minScore,
       }) ?? {}
     const page = await this.call<{
       results: { cell: MemoryCell; score: number; decay_score: number }[]
       next_cursor?: string | null
+      degraded?: string
     }>('POST', '/amp/memories/search', options, body, true)
-    return {
+    const found: CellSearchPage = {
       results: page.results.map((hit) => ({
         cell: hit.cell,
         score: hit.score,
@@ -226,6 +238,8 @@ export class Amp {
       })),
       nextCursor: page.next_cursor ?? null,
     }
+    if (page.degraded !== undefined) found.degraded = page.degraded
+    return found
   }
 
   /** Store cells from another system as they are (needs `admin` on the AMP namespace). */

@@ -20,6 +20,7 @@ export type {
   CellHit,
   CellPatchOptions,
   CellSearchOptions,
+  SearchMode,
   CellSearchPage,
   CellStatus,
   ImportResult,

@@ -116,9 +116,21 @@ describe('AMP', () => {
     assert.equal((await writer.amp.get(cell.id)).scoring.access_count, 1)
     const patched = await writer.amp.patch(cell.id, { text: 'The user prefers TS and Go' })
     assert.equal(patched.content.text, 'The user prefers TS and Go')
-    const found = await writer.amp.search({ query: 'typescript go', ownerId: 'u-1', ownerType: 'user' })
+    const found = await writer.amp.search({
+      query: 'typescript go',
+      ownerId: 'u-1',
+      ownerType: 'user',
+      mode: 'keyword',
+      minScore: 0.5,
+    })
     assert.deepEqual(found.results.map((hit) => hit.cell.id), [cell.id])
     assert.ok((found.results[0]?.decayScore ?? 0) > 0)
+    assert.equal(found.degraded, undefined)
+    await assert.rejects(writer.amp.search({ query: 'typescript', minScore: 2 }), (error) => {
+      assert.ok(error instanceof InvalidRequestError)
+      assert.equal(error.field, 'min_score')
+      return true
+    })
     assert.equal((await writer.amp.search({ metadata: { topic: 'languages' } })).results.length, 1)
     assert.deepEqual((await other.amp.search({ query: 'typescript' })).results, [])
     await assert.rejects(other.amp.get(cell.id), ForbiddenError)

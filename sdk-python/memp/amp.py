@@ -20,6 +20,7 @@ from memp.models import (
     MemoryType,
     OwnerType,
     Provenance,
+    SearchMode,
 )
 
 ActingAgent = Callable[[], str | None]
@@ -37,8 +38,9 @@ class _Base:
                 types: Sequence[MemoryType] | None, status: Sequence[CellStatus] | None,
                 include_stale: bool, metadata: Mapping[str, Any] | None,
                 created_after: str | datetime | None, created_before: str | datetime | None,
-                limit: int | None, cursor: str | None) -> dict[str, Any]:
-        return _calls.search_body(query, {
+                limit: int | None, cursor: str | None, mode: SearchMode | None,
+                min_score: float | None) -> dict[str, Any]:
+        return _calls.search_body(query, {"mode": mode, "min_score": min_score,
             "owner_id": owner_id, "owner_type": owner_type,
             "types": list(types) if types is not None else None,
             "status": list(status) if status is not None else None,
@@ -95,11 +97,14 @@ class Amp(_Base):
                metadata: Mapping[str, Any] | None = None,
                created_after: str | datetime | None = None,
                created_before: str | datetime | None = None, limit: int | None = None,
-               cursor: str | None = None, agent: str | None = None) -> CellSearchPage:
-        """Cells the acting agent may read, best first; pass `next_cursor` back for more."""
+               cursor: str | None = None, mode: SearchMode | None = None,
+               min_score: float | None = None, agent: str | None = None) -> CellSearchPage:
+        """Cells the acting agent may read, best first; pass `next_cursor` back for more.
+        `mode`: `hybrid` (meaning and words; the broker's default when it has an embedder),
+        `semantic` or `keyword`; `min_score` (0-1) leaves out weaker matches."""
         return self._transport.send(_calls.search_cells(self._agent(agent), self._search(
             query, owner_id, owner_type, types, status, include_stale, metadata,
-            created_after, created_before, limit, cursor)))
+            created_after, created_before, limit, cursor, mode, min_score)))
 
     def import_cells(self, cells: Sequence[MemoryCell | Mapping[str, Any]], *,
                      agent: str | None = None) -> ImportResult:
@@ -153,10 +158,12 @@ class AsyncAmp(_Base):
                      metadata: Mapping[str, Any] | None = None,
                      created_after: str | datetime | None = None,
                      created_before: str | datetime | None = None, limit: int | None = None,
-                     cursor: str | None = None, agent: str | None = None) -> CellSearchPage:
+                     cursor: str | None = None, mode: SearchMode | None = None,
+                     min_score: float | None = None, agent: str | None = None
+                     ) -> CellSearchPage:
         return await self._transport.send(_calls.search_cells(self._agent(agent), self._search(
             query, owner_id, owner_type, types, status, include_stale, metadata,
-            created_after, created_before, limit, cursor)))
+            created_after, created_before, limit, cursor, mode, min_score)))
 
     async def import_cells(self, cells: Sequence[MemoryCell | Mapping[str, Any]], *,
                            agent: str | None = None) -> ImportResult:

@@ -309,6 +309,7 @@ class ErrorBody(Struct, kw_only=True, frozen=True):
 MemoryType = Literal["episodic", "semantic", "procedural"]
 OwnerType = Literal["user", "agent", "organization"]
 CellStatus = Literal["active", "stale", "archived", "deleted"]
+SearchMode = Literal["hybrid", "semantic", "keyword"]
 
 
 class CellContent(Struct, kw_only=True):
@@ -381,6 +382,7 @@ class CellHit(Struct, kw_only=True, frozen=True):
 class CellSearchPage(Struct, kw_only=True, frozen=True):
     results: list[CellHit]
     next_cursor: str | None = None
+    degraded: str | None = None  # `embedder_unavailable`: a hybrid search ranked by words alone
 
 
 class ImportRefusal(Struct, kw_only=True, frozen=True):

@@ -50,9 +50,14 @@ def test_cells_create_read_patch_search_and_their_errors(server: Broker, ns: str
         assert (patched.content.text, patched.scoring.confidence) == \
             ("The user prefers Python and Go", 0.7)
         writer.amp.create("Met the user at the conference", owner_id="u-1", type="episodic")
-        found = writer.amp.search("python", owner_id="u-1", owner_type="user")
+        found = writer.amp.search("python", owner_id="u-1", owner_type="user", mode="keyword",
+                                  min_score=1.0)
         assert [hit.cell.id for hit in found.results] == [cell.id]
         assert found.results[0].score > 0 and found.next_cursor is None
+        assert found.degraded is None
+        with pytest.raises(InvalidRequest) as floor:
+            writer.amp.search("python", min_score=1.5)
+        assert floor.value.field == "min_score"
         episodic = writer.amp.search(types=["episodic"], owner_id="u-1", owner_type="user",
                                      created_after=datetime.now(UTC) - timedelta(minutes=5))
         assert [hit.cell.type for hit in episodic.results] == ["episodic"]
@@ -109,7 +114,7 @@ def test_cells_import_delete_and_async(server: Broker, ns: str) -> None:
             await client.register("async-writer")
             made = await client.amp.create("async memory", owner_id="u-3")
             assert (await client.amp.get(made.id)).id == made.id
-            assert (await client.amp.search("async")).results[0].cell.id == made.id
+            assert (await client.amp.search("async", mode="keyword")).results[0].cell.id == made.id
             with pytest.raises(ConflictError):
                 await client.amp.delete(made.id)
 

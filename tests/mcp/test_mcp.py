@@ -316,8 +316,18 @@ def test_amp_tools_follow_the_amp_rules(broker: Broker, ns: str) -> None:
                               owner_id="org-1", owner_type="organization")
             assert team["identity"]["owner_type"] == "organization"
             assert cell["lifecycle"]["status"] == "active"
-            found = await call(client, "amp_recall", query="coffee roast")
+            found = await call(client, "amp_recall", query="coffee roast", mode="keyword")
             assert [hit["cell"]["id"] for hit in found["results"]] == [cell["id"]]
+            for _ in range(300):  # recalled by meaning once the embedder has its vector
+                meant = await call(client, "amp_recall", query="which hot drink does the "
+                                   "user like?", mode="semantic", min_score=0.15,
+                                   owner_id="u-1", owner_type="user")
+                if meant["results"]:
+                    break
+                await asyncio.sleep(0.05)
+            assert meant["results"][0]["cell"]["id"] == cell["id"]
+            assert (await refused(client, "amp_recall", query="coffee", min_score=3)
+                    )["details"]["field"] == "min_score"
             by_label = await call(client, "amp_recall", metadata={"topic": "coffee"},
                                   owner_id="u-1", owner_type="user")
             assert len(by_label["results"]) == 1

@@ -193,6 +193,12 @@ def test_overrides_are_validated_too() -> None:
         pytest.param({"MEMP_JWT_SECRET": "x" * 31}, "MEMP_JWT_SECRET must be at least 32",
                      id="short-jwt-secret"),
         pytest.param({"MEMP_KEY_ENV": "li_ve"}, "key_env must be alphanumeric", id="key-env"),
+        pytest.param({"MEMP_EMBEDDER": "magic"}, "embedder must be builtin, openai or none",
+                     id="embedder"),
+        pytest.param({"MEMP_EMBEDDER": "openai"}, "needs MEMP_EMBEDDINGS_URL",
+                     id="openai-embedder-without-url"),
+        pytest.param({"MEMP_EMBEDDINGS_TIMEOUT_SECONDS": "0"}, "embeddings_timeout_seconds "
+                     "must be positive", id="embeddings-timeout"),
         pytest.param({"MEMP_JWT_PUBLIC_KEY": "/no/such/file.pem"},
                      "MEMP_JWT_PUBLIC_KEY is neither a PEM key nor a file", id="public-key-path"),
         pytest.param({"MEMP_JWT_PUBLIC_KEY": "-----BEGIN PUBLIC KEY-----\nabc\n"
@@ -250,6 +256,8 @@ TEXT_SAMPLES = {
     "jwt_secret": "s" * 40, "jwt_public_key": PEM, "jwt_audience": "memp", "jwt_issuer": "idp",
     "key_env": "test", "amp_namespace": "cells", "cors_origins": "https://example.com",
     "tls_cert": "/etc/memp/cert.pem", "tls_key": "/etc/memp/key.pem",
+    "embedder": "openai", "embeddings_url": "http://127.0.0.1:11434",
+    "embeddings_model": "nomic-embed-text", "embeddings_api_key": "sk-test",
 }
 
 

@@ -292,7 +292,7 @@ def test_the_lifespan_runs_every_loop_under_the_supervisor(
     names = {task.get_name() for task in tasks} - {"stream recheck"}
     assert names == {"expiry sweeper", "last-seen flusher", "invalidation listener",
                      "stream guard", "AMP lifecycle engine", "AMP term poster",
-                     "SSE send watchdog", "store watch", "governance sweeper",
+                     "AMP embedder", "SSE send watchdog", "store watch", "governance sweeper",
                      "stream lease renewer"}
 
 
@@ -351,6 +351,19 @@ def test_the_term_poster_posts_after_a_failed_batch(
         finally:
             client.close()
     assert_restarted(caplog, fault, "AMP term poster")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_embedder_embeds_after_a_failed_batch(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        broker_factory: Callable[..., Broker], ns: str, backend: str) -> None:
+    with amp_broker(broker_factory, backend, ns) as amp:
+        fault = Fault(monkeypatch, amp.app.state.services.amp_recall.vectors, "take")
+        wait_until(fault.fired.is_set, "the embedder to try")
+        amp.create("the heron nests by the river")
+        wait_until(lambda: amp.search(query="which bird builds its home near water?",
+                                      mode="semantic")["results"], "the cell embedded")
+    assert_restarted(caplog, fault, "AMP embedder")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

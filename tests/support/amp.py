@@ -112,6 +112,10 @@ class Amp:
         return self.http.delete(f"/amp/memories/{cell_id}", headers=self._headers(agent))
 
     def search_response(self, agent: str | None = None, **body: Any) -> httpx.Response:
+        """A search; with a query and no mode, by shared words (`keyword`), the ranking most
+        tests check (recall by meaning: tests/amp/test_recall.py)."""
+        if "query" in body and "mode" not in body:
+            body["mode"] = "keyword"
         return self.http.post("/amp/memories/search", json=body, headers=self._headers(agent))
 
     def search(self, agent: str | None = None, **body: Any) -> dict[str, Any]:

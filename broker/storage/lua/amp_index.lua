@@ -1,6 +1,7 @@
 -- AMP: bring a cell's index entries in line with its latest write.
 -- Index keys `x` (read_cell_index_keys): created order, due sets (stale, archive, expire,
---   purge), the recheck set, the set of cells whose terms are not yet posted.
+--   purge), the recheck set, the set of cells whose terms are not yet posted, the set of
+--   cells whose vector is not yet in line with their text (broker/amp/embedding.py).
 -- Prefixes `p` (read_cell_prefixes): the namespace's entry, record and term key prefixes.
 -- An update `u` (read_cell_update): id, MEMP key, version written ('' = no write to check),
 --   status, reference time, access count ('' = keep), last access ('' = keep), created
@@ -109,6 +110,7 @@ local function index_cell(x, p, u, written, held)
       end
     end
     redis.call('SADD', x.unposted, u.id)
+    redis.call('SADD', x.unembedded, u.id)  -- the embedder brings its vector in line
   end
   -- The record lists the due sets the cell is in (by number); one without the list may be in
   -- any of them.

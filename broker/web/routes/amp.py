@@ -92,7 +92,8 @@ async def delete_memory(request: Request) -> Response:
 async def search_memories(request: Request) -> Response:
     principal, agent = await _acting(request)
     body = await _body(request, SearchBody)
-    search = CellSearch(services(request).amp_cells)
+    found = services(request)
+    search = CellSearch(found.amp_cells, found.amp_recall)
     return json_response(await search.search(principal, agent, body))
 
 

@@ -1,0 +1,98 @@
+"""The AMP cells' vectors: one hash per cell beside its index record (model, dimensions, text
+digest, float32 unit vector) and the set of cells whose vector is not yet in line with their
+text. What a vector is and which model made it are the bridge's (broker/amp/embedding.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from broker.storage import layout, scripts
+from broker.storage.client import Backend, text
+from broker.storage.scripts import Fields
+
+VECTOR_KEYS = Fields("vector_keys", ("entry", "vector", "unembedded"))
+VECTOR_SAVE = Fields("vector_save", ("id", "version", "model", "dims", "digest", "vector"))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVector:
+    """A cell's vector as embedded: by which model, of which text (its digest)."""
+
+    model: str
+    digest: str
+    vector: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class VectorWrite:
+    """A vector to store for a cell whose entry (at `key`) was at `version` when read."""
+
+    id: str
+    key: str
+    version: int
+    model: str
+    dims: int
+    digest: str
+    vector: bytes
+
+
+class CellVectorStore:
+    """The vectors of the AMP namespace's cells."""
+
+    def __init__(self, backend: Backend, namespace: str) -> None:
+        self.backend = backend
+        self.redis = backend.redis
+        self.namespace = namespace
+        self._save = scripts.register(self.redis, ["amp_vector.lua"], [VECTOR_KEYS, VECTOR_SAVE])
+        self._unembedded = layout.amp_unembedded(namespace)
+
+    async def take(self, limit: int) -> list[str]:
+        """Remove and return up to `limit` cells waiting for their vector."""
+        found = await self.redis.spop(self._unembedded, limit)
+        return [text(i) for i in found or []]
+
+    async def requeue(self, cell_ids: Sequence[str]) -> None:
+        """Put cells (back) among those waiting for their vector."""
+        if cell_ids:
+            await self.redis.sadd(self._unembedded, *cell_ids)
+
+    async def waiting(self) -> int:
+        return int(await self.redis.scard(self._unembedded))
+
+    async def save(self, writes: Sequence[VectorWrite]) -> int:
+        """Store vectors, each only if its cell is unchanged since read; how many were."""
+        ns = self.namespace
+        calls = [(self._save,
+                  VECTOR_KEYS.pack(entry=layout.entry(ns, w.key),
+                                   vector=layout.amp_vector(ns, w.id),
+                                   unembedded=self._unembedded),
+                  VECTOR_SAVE.pack(id=w.id, version=w.version, model=w.model, dims=w.dims,
+                                   digest=w.digest, vector=w.vector)) for w in writes]
+        return sum(int(r) for r in await self.backend.run(calls)) if calls else 0
+
+    async def drop(self, cell_ids: Sequence[str]) -> None:
+        """Remove the vectors of cells that are gone or deleted."""
+        if cell_ids:
+            await self.redis.delete(*(layout.amp_vector(self.namespace, i) for i in cell_ids))
+
+    async def load(self, cell_ids: Sequence[str]) -> dict[str, StoredVector]:
+        """The stored vectors of the cells that have one."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for cell_id in cell_ids:
+                pipe.hmget(layout.amp_vector(self.namespace, cell_id), "model", "digest", "vec")
+            rows = await pipe.execute()
+        return {cell_id: StoredVector(text(model), text(digest), vec)
+                for cell_id, (model, digest, vec) in zip(cell_ids, rows, strict=True)
+                if model is not None and digest is not None and vec is not None}
+
+    async def models(self, offset: int, limit: int) -> list[tuple[str, str | None]]:
+        """Cells in creation order from `offset` (up to `limit`) with the model of their
+        vector (None: none stored)."""
+        ids = [text(i) for i in await self.redis.zrange(layout.amp_created(self.namespace),
+                                                        offset, offset + limit - 1)]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for cell_id in ids:
+                pipe.hget(layout.amp_vector(self.namespace, cell_id), "model")
+            rows = await pipe.execute()
+        return [(i, text(m) if m is not None else None) for i, m in zip(ids, rows, strict=True)]
