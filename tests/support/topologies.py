@@ -311,7 +311,8 @@ class RedisCluster(LoopbackProcesses):
 
 # Sentinels learn of each other and of replicas from hello messages (every 2 s) and INFO
 # (every 10 s); tests shorten both (SENTINEL DEBUG, Redis 7.0+). Failure detection is
-# down-after-milliseconds either way.
+# down-after-milliseconds either way: 2 s, two of the sentinels' 1 s pings, since at 1 s one
+# late reply on a loaded machine could start a failover no test asked for.
 QUICK_SENTINEL_TIMERS = ("info-period", "1000", "publish-period", "500")
 
 
@@ -325,7 +326,7 @@ class RedisSentinel(LoopbackProcesses):
 
     def __init__(self, workdir: Path | None = None, *, credentials: Credentials | None = None,
                  replicas: int = 1, sentinels: int = 3, quorum: int = 2,
-                 down_after_ms: int = 1000, failover_timeout_ms: int = 10_000,
+                 down_after_ms: int = 2000, failover_timeout_ms: int = 10_000,
                  service_name: str = SERVICE_NAME, protect_sentinels: bool = True,
                  quick_discovery: bool = False, appendonly: bool = False,
                  tls: bool = False, min_replicas_max_lag: int | None = None) -> None:
