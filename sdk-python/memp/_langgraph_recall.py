@@ -41,13 +41,15 @@ class PatchCell:
 
 
 class RecallIndex:
-    """Where and as whom a store's cells live: owned by `agent` (owner type `agent`), tagged
-    with the store, readable and writable by `readers` too; `fields` are what is embedded."""
+    """Where and as whom a store's cells live: owned by the agent `owner` (the acting `agent`
+    unless told), tagged with the store, readable and writable by `readers` too; `fields` are
+    what is embedded."""
 
-    def __init__(self, namespace: str, prefix: str, agent: str, fields: Sequence[str],
-                 readers: Sequence[str]) -> None:
+    def __init__(self, namespace: str, prefix: str, agent: str, owner: str,
+                 fields: Sequence[str], readers: Sequence[str]) -> None:
         self.tag = f"{namespace}/{prefix.strip('/')}"
         self.agent = agent
+        self.owner = owner
         self.fields = list(fields)
         self.policy = AccessPolicy(readable_by=list(readers), writable_by=list(readers))
 
@@ -63,13 +65,13 @@ class RecallIndex:
         return "\n".join(parts)[:_TEXT]
 
     def search(self, amp: Any, call: Cells) -> Any:
-        return amp.search(call.query, owner_id=self.agent, owner_type="agent",
+        return amp.search(call.query, owner_id=self.owner, owner_type="agent",
                           metadata=self._metadata(call.item), include_stale=True,
                           mode="hybrid" if call.query else None, limit=100,
                           cursor=call.cursor, agent=self.agent)
 
     def create(self, amp: Any, call: CreateCell) -> Any:
-        return amp.create(call.text, owner_id=self.agent, owner_type="agent",
+        return amp.create(call.text, owner_id=self.owner, owner_type="agent",
                           metadata=self._metadata(call.item), decay_rate=0.0,
                           access_policy=self.policy, agent=self.agent)
 

@@ -309,18 +309,20 @@ class MempStore(BaseStore):
     in the rest). `prefix` keeps the store's items under a key prefix of the namespace;
     `ttl` is LangGraph's TTL configuration (minutes; reads refresh by default). `index`
     (True, or the fields to embed) makes `search(..., query=...)` rank by meaning through
-    AMP cells of `agent` (default: the client's registered agent) that `readers` share."""
+    AMP cells that `agent` (default: the client's registered agent) acts on, owned by `owner`
+    (default: `agent`) and shared with the `readers` (agent globs)."""
 
     supports_ttl = True
 
     def __init__(self, client: MEMP | None = None, *, prefix: str = "",
                  ttl: TTLConfig | None = None, index: bool | Sequence[str] = False,
-                 agent: str | None = None, readers: Sequence[str] = (),
-                 **options: Any) -> None:
+                 agent: str | None = None, owner: str | None = None,
+                 readers: Sequence[str] = (), **options: Any) -> None:
         self.client = client if client is not None else MEMP(**options)
         self._owned = client is None
         self.ttl_config = ttl
-        self._logic = _Logic(prefix, _index(self.client, prefix, index, agent, readers))
+        self._logic = _Logic(prefix, _index(self.client, prefix, index, agent, owner,
+                                            readers))
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         steps = self._logic.batch(ops)
@@ -358,12 +360,13 @@ class AsyncMempStore(BaseStore):
 
     def __init__(self, client: AsyncMEMP | None = None, *, prefix: str = "",
                  ttl: TTLConfig | None = None, index: bool | Sequence[str] = False,
-                 agent: str | None = None, readers: Sequence[str] = (),
-                 **options: Any) -> None:
+                 agent: str | None = None, owner: str | None = None,
+                 readers: Sequence[str] = (), **options: Any) -> None:
         self.client = client if client is not None else AsyncMEMP(**options)
         self._owned = client is None
         self.ttl_config = ttl
-        self._logic = _Logic(prefix, _index(self.client, prefix, index, agent, readers))
+        self._logic = _Logic(prefix, _index(self.client, prefix, index, agent, owner,
+                                            readers))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         steps = self._logic.batch(ops)
@@ -391,14 +394,16 @@ class AsyncMempStore(BaseStore):
 
 
 def _index(client: MEMP | AsyncMEMP, prefix: str, index: bool | Sequence[str],
-           agent: str | None, readers: Sequence[str]) -> recall.RecallIndex | None:
+           agent: str | None, owner: str | None, readers: Sequence[str]
+           ) -> recall.RecallIndex | None:
     if index is False:
         return None
     agent = agent or (client.agent.id if client.agent is not None else None)
     if agent is None:
         raise ValueError("an indexed store needs an agent: pass agent=, or register the client")
     fields = ["$"] if index is True else list(index)
-    return recall.RecallIndex(client.namespace or "", prefix, agent, fields, readers)
+    return recall.RecallIndex(client.namespace or "", prefix, agent, owner or agent, fields,
+                              readers)
 
 
 def _perform(client: MEMP, index: recall.RecallIndex | None, call: Any) -> Any:

@@ -326,18 +326,47 @@ def test_recall_follows_changes(indexed: Any) -> None:
     indexed.put(("people",), "hidden", MEMORIES["allergy"], index=False)
     indexed.put(("people",), "fields", {"text": "Ana cannot eat shellfish", "n": 1},
                 index=["missing"])
+    # Text past what a cell holds is cut to its first 16 K characters, not refused.
+    indexed.put(("people",), "long", {"text": "Carla plays the cello " * 5000,
+                                      "deep": {"a": [{"b": "and the violin"}]}})
     wait_until(recalled(indexed, "where does Bob live?", "city"), "the city recalled")
-    assert {key for key, _ in ranked(indexed, "Ana")} <= {"allergy", "city"}  # not unindexed
+    assert {key for key, _ in ranked(indexed, "Ana")} <= {"allergy", "city", "long"}
+    wait_until(recalled(indexed, "who plays music?", "long"), "a long item recalled")
     indexed.put(("people",), "allergy", MEMORIES["allergy"])  # new text, new meaning
     wait_until(recalled(indexed, HURT, "allergy"), "the changed item recalled by meaning")
     indexed.delete(("people",), "allergy")
     assert "allergy" not in [key for key, _ in ranked(indexed, HURT)]
-    assert [key for key, _ in ranked(indexed, "Bob Lisbon")] == ["city"]
+    assert [key for key, _ in ranked(indexed, "Bob Lisbon")] == ["city", "long"]
     indexed.put(("people",), "city", MEMORIES["city"], index=False)  # unlinked
-    assert ranked(indexed, "Bob Lisbon") == []
-    assert {i.key for i in indexed.search(("people",))} == {"city", "fields", "hidden"}
+    assert [key for key, _ in ranked(indexed, "Bob Lisbon")] == ["long"]
+    assert {i.key for i in indexed.search(("people",))} == {"city", "fields", "hidden", "long"}
 
 
 def test_an_indexed_store_needs_an_agent(server: Broker, ns: str) -> None:
     with pytest.raises(ValueError, match="agent"):
         MempStore(api_key=ADMIN_KEY, namespace=ns, base_url=server.url, index=True)
+
+
+def test_agents_share_a_store_through_its_owner(server: Broker, ns: str) -> None:
+    """Graphs running as two agents: cells owned by the first, shared with the second through
+    `readers`; a third agent, not among them, recalls nothing (AMP's policy)."""
+    clients = [MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=server.url) for _ in range(3)]
+    with clients[0], clients[1], clients[2]:
+        for number, client in enumerate(clients):
+            client.register(f"graph-{number}")
+        first, second = (client.agent.id for client in clients[:2] if client.agent)
+        one = MempStore(clients[0], index=True, readers=[second])
+        two = MempStore(clients[1], index=True, owner=first, readers=[second])
+        outsider = MempStore(clients[2], index=True, owner=first)
+        one.put(("people",), "allergy", MEMORIES["allergy"])
+        two.put(("people",), "city", MEMORIES["city"])
+        wait_until(recalled(two, HURT, "allergy"), "the first agent's item recalled")
+        wait_until(recalled(one, "where does Bob live?", "city"), "the second's recalled")
+        # The second agent updates the item's cell the first one made (one cell per item).
+        two.put(("people",), "allergy", {"text": "Ana must never eat shellfish"})
+        cells = clients[0].amp.search(owner_id=first, owner_type="agent",
+                                      metadata={"langgraph_item": "people/@allergy"}).results
+        assert [(hit.cell.content.text, hit.cell.identity.created_by) for hit in cells] == \
+            [("Ana must never eat shellfish", first)]
+        assert outsider.search(("people",), query=HURT) == []
+        assert len(outsider.search(("people",))) == 2  # MEMP's grants, not AMP's, for items
