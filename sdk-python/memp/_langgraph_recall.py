@@ -7,13 +7,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memp.errors import ConflictError, NotFound
+from memp.errors import ConflictError, InvalidRequest, NotFound
 from memp.models import AccessPolicy, CellSearchPage
 
 STORE = "langgraph_store"  # metadata: which store (namespace and prefix) a cell belongs to
 ITEM = "langgraph_item"  # metadata: the key of the item's entry
 _TEXT = 16 * 1024  # characters of an item's text that are embedded
+_QUERY = 1000  # characters of a query the broker takes
 _GONE = timedelta(minutes=1)  # an unlinked cell expires after this
+WORDLESS = object()  # the answer to a query with no searchable words (the broker's 400)
 
 
 class Cells:
@@ -65,7 +67,8 @@ class RecallIndex:
         return "\n".join(parts)[:_TEXT]
 
     def search(self, amp: Any, call: Cells) -> Any:
-        return amp.search(call.query, owner_id=self.owner, owner_type="agent",
+        query = call.query[:_QUERY] if call.query else None
+        return amp.search(query, owner_id=self.owner, owner_type="agent",
                           metadata=self._metadata(call.item), include_stale=True,
                           mode="hybrid" if call.query else None, limit=100,
                           cursor=call.cursor, agent=self.agent)
@@ -95,6 +98,8 @@ def perform(index: RecallIndex, amp: Any, call: Any) -> Any:
         return index.patch(amp, call)
     except (NotFound, ConflictError):
         return None
+    except InvalidRequest as error:
+        return _wordless(error)
 
 
 async def aperform(index: RecallIndex, amp: Any, call: Any) -> Any:
@@ -107,12 +112,22 @@ async def aperform(index: RecallIndex, amp: Any, call: Any) -> Any:
         return await index.patch(amp, call)
     except (NotFound, ConflictError):
         return None
+    except InvalidRequest as error:
+        return _wordless(error)
 
 
-def hits(page: CellSearchPage | None) -> list[tuple[str, str, float]]:
+def _wordless(error: InvalidRequest) -> object:
+    """A 400 naming `query`: with the query cut to the broker's length, only one that has no
+    searchable words gets it."""
+    if error.field != "query":
+        raise error
+    return WORDLESS
+
+
+def hits(page: CellSearchPage | object | None) -> list[tuple[str, str, float]]:
     """(item key, cell id, score) of a page's cells, best first."""
     found = []
-    for hit in page.results if page is not None else ():
+    for hit in page.results if isinstance(page, CellSearchPage) else ():
         item = hit.cell.content.metadata.get(ITEM)
         if isinstance(item, str):
             found.append((item, hit.cell.id, hit.score))

@@ -37,7 +37,7 @@ from memp import _langgraph_recall as recall
 from memp.aclient import AsyncMEMP
 from memp.client import MEMP
 from memp.errors import NotFound, PreconditionFailed
-from memp.models import Entry, Page
+from memp.models import CellSearchPage, Entry, Page
 
 __all__ = ["AsyncMempStore", "MempStore"]
 
@@ -245,9 +245,10 @@ class _Logic:
         """Items under the prefix whose values match the filter, `offset` then `limit`: by
         meaning for a `query` when the store indexes, else in key order with no score (a
         query ranks nothing without an index, as in LangGraph's in-memory store)."""
+        ranked = None
         if op.query and self.index is not None:
             ranked = yield from self._recall(op)
-        else:
+        if ranked is None:
             found = yield from self._scan(op.namespace_prefix)
             ranked = [(namespace, key, entry, None) for namespace, key, entry in found
                       if _passes(entry.value, op.filter)]
@@ -262,13 +263,16 @@ class _Logic:
     def _recall(self, op: SearchOp) -> Steps:
         """The first `offset + limit` items the broker's hybrid recall ranks best for the
         query, under the prefix and passing the filter; each read from its entry, so an item
-        deleted or expired meanwhile is left out."""
+        deleted or expired meanwhile is left out. None for a query with no searchable words
+        (all punctuation): it ranks nothing, so items come as without a query."""
         wanted = op.offset + op.limit
         ranked: list[tuple[tuple[str, ...], str, Entry, float | None]] = []
         seen: set[str] = set()
         cursor = None
         while True:
             page = yield recall.Cells(op.query, None, cursor)
+            if page is recall.WORDLESS:
+                return None
             for memp_key, _, score in recall.hits(page):
                 named = self.layout.item(memp_key)
                 if memp_key in seen or named is None or \
@@ -281,7 +285,7 @@ class _Logic:
                     ranked.append((*named, entry, score))
                     if len(ranked) >= wanted:
                         return ranked
-            cursor = page.next_cursor if page is not None else None
+            cursor = page.next_cursor if isinstance(page, CellSearchPage) else None
             if cursor is None:
                 return ranked
 

@@ -337,6 +337,12 @@ def test_recall_follows_changes(indexed: Any) -> None:
     indexed.delete(("people",), "allergy")
     assert "allergy" not in [key for key, _ in ranked(indexed, HURT)]
     assert [key for key, _ in ranked(indexed, "Bob Lisbon")] == ["city", "long"]
+    # Hostile queries: no error, nothing but the store's items; one with no word ranks
+    # nothing, so the items come as without a query.
+    for hostile in ("\x00\x1f\u202e Bob", "%2F@ ../ Bob" * 50, "Bob " * 2000):
+        assert {key for key, _ in ranked(indexed, hostile)} <= {"city", "long"}
+    assert ranked(indexed, "*" * 128) == [(key, None) for key in ("city", "fields", "hidden",
+                                                                  "long")]
     indexed.put(("people",), "city", MEMORIES["city"], index=False)  # unlinked
     assert [key for key, _ in ranked(indexed, "Bob Lisbon")] == ["long"]
     assert {i.key for i in indexed.search(("people",))} == {"city", "fields", "hidden", "long"}
