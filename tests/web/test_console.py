@@ -670,6 +670,10 @@ def test_amp_recall_by_meaning(tab: Callable[..., Session], site: ConsoleBroker)
     assert "No active or stale cells match" in page.locator("#amp-message").inner_text()
     ask(session, question, owner, "hybrid", "2")
     assert page.locator("#amp-min-score:invalid").count() == 1
+    # A question with no word is refused by the broker, and the view says why.
+    ask(session, "*" * 128, owner, "hybrid")
+    page.wait_for_selector("#amp-message:has-text('no searchable words')")
+    assert page.locator("#amp table").count() == 0
     # Keyword mode ranks by words: "peanuts" finds its one cell.
     ask(session, "peanuts", owner, "keyword")
     page.wait_for_selector("#amp table")

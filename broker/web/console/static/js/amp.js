@@ -33,7 +33,7 @@ export class AmpView {
     const ownerId = h('input', { id: 'amp-owner', value: this.owner.id, autocomplete: 'off', spellcheck: 'false' })
     const ownerType = h('select', { id: 'amp-owner-type' },
       OWNER_TYPES.map((t) => h('option', { value: t, selected: t === this.owner.type }, t)))
-    const query = h('input', { id: 'amp-query', type: 'search', value: this.recall.query, autocomplete: 'off', 'aria-describedby': 'amp-query-help' })
+    const query = h('input', { id: 'amp-query', type: 'search', value: this.recall.query, maxlength: '1000', autocomplete: 'off', 'aria-describedby': 'amp-query-help' })
     const mode = h('select', { id: 'amp-mode' },
       MODES.map((m) => h('option', { value: m, selected: m === this.recall.mode }, m)))
     const minScore = h('input', { id: 'amp-min-score', type: 'number', min: '0', max: '1', step: 'any', inputmode: 'decimal', value: this.recall.minScore })
