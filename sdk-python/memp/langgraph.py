@@ -3,7 +3,8 @@
 any other MEMP client) share them, see them change and keep their history.
 
 An item `(label, ..., label), key` is the entry at `[prefix/]label/.../label/@key` (each part
-percent-encoded), its value the item's dict. Needs `pip install -e './sdk-python[langgraph]'`.
+percent-encoded), its value the item's dict; with `index`, also an AMP cell the broker ranks
+by meaning (`_langgraph_recall`). Needs `pip install -e './sdk-python[langgraph]'`.
 
     from memp.langgraph import MempStore
     store = MempStore(api_key=..., namespace="my-app")   # or MempStore(client=MEMP(...))
@@ -12,7 +13,7 @@ percent-encoded), its value the item's dict. Needs `pip install -e './sdk-python
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote, unquote
@@ -32,10 +33,11 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from memp import _langgraph_recall as recall
 from memp.aclient import AsyncMEMP
 from memp.client import MEMP
 from memp.errors import NotFound, PreconditionFailed
-from memp.models import Entry, Page
+from memp.models import CellSearchPage, Entry, Page
 
 __all__ = ["AsyncMempStore", "MempStore"]
 
@@ -74,7 +76,7 @@ class _Delete(_Call):
         self.key = key
 
 
-Steps = Generator[_Call, Any, Any]
+Steps = Generator[object, Any, Any]  # _Call, or a recall call
 
 
 class _Layout:
@@ -130,6 +132,10 @@ def _matches(value: Any, wanted: Any) -> bool:
     return bool(value == wanted)
 
 
+def _passes(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
+    return not filter or all(_matches(value.get(name), wanted) for name, wanted in filter.items())
+
+
 def _compare(value: Any, op: str, operand: Any) -> bool:
     if op == "$eq":
         return bool(value == operand)
@@ -158,8 +164,10 @@ class _Logic:
     """The store's operations as steps: reads see the store as it was before the batch, then
     its puts are applied, the last one per item winning (as LangGraph's own stores do)."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, index: recall.RecallIndex | None = None) -> None:
         self.layout = _Layout(prefix)
+        self.prefix = prefix
+        self.index = index
 
     def batch(self, ops: Iterable[Op]) -> Steps:
         ops = list(ops)
@@ -185,7 +193,25 @@ class _Logic:
                 yield _Delete(key)
             else:
                 yield _Put(key, dict(op.value), _seconds(op.ttl))
+            if self.index is not None:
+                text = "" if op.value is None else self.index.text(dict(op.value), op.index)
+                yield from self._reindex(key, text)
         return results
+
+    def _reindex(self, key: str, text: str) -> Steps:
+        """Point the item's cell at its new text (creating it), or unlink it when the item is
+        gone or not indexed."""
+        page = yield recall.Cells(None, key, None)
+        cells = [cell_id for _, cell_id, _ in recall.hits(page)]
+        if not text:
+            for cell_id in cells:
+                yield recall.PatchCell(cell_id, key, None)
+            return
+        patched = False
+        for cell_id in cells:
+            patched = (yield recall.PatchCell(cell_id, key, text)) is not None or patched
+        if not patched:
+            yield recall.CreateCell(key, text)
 
     def _refresh(self, key: str, entry: Entry) -> Steps:
         """Start an item's TTL again (a write of the same value, unless it changed since)."""
@@ -216,19 +242,52 @@ class _Logic:
                 return found
 
     def _search(self, op: SearchOp) -> Steps:
-        """Items under the prefix whose values match the filter, `offset` then `limit`. A
-        natural-language `query` ranks nothing without an index (as in LangGraph's in-memory
-        store without one): items come in key order, with no score."""
-        found = yield from self._scan(op.namespace_prefix)
-        kept = [(namespace, key, entry) for namespace, key, entry in found
-                if not op.filter or all(_matches(entry.value.get(name), wanted)
-                                        for name, wanted in op.filter.items())]
-        chosen = kept[op.offset:op.offset + op.limit]
+        """Items under the prefix whose values match the filter, `offset` then `limit`: by
+        meaning for a `query` when the store indexes, else in key order with no score (a
+        query ranks nothing without an index, as in LangGraph's in-memory store)."""
+        ranked = None
+        if op.query and self.index is not None:
+            ranked = yield from self._recall(op)
+        if ranked is None:
+            found = yield from self._scan(op.namespace_prefix)
+            ranked = [(namespace, key, entry, None) for namespace, key, entry in found
+                      if _passes(entry.value, op.filter)]
+        chosen = ranked[op.offset:op.offset + op.limit]
         if op.refresh_ttl:
-            for namespace, key, entry in chosen:
+            for namespace, key, entry, _ in chosen:
                 yield from self._refresh(self.layout.key(namespace, key), entry)
         return [SearchItem(namespace, key, entry.value, _time(entry.created_at),
-                           _time(entry.updated_at)) for namespace, key, entry in chosen]
+                           _time(entry.updated_at), score)
+                for namespace, key, entry, score in chosen]
+
+    def _recall(self, op: SearchOp) -> Steps:
+        """The first `offset + limit` items the broker's hybrid recall ranks best for the
+        query, under the prefix and passing the filter; each read from its entry, so an item
+        deleted or expired meanwhile is left out. None for a query with no searchable words
+        (all punctuation): it ranks nothing, so items come as without a query."""
+        wanted = op.offset + op.limit
+        ranked: list[tuple[tuple[str, ...], str, Entry, float | None]] = []
+        seen: set[str] = set()
+        cursor = None
+        while True:
+            page = yield recall.Cells(op.query, None, cursor)
+            if page is recall.WORDLESS:
+                return None
+            for memp_key, _, score in recall.hits(page):
+                named = self.layout.item(memp_key)
+                if memp_key in seen or named is None or \
+                        named[0][:len(op.namespace_prefix)] != op.namespace_prefix:
+                    continue
+                seen.add(memp_key)
+                entry: Entry | None = yield _Get(memp_key)
+                if entry is not None and isinstance(entry.value, dict) and \
+                        _passes(entry.value, op.filter):
+                    ranked.append((*named, entry, score))
+                    if len(ranked) >= wanted:
+                        return ranked
+            cursor = page.next_cursor if isinstance(page, CellSearchPage) else None
+            if cursor is None:
+                return ranked
 
     def _namespaces(self, op: ListNamespacesOp) -> Steps:
         conditions = op.match_conditions or ()
@@ -252,24 +311,29 @@ class MempStore(BaseStore):
     """A LangGraph `BaseStore` on a MEMP broker (synchronous). Pass a `MEMP` client, or the
     arguments to make one (api_key, namespace, base_url, ...; the MEMP_* environment fills
     in the rest). `prefix` keeps the store's items under a key prefix of the namespace;
-    `ttl` is LangGraph's TTL configuration (minutes; reads refresh by default)."""
+    `ttl` is LangGraph's TTL configuration (minutes; reads refresh by default). `index`
+    (True, or the fields to embed) makes `search(..., query=...)` rank by meaning through
+    AMP cells that `agent` (default: the client's registered agent) acts on, owned by `owner`
+    (default: `agent`) and shared with the `readers` (agent globs)."""
 
     supports_ttl = True
 
     def __init__(self, client: MEMP | None = None, *, prefix: str = "",
-                 ttl: TTLConfig | None = None, **options: Any) -> None:
+                 ttl: TTLConfig | None = None, index: bool | Sequence[str] = False,
+                 agent: str | None = None, owner: str | None = None,
+                 readers: Sequence[str] = (), **options: Any) -> None:
         self.client = client if client is not None else MEMP(**options)
         self._owned = client is None
         self.ttl_config = ttl
-        self._logic = _Logic(prefix)
+        self._logic = _Logic(prefix, _index(self.client, prefix, index, agent, owner,
+                                            readers))
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         steps = self._logic.batch(ops)
-        memory = self.client.memory
         try:
             call = next(steps)
             while True:
-                call = steps.send(_perform(memory, call))
+                call = steps.send(_perform(self.client, self._logic.index, call))
         except StopIteration as done:
             results: list[Result] = done.value
             return results
@@ -299,19 +363,21 @@ class AsyncMempStore(BaseStore):
     supports_ttl = True
 
     def __init__(self, client: AsyncMEMP | None = None, *, prefix: str = "",
-                 ttl: TTLConfig | None = None, **options: Any) -> None:
+                 ttl: TTLConfig | None = None, index: bool | Sequence[str] = False,
+                 agent: str | None = None, owner: str | None = None,
+                 readers: Sequence[str] = (), **options: Any) -> None:
         self.client = client if client is not None else AsyncMEMP(**options)
         self._owned = client is None
         self.ttl_config = ttl
-        self._logic = _Logic(prefix)
+        self._logic = _Logic(prefix, _index(self.client, prefix, index, agent, owner,
+                                            readers))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         steps = self._logic.batch(ops)
-        memory = self.client.memory
         try:
             call = next(steps)
             while True:
-                call = steps.send(await _aperform(memory, call))
+                call = steps.send(await _aperform(self.client, self._logic.index, call))
         except StopIteration as done:
             results: list[Result] = done.value
             return results
@@ -331,7 +397,23 @@ class AsyncMempStore(BaseStore):
         await self.aclose()
 
 
-def _perform(memory: Any, call: _Call) -> Any:
+def _index(client: MEMP | AsyncMEMP, prefix: str, index: bool | Sequence[str],
+           agent: str | None, owner: str | None, readers: Sequence[str]
+           ) -> recall.RecallIndex | None:
+    if index is False:
+        return None
+    agent = agent or (client.agent.id if client.agent is not None else None)
+    if agent is None:
+        raise ValueError("an indexed store needs an agent: pass agent=, or register the client")
+    fields = ["$"] if index is True else list(index)
+    return recall.RecallIndex(client.namespace or "", prefix, agent, owner or agent, fields,
+                              readers)
+
+
+def _perform(client: MEMP, index: recall.RecallIndex | None, call: Any) -> Any:
+    if index is not None and not isinstance(call, _Call):
+        return recall.perform(index, client.amp, call)
+    memory = client.memory
     if isinstance(call, _Get):
         try:
             return memory.get_entry(call.key)
@@ -353,7 +435,10 @@ def _perform(memory: Any, call: _Call) -> Any:
     raise TypeError(call)  # pragma: no cover
 
 
-async def _aperform(memory: Any, call: _Call) -> Any:
+async def _aperform(client: AsyncMEMP, index: recall.RecallIndex | None, call: Any) -> Any:
+    if index is not None and not isinstance(call, _Call):
+        return await recall.aperform(index, client.amp, call)
+    memory = client.memory
     if isinstance(call, _Get):
         try:
             return await memory.get_entry(call.key)

@@ -6,6 +6,7 @@ sync and the async store, and two graph processes sharing memory."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp,
 from memp import MEMP, AsyncMEMP
 from memp.langgraph import AsyncMempStore, MempStore
 from tests.support.brokers import ADMIN_KEY, Broker
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -250,3 +252,127 @@ def test_two_graph_processes_see_each_others_writes(server: Broker, ns: str) -> 
                                       "alice sees: alice, bob"]
     assert out_bob.splitlines() == ["bob heard: alice is working on the report",
                                     "bob sees: alice, bob"]
+
+
+MEMORIES = {"allergy": {"text": "Ana is allergic to peanuts", "kind": "health"},
+            "colour": {"text": "Ana's favourite colour is green", "kind": "taste"},
+            "city": {"text": "Bob lives in Lisbon near the river", "kind": "place"},
+            "meeting": {"text": "The team meets every Tuesday morning", "kind": "work"}}
+HURT = "what food could hurt Ana?"
+
+
+@pytest.fixture(params=["sync", "async"])
+def indexed(request: pytest.FixtureRequest, server: Broker, ns: str) -> Iterator[Any]:
+    """An indexing store acting as the AMP agent `graph-<ns>` (the admin key may act for it)."""
+    options = {"api_key": ADMIN_KEY, "namespace": ns, "base_url": server.url,
+               "prefix": "lg", "index": True, "agent": f"graph-{ns}"}
+    if request.param == "sync":
+        with MempStore(**options) as sync:
+            yield sync
+        return
+    facade = SyncFacade(AsyncMempStore(**options))
+    try:
+        yield facade
+    finally:
+        facade.close()
+
+
+def ranked(store: Any, query: str, **kwargs: Any) -> list[tuple[str, float]]:
+    return [(item.key, item.score) for item in store.search(("people",), query=query, **kwargs)]
+
+
+def recalled(store: Any, query: str, key: str) -> Callable[[], bool]:
+    """The broker embeds new text in the background: wait until `key` ranks first."""
+    return lambda: [hit for hit, _ in ranked(store, query, limit=1)] == [key]
+
+
+def test_search_by_meaning(indexed: Any, server: Broker, ns: str) -> None:
+    for key, value in MEMORIES.items():
+        indexed.put(("people", "team" if key == "meeting" else "friends"), key, value)
+    indexed.put(("elsewhere",), "allergy", MEMORIES["allergy"])
+    wait_until(lambda: len(ranked(indexed, HURT)) == 4, "every item embedded")
+    hits = indexed.search(("people",), query=HURT)
+    assert hits[0].key == "allergy" and hits[0].namespace == ("people", "friends")
+    assert hits[0].value == MEMORIES["allergy"]
+    scores = [hit.score for hit in hits]
+    assert all(0 <= score <= 1 for score in scores) and scores == sorted(scores, reverse=True)
+    assert sorted(hit.key for hit in hits) == sorted(MEMORIES)  # the prefix's items, once
+    assert ranked(indexed, "where does Bob live?")[0][0] == "city"
+    # The filter and paging apply to the ranking; the namespace prefix narrows it.
+    assert [key for key, _ in ranked(indexed, HURT, filter={"kind": {"$ne": "health"}})] == \
+        [key for key, _ in ranked(indexed, HURT)[1:]]
+    assert ranked(indexed, HURT, limit=2, offset=1) == ranked(indexed, HURT)[1:3]
+    assert [i.key for i in indexed.search(("people", "team"), query=HURT)] == ["meeting"]
+    # Without a query the store lists as before: key order, no score.
+    plain = indexed.search(("people",))
+    assert [i.key for i in plain] == ["allergy", "city", "colour", "meeting"]
+    assert {i.score for i in plain} == {None}
+    # Another process (its own client and store) sees the same items ranked the same.
+    script = ("import json, sys\nfrom memp.langgraph import MempStore\n"
+              "with MempStore(api_key=sys.argv[1], namespace=sys.argv[2], base_url=sys.argv[3],"
+              " prefix='lg', index=True, agent=sys.argv[4]) as store:\n"
+              "    print(json.dumps([[i.key, i.score] for i in store.search(('people',),"
+              " query=sys.argv[5])]))")
+    other = subprocess.run([sys.executable, "-c", script, ADMIN_KEY, ns, server.url,
+                            f"graph-{ns}", HURT], capture_output=True, text=True, timeout=60,
+                           check=True)
+    assert [tuple(hit) for hit in json.loads(other.stdout)] == \
+        [pytest.approx(hit) for hit in ranked(indexed, HURT)]
+
+
+def test_recall_follows_changes(indexed: Any) -> None:
+    indexed.put(("people",), "allergy", {"text": "Ana likes jazz"})
+    indexed.put(("people",), "city", MEMORIES["city"])
+    indexed.put(("people",), "hidden", MEMORIES["allergy"], index=False)
+    indexed.put(("people",), "fields", {"text": "Ana cannot eat shellfish", "n": 1},
+                index=["missing"])
+    # Text past what a cell holds is cut to its first 16 K characters, not refused.
+    indexed.put(("people",), "long", {"text": "Carla plays the cello " * 5000,
+                                      "deep": {"a": [{"b": "and the violin"}]}})
+    wait_until(recalled(indexed, "where does Bob live?", "city"), "the city recalled")
+    assert {key for key, _ in ranked(indexed, "Ana")} <= {"allergy", "city", "long"}
+    wait_until(recalled(indexed, "who plays music?", "long"), "a long item recalled")
+    indexed.put(("people",), "allergy", MEMORIES["allergy"])  # new text, new meaning
+    wait_until(recalled(indexed, HURT, "allergy"), "the changed item recalled by meaning")
+    indexed.delete(("people",), "allergy")
+    assert "allergy" not in [key for key, _ in ranked(indexed, HURT)]
+    assert [key for key, _ in ranked(indexed, "Bob Lisbon")] == ["city", "long"]
+    # Hostile queries: no error, nothing but the store's items; one with no word ranks
+    # nothing, so the items come as without a query.
+    for hostile in ("\x00\x1f\u202e Bob", "%2F@ ../ Bob" * 50, "Bob " * 2000):
+        assert {key for key, _ in ranked(indexed, hostile)} <= {"city", "long"}
+    assert ranked(indexed, "*" * 128) == [(key, None) for key in ("city", "fields", "hidden",
+                                                                  "long")]
+    indexed.put(("people",), "city", MEMORIES["city"], index=False)  # unlinked
+    assert [key for key, _ in ranked(indexed, "Bob Lisbon")] == ["long"]
+    assert {i.key for i in indexed.search(("people",))} == {"city", "fields", "hidden", "long"}
+
+
+def test_an_indexed_store_needs_an_agent(server: Broker, ns: str) -> None:
+    with pytest.raises(ValueError, match="agent"):
+        MempStore(api_key=ADMIN_KEY, namespace=ns, base_url=server.url, index=True)
+
+
+def test_agents_share_a_store_through_its_owner(server: Broker, ns: str) -> None:
+    """Graphs running as two agents: cells owned by the first, shared with the second through
+    `readers`; a third agent, not among them, recalls nothing (AMP's policy)."""
+    clients = [MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=server.url) for _ in range(3)]
+    with clients[0], clients[1], clients[2]:
+        for number, client in enumerate(clients):
+            client.register(f"graph-{number}")
+        first, second = (client.agent.id for client in clients[:2] if client.agent)
+        one = MempStore(clients[0], index=True, readers=[second])
+        two = MempStore(clients[1], index=True, owner=first, readers=[second])
+        outsider = MempStore(clients[2], index=True, owner=first)
+        one.put(("people",), "allergy", MEMORIES["allergy"])
+        two.put(("people",), "city", MEMORIES["city"])
+        wait_until(recalled(two, HURT, "allergy"), "the first agent's item recalled")
+        wait_until(recalled(one, "where does Bob live?", "city"), "the second's recalled")
+        # The second agent updates the item's cell the first one made (one cell per item).
+        two.put(("people",), "allergy", {"text": "Ana must never eat shellfish"})
+        cells = clients[0].amp.search(owner_id=first, owner_type="agent",
+                                      metadata={"langgraph_item": "people/@allergy"}).results
+        assert [(hit.cell.content.text, hit.cell.identity.created_by) for hit in cells] == \
+            [("Ana must never eat shellfish", first)]
+        assert outsider.search(("people",), query=HURT) == []
+        assert len(outsider.search(("people",))) == 2  # MEMP's grants, not AMP's, for items

@@ -23,7 +23,15 @@ import httpx
 import pytest
 
 from broker.web.console.routes import CSP, load_files
-from tests.support.brokers import ADMIN_KEY, Broker, free_port, load_yaml, wait_for_port
+from tests.support.brokers import (
+    ADMIN_KEY,
+    Broker,
+    free_port,
+    load_yaml,
+    start_broker,
+    wait_for_port,
+)
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "broker" / "web" / "console" / "static"
@@ -229,7 +237,7 @@ class Session:
     """One browser tab on the console, recording what a test must check afterwards."""
 
     page: Any
-    site: ConsoleBroker
+    site: ConsoleBroker | Broker
     requests: list[Any] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -254,14 +262,15 @@ class Session:
 
 @pytest.fixture
 def tab(browser: Any, site: ConsoleBroker) -> Iterator[Callable[..., Session]]:
-    """Open console tabs (1280x800 unless told); each must end with no CSP violation, no
+    """Open console tabs (1280x800 and `site` unless told); each must end with no CSP violation, no
     script error, and no request that carries the key in its URL or leaves the broker."""
     opened: list[tuple[Any, Session]] = []
 
-    def factory(width: int = 1280, height: int = 800) -> Session:
+    def factory(width: int = 1280, height: int = 800,
+                on: ConsoleBroker | Broker | None = None) -> Session:
         context = browser.new_context(viewport={"width": width, "height": height})
         page = context.new_page()
-        session = Session(page, site)
+        session = Session(page, on or site)
         page.on("request", lambda request: session.requests.append(request))
         page.on("pageerror", lambda error: session.problems.append(f"page error: {error}"))
         page.on("console", lambda message: session.problems.append(message.text)
@@ -275,7 +284,7 @@ def tab(browser: Any, site: ConsoleBroker) -> Iterator[Callable[..., Session]]:
         context.close()
         assert session.problems == []
         for request in session.requests:
-            assert request.url.startswith(site.url + "/"), request.url
+            assert request.url.startswith(session.site.url + "/"), request.url
             assert "memp_sk_" not in request.url and ADMIN_KEY not in request.url
 
 
@@ -595,6 +604,103 @@ def test_amp_cells_per_owner(tab: Callable[..., Session], site: ConsoleBroker) -
     assert all(b is not None for b in boxes)
     assert len({round(b["y"]) for b in boxes if b is not None}) == 1, boxes
     session.shot("12-amp-cells")
+
+
+def remember(client: httpx.Client, owner: str, *texts: str) -> None:
+    for text in texts:
+        reply = client.post("/amp/memories", headers={"X-AMP-Agent-ID": "console-test"},
+                            json={"content": {"text": text}, "type": "semantic",
+                                  "identity": {"owner_id": owner, "owner_type": "user"}})
+        assert reply.status_code == 201, reply.text
+
+
+def ask(session: Session, question: str, owner: str = "", mode: str | None = None,
+        min_score: str = "") -> None:
+    """Search the AMP view as the agent `console-test` (the admin key acts for it)."""
+    page = session.page
+    page.get_by_label("Question or words").fill(question)
+    if mode is not None:
+        page.get_by_label("Mode").select_option(mode)
+    page.get_by_label("Min score").fill(min_score)
+    page.get_by_label("Owner id").fill(owner)
+    page.get_by_label("Or an agent id").fill("console-test")
+    page.get_by_role("button", name="Show cells").click()
+
+
+def first_cells(session: Session) -> list[str]:
+    return [text.split("\n")[0] for text in
+            session.page.locator("#amp tbody tr td:first-child").all_inner_texts()]
+
+
+@browser_test
+def test_amp_recall_by_meaning(tab: Callable[..., Session], site: ConsoleBroker) -> None:
+    owner = f"u-{uuid.uuid4().hex[:8]}"
+    question = "what food could hurt Ana?"
+    with site.admin() as admin:
+        remember(admin, owner, "Ana is allergic to peanuts", "Ana's favourite colour is green",
+                 "The team meets every Tuesday morning")
+
+        def embedded() -> bool:  # the broker embeds new cells in the background
+            reply = admin.post("/amp/memories/search",
+                               headers={"X-AMP-Agent-ID": "console-test"},
+                               json={"query": question, "owner_id": owner,
+                                     "owner_type": "user", "mode": "semantic"})
+            return len(reply.json()["results"]) == 3
+        wait_until(embedded, "the cells embedded")
+    session = tab()
+    session.sign_in(ADMIN_KEY, "amp")
+    page = session.page
+    page.locator("#tab-amp").click()
+    assert page.get_by_label("Mode").input_value() == "hybrid"  # the default
+    ask(session, question, owner)
+    page.wait_for_selector("#amp table")
+    assert first_cells(session)[0] == "Ana is allergic to peanuts"
+    assert page.locator("#amp thead th").all_inner_texts()[:2] == ["Cell", "Score"]
+    scores = [float(t) for t in page.locator("#amp tbody tr td:nth-child(2)").all_inner_texts()]
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True) and 0 < scores[0] <= 1
+    assert page.locator("#amp-degraded").count() == 0
+    session.shot("13-amp-recall")
+    # Any owner the agent may read, by meaning alone: the answer still comes first.
+    ask(session, question, "", "semantic")
+    page.wait_for_function("document.querySelector('#amp tbody td')?.innerText"
+                           ".startsWith('Ana is allergic to peanuts')")
+    # A floor above every match leaves nothing; one out of range is not sent.
+    ask(session, question, owner, "hybrid", "0.99")
+    page.wait_for_selector("#amp-message")
+    assert "No active or stale cells match" in page.locator("#amp-message").inner_text()
+    ask(session, question, owner, "hybrid", "2")
+    assert page.locator("#amp-min-score:invalid").count() == 1
+    # A question with no word is refused by the broker, and the view says why.
+    ask(session, "*" * 128, owner, "hybrid")
+    page.wait_for_selector("#amp-message:has-text('no searchable words')")
+    assert page.locator("#amp table").count() == 0
+    # Keyword mode ranks by words: "peanuts" finds its one cell.
+    ask(session, "peanuts", owner, "keyword")
+    page.wait_for_selector("#amp table")
+    assert first_cells(session) == ["Ana is allergic to peanuts"]
+
+
+@browser_test
+def test_amp_recall_says_when_it_ranked_by_words_alone(
+        tab: Callable[..., Session], redis_url: str) -> None:
+    """An embedder that cannot be reached: hybrid answers from words, and the view says so."""
+    broker = start_broker("embedded", redis_url, embedder="openai",
+                          embeddings_url=f"http://127.0.0.1:{free_port()}",
+                          embeddings_model="absent")
+    try:
+        owner = f"u-{uuid.uuid4().hex[:8]}"
+        with broker.client() as admin:
+            remember(admin, owner, "Ana is allergic to peanuts")
+        session = tab(on=broker)
+        session.sign_in(ADMIN_KEY, "amp")
+        session.page.locator("#tab-amp").click()
+        ask(session, "peanuts allergy", owner)
+        session.page.wait_for_selector("#amp table")
+        assert first_cells(session) == ["Ana is allergic to peanuts"]
+        assert session.page.locator("#amp-degraded").inner_text() == \
+            "The embedder is unavailable: these cells are ranked by their words alone."
+    finally:
+        broker.stop()
 
 
 @browser_test
