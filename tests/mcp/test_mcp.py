@@ -331,8 +331,11 @@ def test_amp_tools_follow_the_amp_rules(broker: Broker, ns: str) -> None:
             by_label = await call(client, "amp_recall", metadata={"topic": "coffee"},
                                   owner_id="u-1", owner_type="user")
             assert len(by_label["results"]) == 1
-            # The cell is private to its creator: another agent finds nothing.
-            assert (await call(other, "amp_recall", query="coffee"))["results"] == []
+            # The cell is private to its creator: another agent never finds it, by words or
+            # by meaning (its own cells may still rank).
+            for mode in ("keyword", "semantic", "hybrid"):
+                seen = await call(other, "amp_recall", query="coffee", mode=mode)
+                assert cell["id"] not in [hit["cell"]["id"] for hit in seen["results"]]
             # Only archived cells may be deleted; this one is active.
             refusal = await refused(client, "amp_forget", id=cell["id"])
             assert refusal["code"] == "write_conflict"
