@@ -15,6 +15,7 @@ from starlette.middleware.cors import CORSMiddleware
 from broker.amp.embedders import open_embedder
 from broker.amp.embedding import CellEmbedding
 from broker.amp.lifecycle import LifecycleEngine, Purger
+from broker.amp.merge import CellMerger
 from broker.amp.poster import TermPoster
 from broker.amp.recall import Recall
 from broker.amp.service import CellService
@@ -38,6 +39,7 @@ from broker.services.limits import FairShare
 from broker.services.memory import MemoryService
 from broker.services.namespaces import NamespaceRegistry
 from broker.storage import Storage
+from broker.storage.amp_merge import CellMergeStore
 from broker.storage.client import STORE_DOWN, StoreError
 from broker.streaming.changes import ChangeLog
 from broker.streaming.hub import Hub
@@ -105,6 +107,7 @@ def build(settings: Settings, clock: Clock, storage: Storage) -> Services:
         messages=MessageHandler(memory_service, agent_service, clock, proposal_service,
                                 failures),
         proposals=proposal_service, amp_cells=amp_cells,
+        amp_merger=CellMerger(amp_cells, CellMergeStore(amp_cells.index)),
         amp_engine=LifecycleEngine(amp_cells, clock),
         amp_purger=Purger(amp_cells, clock, settings.amp_purge_retention, audit_service),
         amp_poster=TermPoster(amp_cells.index),

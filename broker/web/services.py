@@ -9,6 +9,7 @@ from starlette.requests import Request
 
 from broker.amp.embedding import CellEmbedding
 from broker.amp.lifecycle import LifecycleEngine, Purger
+from broker.amp.merge import CellMerger
 from broker.amp.poster import TermPoster
 from broker.amp.recall import Recall
 from broker.amp.service import CellService
@@ -61,6 +62,7 @@ class Services:
     # governance and the AMP bridge
     proposals: ProposalService
     amp_cells: CellService
+    amp_merger: CellMerger
     amp_engine: LifecycleEngine
     amp_purger: Purger
     amp_poster: TermPoster
