@@ -101,6 +101,16 @@ export interface CellPatchOptions extends Acting {
   expiresAt?: string | Date | undefined
 }
 
+export interface CellMergeOptions extends Acting {
+  /** The merged cell's type; by default the sources' when they share one, else `semantic`. */
+  type?: MemoryType | undefined
+  metadata?: Record<string, unknown> | undefined
+  importance?: number | undefined
+  confidence?: number | undefined
+  decayRate?: number | undefined
+  accessPolicy?: AccessPolicy | undefined
+}
+
 export interface CellSearchOptions extends Acting {
   query?: string | undefined
   ownerId?: string | undefined
@@ -240,6 +250,27 @@ export class Amp {
     }
     if (page.degraded !== undefined) found.degraded = page.degraded
     return found
+  }
+
+  /**
+   * One new cell of the sources' owner from 2 to 50 cells the agent may write, which become
+   * archived; its provenance names them. A source already archived (another merge won)
+   * rejects with ConflictError.
+   */
+  async merge(ids: string[], text: string, options: CellMergeOptions = {}): Promise<MemoryCell> {
+    const body = defined({
+      ids,
+      text,
+      type: options.type,
+      metadata: options.metadata,
+      scoring: defined({
+        importance: options.importance,
+        confidence: options.confidence,
+        decay_rate: options.decayRate,
+      }),
+      access_policy: options.accessPolicy,
+    })
+    return this.call('POST', '/amp/memories/merge', options, body)
   }
 
   /** Store cells from another system as they are (needs `admin` on the AMP namespace). */

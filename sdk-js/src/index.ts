@@ -18,6 +18,7 @@ export { Amp } from './amp.js'
 export type {
   AccessPolicy,
   CellHit,
+  CellMergeOptions,
   CellPatchOptions,
   CellSearchOptions,
   SearchMode,

@@ -418,6 +418,24 @@ def import_cells(agent: str | None, cells: Sequence[MemoryCell | Mapping[str, An
                 headers={**headers, **_amp_headers(agent)}, idempotent=False)
 
 
+def merge_cells(agent: str | None, body: dict[str, Any]) -> Call[MemoryCell]:
+    payload, headers = _json_body(body)
+    return Call("POST", "/amp/memories/merge", _decoder(MemoryCell), body=payload,
+                headers={**headers, **_amp_headers(agent)}, idempotent=False)
+
+
+def merge_body(ids: Sequence[str], text: str, *, type: str | None,
+               metadata: Mapping[str, Any] | None, importance: float | None,
+               confidence: float | None, decay_rate: float | None,
+               access_policy: AccessPolicy | None) -> dict[str, Any]:
+    """The body of a merge; fields left out take the broker's defaults."""
+    scoring = _without_none({"importance": importance, "confidence": confidence,
+                             "decay_rate": decay_rate})
+    return _without_none({"ids": list(ids), "text": text, "type": type,
+                          "metadata": dict(metadata) if metadata is not None else None,
+                          "scoring": scoring or None, "access_policy": access_policy})
+
+
 def new_cell(text: str, *, owner_id: str, owner_type: str, type: str,
              metadata: Mapping[str, Any] | None, importance: float | None,
              confidence: float | None, decay_rate: float | None,

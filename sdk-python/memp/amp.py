@@ -106,6 +106,18 @@ class Amp(_Base):
             query, owner_id, owner_type, types, status, include_stale, metadata,
             created_after, created_before, limit, cursor, mode, min_score)))
 
+    def merge(self, ids: Sequence[str], text: str, *, type: MemoryType | None = None,
+              metadata: Mapping[str, Any] | None = None, importance: float | None = None,
+              confidence: float | None = None, decay_rate: float | None = None,
+              access_policy: AccessPolicy | None = None, agent: str | None = None
+              ) -> MemoryCell:
+        """One new cell of the sources' owner from 2-50 cells the agent may write, which
+        become archived; its provenance names them. A source already archived (another merge
+        won) raises ConflictError."""
+        return self._transport.send(_calls.merge_cells(self._agent(agent), _calls.merge_body(
+            ids, text, type=type, metadata=metadata, importance=importance,
+            confidence=confidence, decay_rate=decay_rate, access_policy=access_policy)))
+
     def import_cells(self, cells: Sequence[MemoryCell | Mapping[str, Any]], *,
                      agent: str | None = None) -> ImportResult:
         """Store cells from another system as they are (needs `admin` on the AMP
@@ -164,6 +176,16 @@ class AsyncAmp(_Base):
         return await self._transport.send(_calls.search_cells(self._agent(agent), self._search(
             query, owner_id, owner_type, types, status, include_stale, metadata,
             created_after, created_before, limit, cursor, mode, min_score)))
+
+    async def merge(self, ids: Sequence[str], text: str, *, type: MemoryType | None = None,
+                    metadata: Mapping[str, Any] | None = None,
+                    importance: float | None = None, confidence: float | None = None,
+                    decay_rate: float | None = None, access_policy: AccessPolicy | None = None,
+                    agent: str | None = None) -> MemoryCell:
+        return await self._transport.send(_calls.merge_cells(
+            self._agent(agent), _calls.merge_body(
+                ids, text, type=type, metadata=metadata, importance=importance,
+                confidence=confidence, decay_rate=decay_rate, access_policy=access_policy)))
 
     async def import_cells(self, cells: Sequence[MemoryCell | Mapping[str, Any]], *,
                            agent: str | None = None) -> ImportResult:

@@ -877,10 +877,12 @@ var Amp = class {
       created_after: iso(options.createdAfter),
       created_before: iso(options.createdBefore),
       limit: options.limit,
-      cursor: options.cursor
+      cursor: options.cursor,
+      mode: options.mode,
+      min_score: options.minScore
     }) ?? {};
     const page = await this.call("POST", "/amp/memories/search", options, body, true);
-    return {
+    const found = {
       results: page.results.map((hit) => ({
         cell: hit.cell,
         score: hit.score,
@@ -888,6 +890,28 @@ var Amp = class {
       })),
       nextCursor: page.next_cursor ?? null
     };
+    if (page.degraded !== void 0) found.degraded = page.degraded;
+    return found;
+  }
+  /**
+   * One new cell of the sources' owner from 2 to 50 cells the agent may write, which become
+   * archived; its provenance names them. A source already archived (another merge won)
+   * rejects with ConflictError.
+   */
+  async merge(ids, text, options = {}) {
+    const body = defined({
+      ids,
+      text,
+      type: options.type,
+      metadata: options.metadata,
+      scoring: defined({
+        importance: options.importance,
+        confidence: options.confidence,
+        decay_rate: options.decayRate
+      }),
+      access_policy: options.accessPolicy
+    });
+    return this.call("POST", "/amp/memories/merge", options, body);
   }
   /** Store cells from another system as they are (needs `admin` on the AMP namespace). */
   async importCells(cells, options = {}) {
