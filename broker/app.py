@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 
+from broker.amp.duplicates import NearDuplicates
 from broker.amp.embedders import open_embedder
 from broker.amp.embedding import CellEmbedding
 from broker.amp.lifecycle import LifecycleEngine, Purger
@@ -96,6 +97,7 @@ def build(settings: Settings, clock: Clock, storage: Storage) -> Services:
                             approvals)
     embedder = open_embedder(settings)
     vectors = storage.vectors(settings.amp_namespace)
+    recall = Recall(vectors, embedder)
     proposal_service = ProposalService(storage.proposals, memory_service, amp_cells, clock)
     changelog = ChangeLog(storage.changes, cell_visibility, frames.change)
     stream_guard = StreamGuard(auth, registry, supervisor)
@@ -111,7 +113,8 @@ def build(settings: Settings, clock: Clock, storage: Storage) -> Services:
         amp_engine=LifecycleEngine(amp_cells, clock),
         amp_purger=Purger(amp_cells, clock, settings.amp_purge_retention, audit_service),
         amp_poster=TermPoster(amp_cells.index),
-        amp_recall=Recall(vectors, embedder),
+        amp_recall=recall,
+        amp_duplicates=NearDuplicates(amp_cells, recall),
         amp_embedding=CellEmbedding(amp_cells.index, vectors, embedder, clock, metrics),
         changelog=changelog,
         hub=Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from broker.amp.duplicates import NearDuplicates
 from broker.amp.embedding import CellEmbedding
 from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.merge import CellMerger
@@ -68,6 +69,7 @@ class Services:
     amp_poster: TermPoster
     amp_recall: Recall
     amp_embedding: CellEmbedding
+    amp_duplicates: NearDuplicates
     # streaming
     changelog: ChangeLog
     hub: Hub

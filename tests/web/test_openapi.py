@@ -27,6 +27,7 @@ from referencing.jsonschema import DRAFT202012
 from starlette.routing import BaseRoute, Mount, Route
 
 from broker.amp import cells as amp
+from broker.amp.duplicates import CreatedCell, NearDuplicate
 from broker.amp.merge import MergeBody
 from broker.amp.search import SearchBody, SearchHit
 from broker.app import create_app
@@ -395,6 +396,8 @@ AMP_STRUCTS: list[Any] = [
     pytest.param(SearchHit, "CellSearchHit", id="CellSearchHit"),
     pytest.param(RunBody, "AmpRunBody", id="AmpRunBody"),
     pytest.param(MergeBody, "CellMergeBody", id="CellMergeBody"),
+    pytest.param(CreatedCell, "CreatedMemoryCell", id="CreatedMemoryCell"),
+    pytest.param(NearDuplicate, "NearDuplicate", id="NearDuplicate"),
 ]
 
 
