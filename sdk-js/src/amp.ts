@@ -25,6 +25,17 @@ export interface Provenance {
 }
 
 /** An AMP memory cell (AMP spec section 1); times are ISO 8601 strings. */
+/** A cell of the same owner whose text means nearly what a new cell's does. */
+export interface NearDuplicate {
+  id: string
+  similarity: number
+}
+
+/** A create's reply: the cell as stored, and its near duplicates (null when not computed). */
+export interface CreatedCell extends MemoryCell {
+  near_duplicates: NearDuplicate[] | null
+}
+
 export interface MemoryCell {
   id: string
   amp_version: string
@@ -169,8 +180,11 @@ export class Amp {
     return reply.body as T
   }
 
-  /** Create a cell; the broker sets its id, creator (the acting agent) and lifecycle. */
-  async create(text: string, options: NewCellOptions): Promise<MemoryCell> {
+  /**
+   * Create a cell; the broker sets its id, creator (the acting agent) and lifecycle.
+   * `near_duplicates` lists the owner's cells that say nearly the same, to `merge` with.
+   */
+  async create(text: string, options: NewCellOptions): Promise<CreatedCell> {
     const body = defined({
       type: options.type ?? 'semantic',
       content: { text, metadata: options.metadata ?? {} },
@@ -275,6 +289,11 @@ export class Amp {
 
   /** Store cells from another system as they are (needs `admin` on the AMP namespace). */
   async importCells(cells: MemoryCell[], options: Acting = {}): Promise<ImportResult> {
-    return this.call('POST', '/amp/import', options, { cells })
+    // A create's reply (CreatedCell) is sent as the cell alone: an import takes cells only.
+    const plain = cells.map((cell) => {
+      const { near_duplicates: _, ...rest } = cell as Partial<CreatedCell>
+      return rest
+    })
+    return this.call('POST', '/amp/import', options, { cells: plain })
   }
 }

@@ -173,6 +173,7 @@ describe('AMP', () => {
     await writer.register({ name: 'merger' })
     const first = await writer.amp.create('Ana likes green tea', { ownerId: 'u-4' })
     const second = await writer.amp.create('Ana drinks tea every morning', { ownerId: 'u-4' })
+    assert.ok(second.near_duplicates === null || Array.isArray(second.near_duplicates))
     const merged = await writer.amp.merge([first.id, second.id], 'Ana likes tea, every morning', {
       metadata: { topic: 'tea' },
       importance: 0.8,

@@ -27,6 +27,7 @@ from memp.models import (
     AuditRecord,
     AuditVerdict,
     CellSearchPage,
+    CreatedCell,
     CreatedKey,
     Entry,
     Grant,
@@ -384,9 +385,9 @@ def _without_none(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in fields.items() if value is not None}
 
 
-def create_cell(agent: str | None, body: dict[str, Any]) -> Call[MemoryCell]:
+def create_cell(agent: str | None, body: dict[str, Any]) -> Call[CreatedCell]:
     payload, headers = _json_body(body)
-    return Call("POST", "/amp/memories", _decoder(MemoryCell), body=payload,
+    return Call("POST", "/amp/memories", _decoder(CreatedCell), body=payload,
                 headers={**headers, **_amp_headers(agent)}, idempotent=False)
 
 
@@ -413,7 +414,10 @@ def search_cells(agent: str | None, body: dict[str, Any]) -> Call[CellSearchPage
 
 def import_cells(agent: str | None, cells: Sequence[MemoryCell | Mapping[str, Any]]
                  ) -> Call[ImportResult]:
-    payload, headers = _json_body({"cells": list(cells)})
+    # A create's reply (CreatedCell) is sent as the cell alone: an import takes cells only.
+    payload, headers = _json_body({"cells": [
+        MemoryCell(**{f: getattr(c, f) for f in MemoryCell.__struct_fields__})
+        if isinstance(c, CreatedCell) else c for c in cells]})
     return Call("POST", "/amp/import", _decoder(ImportResult), body=payload,
                 headers={**headers, **_amp_headers(agent)}, idempotent=False)
 

@@ -15,6 +15,7 @@ from memp.models import (
     AccessPolicy,
     CellSearchPage,
     CellStatus,
+    CreatedCell,
     ImportResult,
     MemoryCell,
     MemoryType,
@@ -63,8 +64,10 @@ class Amp(_Base):
                decay_rate: float | None = None, access_policy: AccessPolicy | None = None,
                provenance: Provenance | None = None, session_id: str | None = None,
                expires_at: str | datetime | None = None, agent: str | None = None
-               ) -> MemoryCell:
-        """Create a cell; the broker sets its id, creator (the acting agent) and lifecycle."""
+               ) -> CreatedCell:
+        """Create a cell; the broker sets its id, creator (the acting agent) and lifecycle.
+        `near_duplicates` lists the owner's cells that say nearly the same (None when the
+        broker did not look), to `merge` with."""
         return self._transport.send(_calls.create_cell(self._agent(agent), _calls.new_cell(
             text, owner_id=owner_id, owner_type=owner_type, type=type, metadata=metadata,
             importance=importance, confidence=confidence, decay_rate=decay_rate,
@@ -138,7 +141,7 @@ class AsyncAmp(_Base):
                      decay_rate: float | None = None, access_policy: AccessPolicy | None = None,
                      provenance: Provenance | None = None, session_id: str | None = None,
                      expires_at: str | datetime | None = None, agent: str | None = None
-                     ) -> MemoryCell:
+                     ) -> CreatedCell:
         return await self._transport.send(_calls.create_cell(self._agent(agent),
                                                              _calls.new_cell(
             text, owner_id=owner_id, owner_type=owner_type, type=type, metadata=metadata,

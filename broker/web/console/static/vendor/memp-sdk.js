@@ -821,7 +821,10 @@ var Amp = class {
     });
     return reply.body;
   }
-  /** Create a cell; the broker sets its id, creator (the acting agent) and lifecycle. */
+  /**
+   * Create a cell; the broker sets its id, creator (the acting agent) and lifecycle.
+   * `near_duplicates` lists the owner's cells that say nearly the same, to `merge` with.
+   */
   async create(text, options) {
     const body = defined({
       type: options.type ?? "semantic",
@@ -915,7 +918,11 @@ var Amp = class {
   }
   /** Store cells from another system as they are (needs `admin` on the AMP namespace). */
   async importCells(cells, options = {}) {
-    return this.call("POST", "/amp/import", options, { cells });
+    const plain = cells.map((cell) => {
+      const { near_duplicates: _, ...rest } = cell;
+      return rest;
+    });
+    return this.call("POST", "/amp/import", options, { cells: plain });
   }
 };
 
