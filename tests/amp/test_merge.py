@@ -131,6 +131,15 @@ def test_a_body_nested_1000_deep_or_not_json_is_refused(amp: Amp) -> None:
     assert len(amp.owner_keys(owner)) == 2
 
 
+def test_a_body_over_the_amp_body_limit_is_413(amp: Amp) -> None:
+    owner, sources = owned(amp, 2)
+    response = merge(amp, {"ids": [c["id"] for c in sources], "text": "x",
+                           "metadata": {"blob": "x" * (300 * 1024)}})
+    assert response.status_code == 413, response.text
+    assert all(amp.statuses(cell) == ["active"] for cell in sources)
+    assert len(amp.owner_keys(owner)) == 2
+
+
 def test_archived_or_deleted_sources_are_refused(amp: Amp) -> None:
     _, sources = owned(amp, 3)
     ids = [c["id"] for c in sources]
