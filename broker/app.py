@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 
+from broker.amp.duplicates import NearDuplicates
 from broker.amp.embedders import open_embedder
 from broker.amp.embedding import CellEmbedding
 from broker.amp.lifecycle import LifecycleEngine, Purger
+from broker.amp.merge import CellMerger
 from broker.amp.poster import TermPoster
 from broker.amp.recall import Recall
 from broker.amp.service import CellService
@@ -38,6 +40,7 @@ from broker.services.limits import FairShare
 from broker.services.memory import MemoryService
 from broker.services.namespaces import NamespaceRegistry
 from broker.storage import Storage
+from broker.storage.amp_merge import CellMergeStore
 from broker.storage.client import STORE_DOWN, StoreError
 from broker.streaming.changes import ChangeLog
 from broker.streaming.hub import Hub
@@ -94,6 +97,7 @@ def build(settings: Settings, clock: Clock, storage: Storage) -> Services:
                             approvals)
     embedder = open_embedder(settings)
     vectors = storage.vectors(settings.amp_namespace)
+    recall = Recall(vectors, embedder)
     proposal_service = ProposalService(storage.proposals, memory_service, amp_cells, clock)
     changelog = ChangeLog(storage.changes, cell_visibility, frames.change)
     stream_guard = StreamGuard(auth, registry, supervisor)
@@ -105,10 +109,12 @@ def build(settings: Settings, clock: Clock, storage: Storage) -> Services:
         messages=MessageHandler(memory_service, agent_service, clock, proposal_service,
                                 failures),
         proposals=proposal_service, amp_cells=amp_cells,
+        amp_merger=CellMerger(amp_cells, CellMergeStore(amp_cells.index)),
         amp_engine=LifecycleEngine(amp_cells, clock),
         amp_purger=Purger(amp_cells, clock, settings.amp_purge_retention, audit_service),
         amp_poster=TermPoster(amp_cells.index),
-        amp_recall=Recall(vectors, embedder),
+        amp_recall=recall,
+        amp_duplicates=NearDuplicates(amp_cells, recall),
         amp_embedding=CellEmbedding(amp_cells.index, vectors, embedder, clock, metrics),
         changelog=changelog,
         hub=Hub(changelog, settings.reader_block_ms, settings.redis_timeout_seconds * 2,

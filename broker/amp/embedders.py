@@ -66,6 +66,11 @@ class BuiltinEmbedder:
         self._loaded: Any = None
         self._lock = asyncio.Lock()
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory, so that an embedding takes microseconds."""
+        return self._loaded is not None
+
     async def embed(self, texts: Sequence[str]) -> Vectors:
         if self._loaded is None:
             async with self._lock:

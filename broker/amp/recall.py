@@ -16,7 +16,7 @@ from broker.amp.cells import MemoryCell
 from broker.amp.embedders import Embedder, EmbedderUnavailable, Vectors
 from broker.amp.embedding import text_digest
 from broker.core.errors import MempError
-from broker.storage.amp_vectors import CellVectorStore
+from broker.storage.amp_vectors import CellVectorStore, StoredVector
 
 MODES = ("hybrid", "semantic", "keyword")
 # Hybrid relevance = SEMANTIC_WEIGHT x cosine + (1 - SEMANTIC_WEIGHT) x the share of the
@@ -86,7 +86,13 @@ class Recall:
         when the cell is ranked)."""
         if self.embedder is None or not cell_ids:
             return []
-        stored = await self.vectors.load(cell_ids)
+        return self.ranked(query, await self.vectors.load(cell_ids))
+
+    def ranked(self, query: Vectors, stored: Mapping[str, StoredVector]
+               ) -> list[tuple[str, float]]:
+        """`nearest` over vectors already loaded."""
+        if self.embedder is None:
+            return []
         ids, rows = [], []
         for cell_id, found in stored.items():
             if found.model == self.embedder.model:

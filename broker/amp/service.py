@@ -152,10 +152,10 @@ class CellService:
         compare-and-set); a refusal by the gate raises, nothing written."""
         verdict = (await self.index.commit_held([change], gate))[0]
         if isinstance(verdict, WriteOutcome):
-            raise self._refusal(verdict, gate)
+            raise self.refusal(verdict, gate)
         return verdict
 
-    def _refusal(self, outcome: WriteOutcome, gate: Gate) -> MempError:
+    def refusal(self, outcome: WriteOutcome, gate: Gate) -> MempError:
         error = self.fair_share.refusal(outcome, gate, self.clock()) if self.fair_share \
             else None
         return error or MempError("internal", f"a cell write was refused: {outcome.status}")
@@ -209,10 +209,10 @@ class CellService:
 
     async def load(self, cell_id: str) -> tuple[CellRecord, MemoryCell, Entry]:
         """A cell that is not deleted, with its index record and MEMP entry."""
-        return self._found(cell_id, (await self.index.load([check_id(cell_id)], strict=True)
+        return self.found(cell_id, (await self.index.load([check_id(cell_id)], strict=True)
                                      ).get(cell_id))
 
-    def _found(self, cell_id: str, found: tuple[CellRecord, RawHash] | None
+    def found(self, cell_id: str, found: tuple[CellRecord, RawHash] | None
                ) -> tuple[CellRecord, MemoryCell, Entry]:
         if found is None or found[0].status == "deleted":
             raise _not_found(cell_id)
@@ -262,7 +262,7 @@ class CellService:
         await self.check_read(by, agent)
         now = self.clock()
         found = await self.index.read(cell_id, agent, now)
-        _, cell, _ = self._found(cell_id, found[:2] if found else None)
+        _, cell, _ = self.found(cell_id, found[:2] if found else None)
         _check_visible(cell, now)
         if not can_read(cell, agent):
             raise MempError("forbidden", "the cell's access policy does not let this agent read")
@@ -359,7 +359,7 @@ class CellService:
         verdicts = await self.index.commit_held(changes, limit)
         for at, stored in zip(wanted.values(), verdicts, strict=True):
             if isinstance(stored, WriteOutcome):
-                outcome[at] = self._refusal(stored, limit)
+                outcome[at] = self.refusal(stored, limit)
             elif not stored:
                 outcome[at] = _exists(cells[at].id)
         return outcome

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from broker.amp.duplicates import NearDuplicates
 from broker.amp.embedding import CellEmbedding
 from broker.amp.lifecycle import LifecycleEngine, Purger
+from broker.amp.merge import CellMerger
 from broker.amp.poster import TermPoster
 from broker.amp.recall import Recall
 from broker.amp.service import CellService
@@ -61,11 +63,13 @@ class Services:
     # governance and the AMP bridge
     proposals: ProposalService
     amp_cells: CellService
+    amp_merger: CellMerger
     amp_engine: LifecycleEngine
     amp_purger: Purger
     amp_poster: TermPoster
     amp_recall: Recall
     amp_embedding: CellEmbedding
+    amp_duplicates: NearDuplicates
     # streaming
     changelog: ChangeLog
     hub: Hub

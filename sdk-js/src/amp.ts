@@ -25,6 +25,17 @@ export interface Provenance {
 }
 
 /** An AMP memory cell (AMP spec section 1); times are ISO 8601 strings. */
+/** A cell of the same owner whose text means nearly what a new cell's does. */
+export interface NearDuplicate {
+  id: string
+  similarity: number
+}
+
+/** A create's reply: the cell as stored, and its near duplicates (null when not computed). */
+export interface CreatedCell extends MemoryCell {
+  near_duplicates: NearDuplicate[] | null
+}
+
 export interface MemoryCell {
   id: string
   amp_version: string
@@ -101,6 +112,16 @@ export interface CellPatchOptions extends Acting {
   expiresAt?: string | Date | undefined
 }
 
+export interface CellMergeOptions extends Acting {
+  /** The merged cell's type; by default the sources' when they share one, else `semantic`. */
+  type?: MemoryType | undefined
+  metadata?: Record<string, unknown> | undefined
+  importance?: number | undefined
+  confidence?: number | undefined
+  decayRate?: number | undefined
+  accessPolicy?: AccessPolicy | undefined
+}
+
 export interface CellSearchOptions extends Acting {
   query?: string | undefined
   ownerId?: string | undefined
@@ -159,8 +180,11 @@ export class Amp {
     return reply.body as T
   }
 
-  /** Create a cell; the broker sets its id, creator (the acting agent) and lifecycle. */
-  async create(text: string, options: NewCellOptions): Promise<MemoryCell> {
+  /**
+   * Create a cell; the broker sets its id, creator (the acting agent) and lifecycle.
+   * `near_duplicates` lists the owner's cells that say nearly the same, to `merge` with.
+   */
+  async create(text: string, options: NewCellOptions): Promise<CreatedCell> {
     const body = defined({
       type: options.type ?? 'semantic',
       content: { text, metadata: options.metadata ?? {} },
@@ -242,8 +266,34 @@ export class Amp {
     return found
   }
 
+  /**
+   * One new cell of the sources' owner from 2 to 50 cells the agent may write, which become
+   * archived; its provenance names them. A source already archived (another merge won)
+   * rejects with ConflictError.
+   */
+  async merge(ids: string[], text: string, options: CellMergeOptions = {}): Promise<MemoryCell> {
+    const body = defined({
+      ids,
+      text,
+      type: options.type,
+      metadata: options.metadata,
+      scoring: defined({
+        importance: options.importance,
+        confidence: options.confidence,
+        decay_rate: options.decayRate,
+      }),
+      access_policy: options.accessPolicy,
+    })
+    return this.call('POST', '/amp/memories/merge', options, body)
+  }
+
   /** Store cells from another system as they are (needs `admin` on the AMP namespace). */
   async importCells(cells: MemoryCell[], options: Acting = {}): Promise<ImportResult> {
-    return this.call('POST', '/amp/import', options, { cells })
+    // A create's reply (CreatedCell) is sent as the cell alone: an import takes cells only.
+    const plain = cells.map((cell) => {
+      const { near_duplicates: _, ...rest } = cell as Partial<CreatedCell>
+      return rest
+    })
+    return this.call('POST', '/amp/import', options, { cells: plain })
   }
 }

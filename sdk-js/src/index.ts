@@ -18,6 +18,8 @@ export { Amp } from './amp.js'
 export type {
   AccessPolicy,
   CellHit,
+  CellMergeOptions,
+  CreatedCell,
   CellPatchOptions,
   CellSearchOptions,
   SearchMode,
@@ -26,6 +28,7 @@ export type {
   ImportResult,
   MemoryCell,
   MemoryType,
+  NearDuplicate,
   NewCellOptions,
   OwnerType,
   Provenance,

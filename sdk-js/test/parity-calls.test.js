@@ -167,4 +167,31 @@ describe('AMP', () => {
     }
     assert.equal((await gateway.amp.delete(low.id)).lifecycle.status, 'deleted')
   })
+
+  test('merge makes one cell of the sources and archives them', async () => {
+    const writer = admin(services.url, namespace())
+    await writer.register({ name: 'merger' })
+    const first = await writer.amp.create('Ana likes green tea', { ownerId: 'u-4' })
+    const second = await writer.amp.create('Ana drinks tea every morning', { ownerId: 'u-4' })
+    assert.ok(second.near_duplicates === null || Array.isArray(second.near_duplicates))
+    const merged = await writer.amp.merge([first.id, second.id], 'Ana likes tea, every morning', {
+      metadata: { topic: 'tea' },
+      importance: 0.8,
+    })
+    assert.equal(merged.identity.owner_id, 'u-4')
+    assert.deepEqual(merged.content.metadata, { topic: 'tea' })
+    assert.equal(merged.scoring.importance, 0.8)
+    assert.equal(merged.provenance.source_ref, `${first.id},${second.id}`)
+    assert.equal((await writer.amp.get(first.id)).lifecycle.status, 'archived')
+    await assert.rejects(writer.amp.merge([second.id, merged.id], 'again'), (error) => {
+      assert.ok(error instanceof ConflictError)
+      assert.equal(error.cellStatus, 'archived')
+      return true
+    })
+    await assert.rejects(writer.amp.merge([merged.id], 'alone'), (error) => {
+      assert.ok(error instanceof InvalidRequestError)
+      assert.equal(error.field, 'ids')
+      return true
+    })
+  })
 })

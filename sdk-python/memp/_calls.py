@@ -27,6 +27,7 @@ from memp.models import (
     AuditRecord,
     AuditVerdict,
     CellSearchPage,
+    CreatedCell,
     CreatedKey,
     Entry,
     Grant,
@@ -384,9 +385,9 @@ def _without_none(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in fields.items() if value is not None}
 
 
-def create_cell(agent: str | None, body: dict[str, Any]) -> Call[MemoryCell]:
+def create_cell(agent: str | None, body: dict[str, Any]) -> Call[CreatedCell]:
     payload, headers = _json_body(body)
-    return Call("POST", "/amp/memories", _decoder(MemoryCell), body=payload,
+    return Call("POST", "/amp/memories", _decoder(CreatedCell), body=payload,
                 headers={**headers, **_amp_headers(agent)}, idempotent=False)
 
 
@@ -413,9 +414,30 @@ def search_cells(agent: str | None, body: dict[str, Any]) -> Call[CellSearchPage
 
 def import_cells(agent: str | None, cells: Sequence[MemoryCell | Mapping[str, Any]]
                  ) -> Call[ImportResult]:
-    payload, headers = _json_body({"cells": list(cells)})
+    # A create's reply (CreatedCell) is sent as the cell alone: an import takes cells only.
+    payload, headers = _json_body({"cells": [
+        MemoryCell(**{f: getattr(c, f) for f in MemoryCell.__struct_fields__})
+        if isinstance(c, CreatedCell) else c for c in cells]})
     return Call("POST", "/amp/import", _decoder(ImportResult), body=payload,
                 headers={**headers, **_amp_headers(agent)}, idempotent=False)
+
+
+def merge_cells(agent: str | None, body: dict[str, Any]) -> Call[MemoryCell]:
+    payload, headers = _json_body(body)
+    return Call("POST", "/amp/memories/merge", _decoder(MemoryCell), body=payload,
+                headers={**headers, **_amp_headers(agent)}, idempotent=False)
+
+
+def merge_body(ids: Sequence[str], text: str, *, type: str | None,
+               metadata: Mapping[str, Any] | None, importance: float | None,
+               confidence: float | None, decay_rate: float | None,
+               access_policy: AccessPolicy | None) -> dict[str, Any]:
+    """The body of a merge; fields left out take the broker's defaults."""
+    scoring = _without_none({"importance": importance, "confidence": confidence,
+                             "decay_rate": decay_rate})
+    return _without_none({"ids": list(ids), "text": text, "type": type,
+                          "metadata": dict(metadata) if metadata is not None else None,
+                          "scoring": scoring or None, "access_policy": access_policy})
 
 
 def new_cell(text: str, *, owner_id: str, owner_type: str, type: str,

@@ -15,6 +15,7 @@ from memp.models import (
     AccessPolicy,
     CellSearchPage,
     CellStatus,
+    CreatedCell,
     ImportResult,
     MemoryCell,
     MemoryType,
@@ -63,8 +64,10 @@ class Amp(_Base):
                decay_rate: float | None = None, access_policy: AccessPolicy | None = None,
                provenance: Provenance | None = None, session_id: str | None = None,
                expires_at: str | datetime | None = None, agent: str | None = None
-               ) -> MemoryCell:
-        """Create a cell; the broker sets its id, creator (the acting agent) and lifecycle."""
+               ) -> CreatedCell:
+        """Create a cell; the broker sets its id, creator (the acting agent) and lifecycle.
+        `near_duplicates` lists the owner's cells that say nearly the same (None when the
+        broker did not look), to `merge` with."""
         return self._transport.send(_calls.create_cell(self._agent(agent), _calls.new_cell(
             text, owner_id=owner_id, owner_type=owner_type, type=type, metadata=metadata,
             importance=importance, confidence=confidence, decay_rate=decay_rate,
@@ -106,6 +109,18 @@ class Amp(_Base):
             query, owner_id, owner_type, types, status, include_stale, metadata,
             created_after, created_before, limit, cursor, mode, min_score)))
 
+    def merge(self, ids: Sequence[str], text: str, *, type: MemoryType | None = None,
+              metadata: Mapping[str, Any] | None = None, importance: float | None = None,
+              confidence: float | None = None, decay_rate: float | None = None,
+              access_policy: AccessPolicy | None = None, agent: str | None = None
+              ) -> MemoryCell:
+        """One new cell of the sources' owner from 2-50 cells the agent may write, which
+        become archived; its provenance names them. A source already archived (another merge
+        won) raises ConflictError."""
+        return self._transport.send(_calls.merge_cells(self._agent(agent), _calls.merge_body(
+            ids, text, type=type, metadata=metadata, importance=importance,
+            confidence=confidence, decay_rate=decay_rate, access_policy=access_policy)))
+
     def import_cells(self, cells: Sequence[MemoryCell | Mapping[str, Any]], *,
                      agent: str | None = None) -> ImportResult:
         """Store cells from another system as they are (needs `admin` on the AMP
@@ -126,7 +141,7 @@ class AsyncAmp(_Base):
                      decay_rate: float | None = None, access_policy: AccessPolicy | None = None,
                      provenance: Provenance | None = None, session_id: str | None = None,
                      expires_at: str | datetime | None = None, agent: str | None = None
-                     ) -> MemoryCell:
+                     ) -> CreatedCell:
         return await self._transport.send(_calls.create_cell(self._agent(agent),
                                                              _calls.new_cell(
             text, owner_id=owner_id, owner_type=owner_type, type=type, metadata=metadata,
@@ -164,6 +179,16 @@ class AsyncAmp(_Base):
         return await self._transport.send(_calls.search_cells(self._agent(agent), self._search(
             query, owner_id, owner_type, types, status, include_stale, metadata,
             created_after, created_before, limit, cursor, mode, min_score)))
+
+    async def merge(self, ids: Sequence[str], text: str, *, type: MemoryType | None = None,
+                    metadata: Mapping[str, Any] | None = None,
+                    importance: float | None = None, confidence: float | None = None,
+                    decay_rate: float | None = None, access_policy: AccessPolicy | None = None,
+                    agent: str | None = None) -> MemoryCell:
+        return await self._transport.send(_calls.merge_cells(
+            self._agent(agent), _calls.merge_body(
+                ids, text, type=type, metadata=metadata, importance=importance,
+                confidence=confidence, decay_rate=decay_rate, access_policy=access_policy)))
 
     async def import_cells(self, cells: Sequence[MemoryCell | Mapping[str, Any]], *,
                            agent: str | None = None) -> ImportResult:

@@ -371,6 +371,20 @@ class MemoryCell(Struct, kw_only=True):
     provenance: Provenance = msgspec.field(default_factory=Provenance)
 
 
+class NearDuplicate(Struct, frozen=True):
+    """A cell of the same owner whose text means nearly what a new cell's does."""
+
+    id: str
+    similarity: float
+
+
+class CreatedCell(MemoryCell, kw_only=True):
+    """A create's reply: the cell as stored, and its near duplicates (None when the broker did
+    not compute them), candidates for `amp.merge`."""
+
+    near_duplicates: list[NearDuplicate] | None = None
+
+
 class CellHit(Struct, kw_only=True, frozen=True):
     """A search result: the cell, its rank and its current decay score."""
 

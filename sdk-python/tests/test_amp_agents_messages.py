@@ -93,7 +93,7 @@ def test_cells_import_delete_and_async(server: Broker, ns: str) -> None:
     with register(server, ns, "importer") as writer, \
             MEMP(api_key=ADMIN_KEY, namespace=ns, base_url=server.url) as admin:
         cell = writer.amp.create("to be forgotten", owner_id="u-2", importance=0.1)
-        outside = MemoryCell(**{**{f: getattr(cell, f) for f in cell.__struct_fields__},
+        outside = MemoryCell(**{**{f: getattr(cell, f) for f in MemoryCell.__struct_fields__},
                                 "id": "01ARZ3NDEKTSV4RRFFQ69G5FAV"})
         result = admin.amp.import_cells([outside, cell], agent="migrator")
         assert result.imported == 1
@@ -117,6 +117,34 @@ def test_cells_import_delete_and_async(server: Broker, ns: str) -> None:
             assert (await client.amp.search("async", mode="keyword")).results[0].cell.id == made.id
             with pytest.raises(ConflictError):
                 await client.amp.delete(made.id)
+
+    asyncio.run(main())
+
+
+def test_cells_merge_into_one_and_the_sources_are_archived(server: Broker, ns: str) -> None:
+    with register(server, ns, "merger") as writer:
+        first = writer.amp.create("Ana likes green tea", owner_id="u-4")
+        second = writer.amp.create("Ana drinks tea every morning", owner_id="u-4")
+        assert second.near_duplicates is None or isinstance(second.near_duplicates, list)
+        merged = writer.amp.merge([first.id, second.id], "Ana likes tea, every morning",
+                                  metadata={"topic": "tea"}, importance=0.8)
+        assert merged.identity.owner_id == "u-4"
+        assert merged.content.metadata == {"topic": "tea"}
+        assert merged.scoring.importance == 0.8
+        assert merged.provenance.source_ref == f"{first.id},{second.id}"
+        assert writer.amp.get(first.id).lifecycle.status == "archived"
+        with pytest.raises(ConflictError) as refused:
+            writer.amp.merge([second.id, merged.id], "again")
+        assert refused.value.details["field"] == "ids[0]"
+        with pytest.raises(InvalidRequest):
+            writer.amp.merge([merged.id], "alone")
+
+    async def main() -> None:
+        async with AsyncMEMP(api_key=ADMIN_KEY, namespace=ns, base_url=server.url) as client:
+            await client.register("async-merger")
+            made = [await client.amp.create(f"async note {n}", owner_id="u-5") for n in range(2)]
+            joined = await client.amp.merge([cell.id for cell in made], "async notes")
+            assert joined.provenance.source_type == "merge"
 
     asyncio.run(main())
 

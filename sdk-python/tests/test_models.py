@@ -54,6 +54,8 @@ COMPONENTS: dict[type[msgspec.Struct], str] = {
     models.AccessPolicy: "AccessPolicy",
     models.Provenance: "Provenance",
     models.MemoryCell: "MemoryCellFields",
+    models.CreatedCell: "CreatedMemoryCell",
+    models.NearDuplicate: "NearDuplicate",
     models.CellHit: "CellSearchHit",
     models.CellSearchPage: "CellSearchResults",
     models.ImportRefusal: "CellImportError",

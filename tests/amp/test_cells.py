@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.amp import DAY_MS, Amp, error_of, iso, now_ms
+from tests.support.amp import DAY_MS, Amp, created, error_of, iso, now_ms
 from tests.support.brokers import BACKENDS, start_broker
 
 NAMESPACE = "amp-cells"
@@ -141,9 +141,7 @@ def all_keys(amp: Amp) -> list[str]:
 def test_the_good_cell_is_accepted_as_written(amp: Amp) -> None:
     """The baseline the refusals below differ from by one field."""
     body = good_cell()
-    response = amp.post_cell(body)
-    assert response.status_code == 201, response.text
-    stored = response.json()
+    stored = created(amp.post_cell(body))
     for section in ("content", "access_policy", "provenance"):
         assert stored[section] == body[section]
     assert stored["identity"] == {**body["identity"], "created_by": "agent-1"}

@@ -45,6 +45,16 @@ def cell_key(cell: dict[str, Any]) -> str:
     return f"cells/{identity['owner_type']}/{identity['owner_id']}/{cell['id']}"
 
 
+def created(response: httpx.Response) -> dict[str, Any]:
+    """The cell a create's 201 reply holds: the reply less `near_duplicates`, the one field a
+    create's reply has beyond the cell as stored (checked in tests/amp/test_duplicates.py)."""
+    assert response.status_code == 201, response.text
+    cell: dict[str, Any] = response.json()
+    duplicates = cell.pop("near_duplicates")
+    assert duplicates is None or isinstance(duplicates, list), duplicates
+    return cell
+
+
 def error_of(response: httpx.Response) -> dict[str, Any]:
     body: dict[str, Any] = response.json()["error"]
     return body
@@ -90,10 +100,7 @@ class Amp:
                **fields: Any) -> dict[str, Any]:
         body = {"type": type, "content": {"text": text},
                 "identity": {"owner_id": owner, "owner_type": owner_type}, **fields}
-        response = self.post_cell(body, agent)
-        assert response.status_code == 201, response.text
-        cell: dict[str, Any] = response.json()
-        return cell
+        return created(self.post_cell(body, agent))
 
     def get(self, cell_id: str, agent: str | None = None) -> httpx.Response:
         return self.http.get(f"/amp/memories/{cell_id}", headers=self._headers(agent))

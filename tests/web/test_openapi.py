@@ -27,6 +27,8 @@ from referencing.jsonschema import DRAFT202012
 from starlette.routing import BaseRoute, Mount, Route
 
 from broker.amp import cells as amp
+from broker.amp.duplicates import CreatedCell, NearDuplicate
+from broker.amp.merge import MergeBody
 from broker.amp.search import SearchBody, SearchHit
 from broker.app import create_app
 from broker.core import models
@@ -393,6 +395,9 @@ AMP_STRUCTS: list[Any] = [
     pytest.param(SearchBody, "CellSearchBody", id="CellSearchBody"),
     pytest.param(SearchHit, "CellSearchHit", id="CellSearchHit"),
     pytest.param(RunBody, "AmpRunBody", id="AmpRunBody"),
+    pytest.param(MergeBody, "CellMergeBody", id="CellMergeBody"),
+    pytest.param(CreatedCell, "CreatedMemoryCell", id="CreatedMemoryCell"),
+    pytest.param(NearDuplicate, "NearDuplicate", id="NearDuplicate"),
 ]
 
 
@@ -847,6 +852,8 @@ def amp_calls(client: httpx.Client, purge: bool = True) -> list[httpx.Response]:
     return [
         client.post("/amp/memories", json=new_cell("x"), headers=acting_as),
         client.post("/amp/memories/search", json={"query": "python"}, headers=acting_as),
+        client.post("/amp/memories/merge", json={"ids": [UNKNOWN_CELL, OTHER_CELL],
+                                                 "text": "x"}, headers=acting_as),
         client.get(cell, headers=acting_as),
         client.patch(cell, json={"scoring": {"importance": 1}}, headers=acting_as),
         client.delete(cell, headers=acting_as),
@@ -1343,6 +1350,7 @@ def test_bad_subscriptions_are_400(admin: httpx.Client, contract: Contract,
 AGENT_HEADER = "X-AMP-Agent-ID"
 DAY_MS = 86_400_000
 UNKNOWN_CELL = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+OTHER_CELL = "01ARZ3NDEKTSV4RRFFQ69G5FAW"
 
 
 def amp_time(ms: int) -> str:
@@ -1455,6 +1463,17 @@ def test_amp_cells(agent_1: httpx.Client, contract: Contract) -> None:
                   created_before=amp_time(now_ms() + DAY_MS))["results"][0]["cell"]["id"] \
         == cell_id
     assert search(status=["archived", "stale"]) == {"results": [], "next_cursor": None}
+    merged = contract.check(agent_1.post("/amp/memories/merge", json={
+        "ids": others, "text": "notes 0 and 1", "metadata": {"topic": "notes"}}), 201)
+    assert merged["provenance"]["source_ref"] == ",".join(others)
+    again = contract.check(agent_1.post("/amp/memories/merge", json={
+        "ids": [others[0], cell_id], "text": "x"}), 409)
+    assert again["error"]["details"] == {"field": "ids[0]", "id": others[0],
+                                         "status": "archived"}
+    contract.check(agent_1.post("/amp/memories/merge", json={
+        "ids": [cell_id, UNKNOWN_CELL], "text": "x"}), 404)
+    contract.check(agent_1.post("/amp/memories/merge", json={"ids": [cell_id], "text": "x"}),
+                   400)
 
 
 def test_amp_lifecycle_delete_import_and_purge(agent_1: httpx.Client, contract: Contract

@@ -13,6 +13,7 @@ from starlette.routing import Route
 
 from broker.amp.acting import acting_agent, agent_id
 from broker.amp.cells import CellPatch, ImportBody, NewCell, parse_time
+from broker.amp.merge import MergeBody
 from broker.amp.search import CellSearch, SearchBody
 from broker.core.errors import MempError
 from broker.services.audit import actor_fields
@@ -67,7 +68,15 @@ def _field_of(message: str) -> str | None:
 async def create_memory(request: Request) -> Response:
     principal, agent = await _acting(request)
     body = await _body(request, NewCell)
-    return json_response(await services(request).amp_cells.create(principal, agent, body), 201)
+    found = services(request)
+    cell = await found.amp_cells.create(principal, agent, body)
+    return json_response(await found.amp_duplicates.reply(agent, cell), 201)
+
+
+async def merge_memories(request: Request) -> Response:
+    principal, agent = await _acting(request)
+    body = await _body(request, MergeBody)
+    return json_response(await services(request).amp_merger.merge(principal, agent, body), 201)
 
 
 async def read_memory(request: Request) -> Response:
@@ -140,6 +149,7 @@ async def _acting_admin(request: Request) -> tuple[Principal, str]:
 routes = [
     Route("/amp/memories", create_memory, methods=["POST"]),
     Route("/amp/memories/search", search_memories, methods=["POST"]),
+    Route("/amp/memories/merge", merge_memories, methods=["POST"]),
     Route("/amp/memories/{id}", read_memory, methods=["GET"]),
     Route("/amp/memories/{id}", patch_memory, methods=["PATCH"]),
     Route("/amp/memories/{id}", delete_memory, methods=["DELETE"]),

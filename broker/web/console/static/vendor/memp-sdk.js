@@ -821,7 +821,10 @@ var Amp = class {
     });
     return reply.body;
   }
-  /** Create a cell; the broker sets its id, creator (the acting agent) and lifecycle. */
+  /**
+   * Create a cell; the broker sets its id, creator (the acting agent) and lifecycle.
+   * `near_duplicates` lists the owner's cells that say nearly the same, to `merge` with.
+   */
   async create(text, options) {
     const body = defined({
       type: options.type ?? "semantic",
@@ -893,9 +896,33 @@ var Amp = class {
     if (page.degraded !== void 0) found.degraded = page.degraded;
     return found;
   }
+  /**
+   * One new cell of the sources' owner from 2 to 50 cells the agent may write, which become
+   * archived; its provenance names them. A source already archived (another merge won)
+   * rejects with ConflictError.
+   */
+  async merge(ids, text, options = {}) {
+    const body = defined({
+      ids,
+      text,
+      type: options.type,
+      metadata: options.metadata,
+      scoring: defined({
+        importance: options.importance,
+        confidence: options.confidence,
+        decay_rate: options.decayRate
+      }),
+      access_policy: options.accessPolicy
+    });
+    return this.call("POST", "/amp/memories/merge", options, body);
+  }
   /** Store cells from another system as they are (needs `admin` on the AMP namespace). */
   async importCells(cells, options = {}) {
-    return this.call("POST", "/amp/import", options, { cells });
+    const plain = cells.map((cell) => {
+      const { near_duplicates: _, ...rest } = cell;
+      return rest;
+    });
+    return this.call("POST", "/amp/import", options, { cells: plain });
   }
 };
 

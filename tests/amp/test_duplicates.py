@@ -1,0 +1,121 @@
+"""`near_duplicates` on a create's reply: the same owner's cells that mean nearly the same, that
+the agent may read and that are active or stale; null when the embedder could make the write
+wait (not the builtin one, or not loaded)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.amp import NO_BACKGROUND_RUNS, Amp, created
+from tests.support.brokers import BACKENDS, start_broker
+from tests.support.waiting import wait_until
+
+CAT = "Ana has a grey cat named Nube who hates the vacuum cleaner"
+SAME_CAT = "Ana's grey cat Nube hates the vacuum cleaner"
+CAR = "Ana's car is a blue Toyota Corolla from 2016"
+OTHERS = ["Ana drives a blue 2016 Toyota Corolla", "Ana works night shifts on Tuesdays"]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def amp(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Amp]:
+    """One broker with the builtin embedder per store; tests keep to owners of their own."""
+    namespace = f"d-{uuid.uuid4().hex[:10]}"
+    broker = start_broker(request.param, redis_url, amp_namespace=namespace,
+                          amp_lifecycle_interval_seconds=NO_BACKGROUND_RUNS)
+    client = Amp(broker.url, namespace, app=broker.app)
+    yield client
+    client.close()
+    broker.stop()
+
+
+def embedded(amp: Amp, owner: str, count: int, agent: str | None = None) -> None:
+    """Wait until `count` of the owner's cells that `agent` may read have their vectors (the
+    builtin model is then loaded too)."""
+    def found() -> int:
+        response = amp.search_response(agent, owner_id=owner, query="anything",
+                                       mode="semantic",
+                                       status=["active", "stale", "archived"])
+        assert response.status_code == 200, response.text
+        return len(response.json()["results"])
+
+    wait_until(lambda: found() == count, "the owner's cells embedded")
+
+
+def create(amp: Amp, text: str, owner: str, agent: str | None = None,
+           **fields: Any) -> httpx.Response:
+    return amp.post_cell({"type": "semantic", "content": {"text": text},
+                          "identity": {"owner_id": owner, "owner_type": "user"}, **fields},
+                         agent)
+
+
+def test_a_restatement_lists_the_cell_it_restates(amp: Amp) -> None:
+    owner = f"u-{uuid.uuid4().hex[:8]}"
+    cat = amp.create(CAT, owner=owner)
+    for text in OTHERS:
+        amp.create(text, owner=owner)
+    embedded(amp, owner, 3)
+    response = create(amp, SAME_CAT, owner)
+    assert response.status_code == 201, response.text
+    duplicates = response.json()["near_duplicates"]
+    assert [d["id"] for d in duplicates] == [cat["id"]]
+    assert 0.8 <= duplicates[0]["similarity"] <= 1.0
+    # The reply is the cell as stored plus near_duplicates, which a read does not carry.
+    cell = created(response)
+    assert amp.stored(cell) == cell
+    assert "near_duplicates" not in amp.read(cell["id"])
+    # A text unlike any other lists none.
+    assert create(amp, "Ana's favourite opera is Tosca", owner).json()["near_duplicates"] == []
+
+
+def test_only_the_owners_readable_active_cells_are_listed(amp: Amp) -> None:
+    owner, other = (f"u-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    amp.create(CAT, owner=other)  # another owner's
+    private = amp.create(CAT, owner=owner, agent="agent-2")
+    archived = amp.create(CAT, owner=owner)
+    kept = amp.create(CAT, owner=owner)
+    gone = amp.create(CAT, owner=owner)
+    merged = amp.http.post("/amp/memories/merge", headers={"X-AMP-Agent-ID": "agent-1"},
+                           json={"ids": [archived["id"], gone["id"]], "text": OTHERS[0]})
+    assert merged.status_code == 201, merged.text
+    embedded(amp, other, 1)
+    embedded(amp, owner, 4)  # archived, kept, gone and the merged cell
+    embedded(amp, owner, 1, agent="agent-2")
+    duplicates = create(amp, SAME_CAT, owner).json()["near_duplicates"]
+    assert [d["id"] for d in duplicates] == [kept["id"]]
+    # agent-2 may read only its own cell.
+    seen = create(amp, SAME_CAT, owner, agent="agent-2").json()["near_duplicates"]
+    assert [d["id"] for d in seen] == [private["id"]]
+
+
+def test_a_patched_cell_counts_by_its_new_text(amp: Amp) -> None:
+    owner = f"u-{uuid.uuid4().hex[:8]}"
+    cell = amp.create(CAT, owner=owner)
+    embedded(amp, owner, 1)
+    assert amp.patch(cell["id"], {"content": {"text": OTHERS[0]}}).status_code == 200
+    # Its old text's vector, until replaced, does not make it a duplicate of that text.
+    assert create(amp, SAME_CAT, owner).json()["near_duplicates"] == []
+    wait_until(lambda: cell["id"] in amp.search_ids(owner_id=owner, query=CAR,
+                                                    mode="semantic", min_score=0.8),
+               "the patched text embedded")
+    again = create(amp, CAR, owner).json()["near_duplicates"]
+    assert [d["id"] for d in again] == [cell["id"]]
+
+
+def test_without_the_builtin_embedder_near_duplicates_is_null(redis_url: str) -> None:
+    namespace = f"d-{uuid.uuid4().hex[:10]}"
+    broker = start_broker(BACKENDS[0], redis_url, amp_namespace=namespace,
+                          amp_lifecycle_interval_seconds=NO_BACKGROUND_RUNS, embedder="none")
+    try:
+        with Amp(broker.url, namespace, app=broker.app) as plain:
+            owner = f"u-{uuid.uuid4().hex[:8]}"
+            plain.create(CAT, owner=owner)
+            response = create(plain, SAME_CAT, owner)
+            assert response.status_code == 201, response.text
+            assert response.json()["near_duplicates"] is None
+    finally:
+        broker.stop()
