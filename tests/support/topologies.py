@@ -400,12 +400,19 @@ class RedisSentinel(LoopbackProcesses):
         return ports
 
     def wait_ready(self, timeout: float = 60) -> float:
-        """Wait until every sentinel knows the primary, its replicas and the other sentinels,
-        and every replica is in sync. On timeout, the error names what was still missing."""
+        """Wait until the sentinels agree on a primary (`primary` follows them), each knows its
+        replicas and the other sentinels, and every replica is in sync. On timeout, the error
+        names what was still missing."""
         missing = ["nothing checked yet"]
 
         def ready() -> bool:
             missing[0] = "a sentinel or data node did not answer"
+            reported = set(self.reported_primaries())
+            if len(reported) != 1 or None in reported:
+                missing[0] = f"the sentinels name {sorted(map(str, reported))}"
+                return False
+            port = reported.pop()  # whichever they agree on (a test may have failed over)
+            self.primary = next((p for p in self.data if p.port == port), self.primary)
             for sentinel in self.sentinels:
                 with sentinel.client(timeout=0.5) as client:
                     state = client.sentinel_master(self.service_name)
