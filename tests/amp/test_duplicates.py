@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.amp import NO_BACKGROUND_RUNS, Amp, created
+from tests.support.amp import NO_BACKGROUND_RUNS, Amp, created, started_amp
 from tests.support.brokers import BACKENDS, start_broker
 from tests.support.waiting import wait_until
 
@@ -24,13 +24,8 @@ OTHERS = ["Ana drives a blue 2016 Toyota Corolla", "Ana works night shifts on Tu
 @pytest.fixture(scope="module", params=BACKENDS)
 def amp(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Amp]:
     """One broker with the builtin embedder per store; tests keep to owners of their own."""
-    namespace = f"d-{uuid.uuid4().hex[:10]}"
-    broker = start_broker(request.param, redis_url, amp_namespace=namespace,
-                          amp_lifecycle_interval_seconds=NO_BACKGROUND_RUNS)
-    client = Amp(broker.url, namespace, app=broker.app)
-    yield client
-    client.close()
-    broker.stop()
+    with started_amp(request.param, redis_url) as client:
+        yield client
 
 
 def embedded(amp: Amp, owner: str, count: int, agent: str | None = None) -> None:

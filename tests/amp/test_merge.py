@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.amp import NO_BACKGROUND_RUNS, Amp, error_of, run_threads
+from tests.support.amp import NO_BACKGROUND_RUNS, Amp, error_of, run_threads, started_amp
 from tests.support.brokers import BACKENDS, start_broker
 from tests.support.clients import create_key
 from tests.support.depth import arrays
@@ -23,13 +23,8 @@ AGENT = {"X-AMP-Agent-ID": "agent-1"}
 @pytest.fixture(scope="module", params=BACKENDS)
 def amp(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Amp]:
     """One broker per store; tests keep to owners of their own."""
-    namespace = f"m-{uuid.uuid4().hex[:10]}"
-    broker = start_broker(request.param, redis_url, amp_namespace=namespace,
-                          amp_lifecycle_interval_seconds=NO_BACKGROUND_RUNS)
-    client = Amp(broker.url, namespace, app=broker.app)
-    yield client
-    client.close()
-    broker.stop()
+    with started_amp(request.param, redis_url) as client:
+        yield client
 
 
 def merge(amp: Amp, body: Any, headers: dict[str, str] = AGENT) -> httpx.Response:

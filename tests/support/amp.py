@@ -9,6 +9,7 @@ import json
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +20,14 @@ import uvicorn
 from broker.app import create_app
 from broker.runtime.settings import Settings
 from broker.storage import layout
-from tests.support.brokers import ADMIN_KEY, Broker, BrokerProcess, data_client, free_port
+from tests.support.brokers import (
+    ADMIN_KEY,
+    Broker,
+    BrokerProcess,
+    data_client,
+    free_port,
+    start_broker,
+)
 
 WAIT = 15.0  # seconds any single expectation may take before the test fails
 DAY_MS = 86_400_000
@@ -238,6 +246,21 @@ def amp_broker(factory: Callable[..., Broker], backend: str, namespace: str,
     settings.setdefault("amp_lifecycle_interval_seconds", NO_BACKGROUND_RUNS)
     broker = factory(backend, amp_namespace=namespace, **settings)
     return Amp(broker.url, namespace, app=broker.app)
+
+
+@contextlib.contextmanager
+def started_amp(backend: str, redis_url: str, **settings: Any) -> Iterator[Amp]:
+    """A broker of its own in this process, on an AMP namespace no other test uses, the
+    periodic engine out of it; stopped on leaving."""
+    namespace = f"a-{uuid.uuid4().hex[:10]}"
+    settings.setdefault("amp_lifecycle_interval_seconds", NO_BACKGROUND_RUNS)
+    broker = start_broker(backend, redis_url, amp_namespace=namespace, **settings)
+    client = Amp(broker.url, namespace, app=broker.app)
+    try:
+        yield client
+    finally:
+        client.close()
+        broker.stop()
 
 
 # ---- a broker whose clock the test sets ----
