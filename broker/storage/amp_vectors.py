@@ -15,7 +15,7 @@ VECTOR_KEYS = Fields("vector_keys", ("entry", "vector", "unembedded"))
 VECTOR_SAVE = Fields("vector_save", ("id", "version", "model", "dims", "digest", "vector"))
 NEW_VECTOR_KEYS = Fields("new_vector_keys", ("entry", "vector", "unembedded", "index"))
 NEW_VECTOR = Fields("new_vector", ("id", "version", "model", "dims", "digest", "vector",
-                                   "vectors", "owner", "limit"))
+                                   "vectors", "records", "entries", "owner", "limit", "now"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +41,33 @@ class VectorWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class Standing:
+    """A cell's status, expiry (ms, None: none) and readers' globs, from its index record."""
+
+    status: str
+    expires: int | None
+    readers: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Neighbours:
     """What storing a new cell's vector answered: whether it was stored, and the other cells
-    of its owner with a vector of its model and size: their ids, text digests and vectors
-    (float32 bytes, one after another, in the order of `ids`)."""
+    of its owner with a vector of its model and size: their ids, text digests, vectors
+    (float32 bytes, one after another, in the order of `ids`) and standing, None where the
+    record might not describe the text the vector was made from (the cell must be read)."""
 
     stored: bool
     ids: list[str]
     digests: list[str]
     vectors: bytes
+    standings: list[Standing | None]
+
+
+def _standing(state: bytes, readers: bytes) -> Standing | None:
+    if not state:
+        return None
+    status, _, expires = text(state).partition(" ")
+    return Standing(status, int(expires) if expires.isdigit() else None, text(readers).split())
 
 
 class CellVectorStore:
@@ -88,10 +106,11 @@ class CellVectorStore:
                                    digest=w.digest, vector=w.vector)) for w in writes]
         return sum(int(r) for r in await self.backend.run(calls)) if calls else 0
 
-    async def save_new(self, write: VectorWrite, owner_prefix: str, limit: int) -> Neighbours:
+    async def save_new(self, write: VectorWrite, owner_prefix: str, limit: int, now: int
+                       ) -> Neighbours:
         """Store a new cell's vector (only while its entry is still at `write.version`; the
         embedder loop then skips it) and fetch the vectors of the other cells among the first
-        `limit` keys under `owner_prefix`, in one call."""
+        `limit` keys under `owner_prefix`, with their standing, in one call."""
         ns = self.namespace
         reply = await self.backend.call(
             self._save_new,
@@ -100,10 +119,14 @@ class CellVectorStore:
                                  unembedded=self._unembedded, index=layout.index(ns)),
             NEW_VECTOR.pack(id=write.id, version=write.version, model=write.model,
                             dims=write.dims, digest=write.digest, vector=write.vector,
-                            vectors=layout.amp_vector(ns, ""), owner=owner_prefix, limit=limit))
+                            vectors=layout.amp_vector(ns, ""), records=layout.amp_cell(ns, ""),
+                            entries=layout.entry_prefix(ns), owner=owner_prefix, limit=limit,
+                            now=now))
         rest = reply[1:]
-        return Neighbours(stored=int(reply[0]) == 1, ids=[text(i) for i in rest[0::3]],
-                          digests=[text(d) for d in rest[1::3]], vectors=b"".join(rest[2::3]))
+        return Neighbours(stored=int(reply[0]) == 1, ids=[text(i) for i in rest[0::5]],
+                          digests=[text(d) for d in rest[1::5]], vectors=b"".join(rest[2::5]),
+                          standings=[_standing(s, r) for s, r in zip(rest[3::5], rest[4::5],
+                                                                      strict=True)])
 
     async def drop(self, cell_ids: Sequence[str]) -> None:
         """Remove the vectors of cells that are gone or deleted."""
