@@ -61,6 +61,17 @@ def _wordllama() -> Any:
     return wordllama.WordLlama.load(cache_dir=folder, disable_download=True)
 
 
+def embed_one(model: Any, text: str) -> Vectors:
+    """One text's row, as wordllama's `embed` makes it (its tokens' embeddings averaged; the
+    same vector to the bit) without the per-batch work around it: a create embeds one sentence
+    at a time (near duplicates), where that work was most of the cost."""
+    ids = np.asarray(model.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.intp)
+    table = model.embedding
+    np.clip(ids, 0, table.shape[0] - 1, out=ids)
+    pooled: Vectors = table[ids].sum(axis=0, dtype=np.float32) / np.float32(max(len(ids), 1))
+    return pooled[None, :]
+
+
 class BuiltinEmbedder:
     """wordllama's 256-dimension static embeddings: microseconds per sentence, no service."""
 
@@ -83,6 +94,8 @@ class BuiltinEmbedder:
                         self._loaded = await asyncio.to_thread(_wordllama)
                     except Exception as exc:
                         raise EmbedderUnavailable(f"wordllama did not load: {exc}") from exc
+        if len(texts) == 1:
+            return unit_rows(embed_one(self._loaded, texts[0]))
         return unit_rows(self._loaded.embed(list(texts)))
 
     async def close(self) -> None:
