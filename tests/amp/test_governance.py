@@ -97,13 +97,14 @@ def test_a_merge_touching_a_gated_cell_is_refused_and_writes_nothing(
                      for text in ("prefers oolong", "likes oolong tea"))
     merge = {"ids": [first["id"], second["id"]], "text": "prefers oolong tea"}
     # The merged cell would be an agent's, outside `cells/user/*`: not gated.
-    ungated = amp.http.post("/amp/memories/merge", headers={"X-AMP-Agent-ID": "agent-1"}, json=merge)
+    acting = {"X-AMP-Agent-ID": "agent-1"}
+    ungated = amp.http.post("/amp/memories/merge", headers=acting, json=merge)
     assert ungated.status_code == 201, ungated.text
     third, fourth = (amp.create(text, owner="a-4", owner_type="agent")
                      for text in ("drinks oolong", "drinks oolong daily"))
     amp.http.put(f"/v1/namespaces/{amp.namespace}/config", json={
         "rules": [{"pattern": "cells/agent/a-4/*", "approval": "required"}]})
-    gated_merge = amp.http.post("/amp/memories/merge", headers={"X-AMP-Agent-ID": "agent-1"}, json={
+    gated_merge = amp.http.post("/amp/memories/merge", headers=acting, json={
         "ids": [third["id"], fourth["id"]], "text": "drinks oolong daily"})
     assert assert_error(gated_merge, 403, "forbidden")["details"] == {"field": "ids"}
     for cell in (third, fourth):
