@@ -178,7 +178,7 @@ def _mcp(s: Services) -> mcp.McpMount:
         from broker.mcp.tools import Toolbox
         from broker.mcp.watch import Watcher
 
-        return McpServer(Toolbox(s.memory, s.amp_cells, s.agents, s.amp_recall),
+        return McpServer(Toolbox(s.memory, s.amp_cells, s.agents, s.amp_recall, s.amp_merger),
                          Resources(s.memory),
                          Watcher(s.settings, s.hub, s.namespaces, s.memory, s.stream_guard,
                                  s.stream_leases),

@@ -8,14 +8,16 @@ from __future__ import annotations
 import logging
 
 import msgspec
+import numpy as np
 
 from broker.amp.cells import MemoryCell, parse_time
 from broker.amp.embedders import BuiltinEmbedder
 from broker.amp.embedding import text_digest
 from broker.amp.recall import Recall
 from broker.amp.rules import can_read
-from broker.amp.service import CellService, loaded_cell
-from broker.core.grammar import compile_pattern
+from broker.amp.service import CellService, cell_key, stored_cell
+from broker.core.grammar import glob_match
+from broker.storage.amp_vectors import Standing, VectorWrite
 
 log = logging.getLogger("memp.amp")
 # Cosine similarity at or above which two cells are near duplicates. Measured with
@@ -24,6 +26,7 @@ log = logging.getLogger("memp.amp")
 THRESHOLD = 0.8
 MAX_COMPARED = 500  # the owner's cells compared, in key (id, so creation) order
 MAX_LISTED = 10
+NEW_VERSION = 1  # a new cell's entry version: its vector is stored unless it changed since
 
 
 class NearDuplicate(msgspec.Struct):
@@ -68,26 +71,40 @@ class NearDuplicates:
             return None
 
     async def _find(self, agent: str, cell: MemoryCell) -> list[NearDuplicate]:
+        """One embedding, one call storing it and fetching the owner's vectors, one product
+        scoring them all. A cell that passes THRESHOLD is judged by its index record when its
+        vector, record and entry are of one version, else read and judged by its text."""
         cells, recall, identity = self.cells, self.recall, cell.identity
         vector = await recall.query_vector(cell.content.text)
-        pattern = compile_pattern(f"cells/{identity.owner_type}/{identity.owner_id}/*")
-        keys, _ = await cells.index.entries.scan_keys(cells.namespace, pattern, None,
-                                                      MAX_COMPARED)
-        ids = [i for i in (key.rsplit("/", 1)[1] for key in keys) if i != cell.id]
-        stored = await recall.vectors.load(ids)
-        close = [(i, s) for i, s in recall.ranked(vector, stored) if s >= THRESHOLD]
-        if not close:
-            return []
-        loaded = await cells.index.load([i for i, _ in close[:MAX_LISTED * 2]])
+        embedder = recall.embedder
+        assert embedder is not None  # ready() checked it
         now = cells.clock()
+        found = await recall.vectors.save_new(
+            VectorWrite(cell.id, cell_key(cell), NEW_VERSION, embedder.model,
+                        int(vector.shape[0]), text_digest(cell.content.text),
+                        vector.tobytes()),
+            f"cells/{identity.owner_type}/{identity.owner_id}/", MAX_COMPARED, now)
+        if not found.ids:
+            return []
+        scores = np.frombuffer(found.vectors, dtype=np.float32).reshape(
+            len(found.ids), -1) @ vector
+        close = [int(i) for i in np.argsort(-scores, kind="stable")[:MAX_LISTED * 2]
+                 if scores[i] >= THRESHOLD]
+        unsure = [found.ids[at] for at in close if found.standings[at] is None]
+        loaded = await cells.index.load(unsure) if unsure else {}
         listed: list[NearDuplicate] = []
-        for cell_id, similarity in close[:MAX_LISTED * 2]:
-            found = loaded.get(cell_id)
-            other = loaded_cell(cells.namespace, *found, now) if found else None
-            if other is not None and _listable(other[1], agent, now) and \
-                    stored[cell_id].digest == text_digest(other[1].content.text):
+        for at in close:
+            standing, cell_id = found.standings[at], found.ids[at]
+            if standing is not None:
+                keep = _standing_listable(standing, agent, now)
+            else:
+                record = loaded.get(cell_id)
+                other = stored_cell(cells.namespace, *record, now) if record else None
                 # A vector of a text since patched is not the cell's: only current ones count.
-                listed.append(NearDuplicate(cell_id, round(similarity, 4)))
+                keep = other is not None and _listable(other[0], agent, now) and \
+                    found.digests[at] == text_digest(other[0].content.text)
+            if keep:
+                listed.append(NearDuplicate(cell_id, round(float(scores[at]), 4)))
         return listed[:MAX_LISTED]
 
 
@@ -95,3 +112,10 @@ def _listable(cell: MemoryCell, agent: str, now: int) -> bool:
     expires = cell.lifecycle.expires_at
     return cell.lifecycle.status in ("active", "stale") and can_read(cell, agent) \
         and (expires is None or parse_time(expires, "expires_at") > now)
+
+
+def _standing_listable(standing: Standing, agent: str, now: int) -> bool:
+    """`_listable` from an index record in line with the cell."""
+    return standing.status in ("active", "stale") and \
+        (standing.expires is None or standing.expires > now) and \
+        any(glob_match(g, agent) for g in standing.readers)

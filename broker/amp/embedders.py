@@ -40,9 +40,13 @@ class Embedder(Protocol):
 
 
 def unit_rows(matrix: Any) -> Vectors:
-    """Rows scaled to length 1 (a zero row stays zero), as float32."""
-    rows = np.nan_to_num(np.asarray(matrix, dtype=np.float32), posinf=0.0, neginf=0.0)
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    """Rows scaled to length 1 (a zero row stays zero), as float32; a value that is not finite
+    counts as 0. (Checked before replaced, and the norms summed directly: a create embeds one
+    sentence, where numpy's per-call overheads are most of the cost.)"""
+    rows = np.asarray(matrix, dtype=np.float32)
+    if not np.isfinite(rows).all():
+        rows = np.nan_to_num(rows, posinf=0.0, neginf=0.0)
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))[:, None]
     scaled: Vectors = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
     return scaled
 
@@ -55,6 +59,17 @@ def _wordllama() -> Any:
 
     folder = Path(wordllama.__file__).parent
     return wordllama.WordLlama.load(cache_dir=folder, disable_download=True)
+
+
+def embed_one(model: Any, text: str) -> Vectors:
+    """One text's row, as wordllama's `embed` makes it (its tokens' embeddings averaged; the
+    same vector to the bit) without the per-batch work around it: a create embeds one sentence
+    at a time (near duplicates), where that work was most of the cost."""
+    ids = np.asarray(model.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.intp)
+    table = model.embedding
+    np.clip(ids, 0, table.shape[0] - 1, out=ids)
+    pooled: Vectors = table[ids].sum(axis=0, dtype=np.float32) / np.float32(max(len(ids), 1))
+    return pooled[None, :]
 
 
 class BuiltinEmbedder:
@@ -79,6 +94,8 @@ class BuiltinEmbedder:
                         self._loaded = await asyncio.to_thread(_wordllama)
                     except Exception as exc:
                         raise EmbedderUnavailable(f"wordllama did not load: {exc}") from exc
+        if len(texts) == 1:
+            return unit_rows(embed_one(self._loaded, texts[0]))
         return unit_rows(self._loaded.embed(list(texts)))
 
     async def close(self) -> None:

@@ -16,7 +16,7 @@ import msgspec
 from broker.amp.cells import MemoryCell, iso, parse_time
 from broker.amp.index import due_times, index_update, reference_ms, terms_of
 from broker.amp.rules import ARCHIVE_AFTER_MS, PURGE_AFTER_MS, STALE_BELOW, decay_score
-from broker.amp.service import CellService, loaded_cell, parse_cell
+from broker.amp.service import CellService, loaded_cell, stored_cell
 from broker.core.clock import Clock
 from broker.core.errors import MempError
 from broker.services.audit import AuditService
@@ -24,7 +24,6 @@ from broker.services.identities import AMP_ENGINE
 from broker.storage.amp import CellRecord, IndexUpdate
 from broker.storage.amp_status import StatusChange
 from broker.storage.entries import content_hash
-from broker.storage.records import CorruptRecord, RawHash, live_value, skipped
 
 log = logging.getLogger("memp.amp")
 Decide = Callable[[MemoryCell, CellRecord, int], str | None]
@@ -61,22 +60,6 @@ def _archive(cell: MemoryCell, record: CellRecord, as_of: int) -> str | None:
                        "stale_since")
     quiet_since = max(since, reference_ms(cell), record.ref)
     return "archived" if quiet_since + ARCHIVE_AFTER_MS <= as_of else None
-
-
-def _stored_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
-                 ) -> tuple[MemoryCell, int] | None:
-    """A loaded cell and its version, decoded straight from the stored value (no Entry);
-    None when it has no live entry or cannot be read (logged: one such cell never stops a
-    pass)."""
-    try:
-        stored = live_value(record.key, raw, now)
-        if stored is None:
-            return None
-        value, version = stored
-        return parse_cell(value, namespace, record.key), version
-    except CorruptRecord as exc:
-        skipped(exc)
-    return None
 
 
 class LifecycleEngine:
@@ -145,7 +128,7 @@ class LifecycleEngine:
         changes: list[StatusChange] = []
         looks: list[IndexUpdate] = []
         for record, raw in loaded.values():
-            found = _stored_cell(cells.namespace, record, raw, now)
+            found = stored_cell(cells.namespace, record, raw, now)
             if found is None:
                 continue
             cell, version = found

@@ -23,6 +23,10 @@ MODES = ("hybrid", "semantic", "keyword")
 # query's words a cell holds; chosen over Reciprocal Rank Fusion and other weights on
 # bench/recall's labelled questions (docs/amp.md, "How recall ranks").
 SEMANTIC_WEIGHT = 0.8
+# A word share below this is a stray word or two of a longer question ("ana" in "what should
+# we avoid when cooking for Ana?", held by every one of her cells): it counts as none, so that
+# only cells holding much of the query's words rise above their cosine (docs/amp.md).
+KEYWORD_FLOOR = 0.3
 # Words that say nothing about which memory answers: a question's "what", "does", "her" must
 # not lift cells that happen to hold them.
 _STOP = (
@@ -123,9 +127,10 @@ def word_shares(terms: set[str], cells: Mapping[str, Counter[str]]) -> dict[str,
 
 def fused(similarity: float | None, keyword: float) -> float:
     """Hybrid relevance in [0, 1] from a cosine (None: no vector) and a keyword score already
-    scaled to [0, 1]."""
+    scaled to [0, 1], counted from KEYWORD_FLOOR up."""
     semantic = max(similarity or 0.0, 0.0)
-    return SEMANTIC_WEIGHT * semantic + (1 - SEMANTIC_WEIGHT) * keyword
+    counted = keyword if keyword >= KEYWORD_FLOOR else 0.0
+    return SEMANTIC_WEIGHT * semantic + (1 - SEMANTIC_WEIGHT) * counted
 
 
 def unavailable(reason: str) -> MempError:

@@ -40,6 +40,7 @@ from broker.storage.records import (
     WriteOutcome,
     WriteRequest,
     live_entry,
+    live_value,
     skipped,
 )
 
@@ -90,6 +91,22 @@ def loaded_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
     except CorruptRecord as exc:
         skipped(exc)
         return None
+
+
+def stored_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
+                ) -> tuple[MemoryCell, int] | None:
+    """A loaded cell and its version, decoded straight from the stored value (no Entry);
+    None when it has no live entry or cannot be read (logged: one such cell never stops a
+    pass)."""
+    try:
+        stored = live_value(record.key, raw, now)
+        if stored is None:
+            return None
+        value, version = stored
+        return parse_cell(value, namespace, record.key), version
+    except CorruptRecord as exc:
+        skipped(exc)
+    return None
 
 
 class CellGate(Protocol):

@@ -45,7 +45,8 @@ INSTRUCTIONS = """\
 Shared, versioned memory that several agents read and write. Entries are JSON values under
 '/'-separated keys in namespaces (memory_put, memory_get, memory_query, memory_delete,
 memory_history); leave the namespace out to use your agent's own. AMP memory cells are
-remembered facts and events with importance and decay (amp_remember, amp_recall, amp_forget).
+remembered facts and events with importance and decay (amp_remember, amp_recall, amp_merge,
+amp_forget).
 Every entry is also a resource, memp://{namespace}/{key}; subscribe to one to hear when another
 agent changes it."""
 

@@ -15,6 +15,7 @@ from msgspec import Meta, Struct
 
 from broker.amp.acting import acting_agent
 from broker.amp.cells import NewCell
+from broker.amp.merge import MAX_SOURCES, CellMerger, MergeBody
 from broker.amp.recall import Recall
 from broker.amp.search import CellSearch, SearchBody
 from broker.amp.service import CellService
@@ -158,6 +159,33 @@ class AmpRecall(Struct, forbid_unknown_fields=True, kw_only=True):
     agent: ActingAgent = None
 
 
+class AmpMerge(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Merge several AMP memory cells that say one thing (a remembered cell's near_duplicates,
+    or what amp_recall found) into one new cell with your text. The sources must all have one
+    owner, be active or stale, and be cells you may both read and write; they become archived
+    (still found by amp_recall with status archived), and the new cell's provenance names
+    them. Nothing is written when any source is refused. Returns the new cell."""
+
+    ids: Annotated[list[str], Meta(min_length=2, max_length=MAX_SOURCES, description=(
+        "The ids of the cells to merge (2 to 50, each once)."))]
+    text: Annotated[str, Meta(min_length=1, max_length=64 * 1024, description=(
+        "What the merged cell says, replacing the sources' texts."))]
+    type: Annotated[Literal["semantic", "episodic", "procedural"] | None, Meta(description=(
+        "The new cell's kind; leave it out for the sources' kind (semantic when they "
+        "differ)."))] = None
+    metadata: Annotated[dict[str, Any], Meta(description=(
+        "Labels of the new cell (recall matches them exactly)."))] = {}
+    importance: Annotated[Annotated[float, Meta(ge=0.0, le=1.0)] | None, Meta(description=(
+        "How much it matters, 0 to 1 (0.5 unless given)."))] = None
+    confidence: Annotated[Annotated[float, Meta(ge=0.0, le=1.0)] | None, Meta(description=(
+        "How sure you are, 0 to 1 (1 unless given)."))] = None
+    readable_by: Annotated[list[str], Meta(description=(
+        "Agents that may read it besides you and the owner; '*' matches any run of "
+        "characters, as in 'team-*'."))] = []
+    public: Annotated[bool, Meta(description="Let every agent read it.")] = False
+    agent: ActingAgent = None
+
+
 class AmpForget(Struct, forbid_unknown_fields=True, kw_only=True):
     """Forget an AMP memory cell for good. AMP only lets archived cells be deleted: a cell
     that is still active or stale is refused with write_conflict naming its status (cells are
@@ -201,6 +229,7 @@ TOOLS = (
     Tool("memory_history", "A memory entry's versions", MemoryHistory, True),
     Tool("amp_remember", "Remember (create an AMP cell)", AmpRemember, False),
     Tool("amp_recall", "Recall (search AMP cells)", AmpRecall, True),
+    Tool("amp_merge", "Merge AMP cells into one", AmpMerge, False),
     Tool("amp_forget", "Forget (delete an archived AMP cell)", AmpForget, False),
 )
 _BY_NAME = {tool.name: tool for tool in TOOLS}
@@ -210,10 +239,11 @@ class Toolbox:
     """Runs the tools for a caller against the broker's services."""
 
     def __init__(self, memory: MemoryService, cells: CellService, agents: AgentService,
-                 recall: Recall) -> None:
+                 recall: Recall, merger: CellMerger) -> None:
         self.memory = memory
         self.cells = cells
         self.recall = recall
+        self.merger = merger
         self.agents = agents
         self.definitions = [tool.definition() for tool in TOOLS]
         self.schemas = {d.name: d.input_schema for d in self.definitions}
@@ -221,7 +251,7 @@ class Toolbox:
             "memory_put": self._put, "memory_get": self._get, "memory_query": self._query,
             "memory_delete": self._delete, "memory_history": self._history,
             "amp_remember": self._remember, "amp_recall": self._recall,
-            "amp_forget": self._forget,
+            "amp_merge": self._merge, "amp_forget": self._forget,
         }
 
     async def call(self, principal: Principal, name: str, arguments: dict[str, Any] | None
@@ -300,6 +330,18 @@ class Toolbox:
         del fields["agent"]
         body = _decode(SearchBody, {k: v for k, v in fields.items() if v is not None})
         return await CellSearch(self.cells, self.recall).search(principal, agent, body)
+
+    async def _merge(self, principal: Principal, args: AmpMerge) -> Any:
+        agent = self._acting(principal, args.agent)
+        scoring = {name: value for name in ("importance", "confidence")
+                   if (value := getattr(args, name)) is not None}
+        body = _decode(MergeBody, {
+            "ids": args.ids, "text": args.text, "type": args.type, "metadata": args.metadata,
+            "scoring": scoring or None,
+            "access_policy": {"readable_by": args.readable_by, "public": args.public}
+            if args.readable_by or args.public else None,
+        })
+        return await self.merger.merge(principal, agent, body)
 
     async def _forget(self, principal: Principal, args: AmpForget) -> Any:
         agent = self._acting(principal, args.agent)

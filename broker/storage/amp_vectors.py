@@ -13,6 +13,9 @@ from broker.storage.scripts import Fields
 
 VECTOR_KEYS = Fields("vector_keys", ("entry", "vector", "unembedded"))
 VECTOR_SAVE = Fields("vector_save", ("id", "version", "model", "dims", "digest", "vector"))
+NEW_VECTOR_KEYS = Fields("new_vector_keys", ("entry", "vector", "unembedded", "index"))
+NEW_VECTOR = Fields("new_vector", ("id", "version", "model", "dims", "digest", "vector",
+                                   "vectors", "records", "entries", "owner", "limit", "now"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,36 @@ class VectorWrite:
     vector: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """A cell's status, expiry (ms, None: none) and readers' globs, from its index record."""
+
+    status: str
+    expires: int | None
+    readers: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbours:
+    """What storing a new cell's vector answered: whether it was stored, and the other cells
+    of its owner with a vector of its model and size: their ids, text digests, vectors
+    (float32 bytes, one after another, in the order of `ids`) and standing, None where the
+    record might not describe the text the vector was made from (the cell must be read)."""
+
+    stored: bool
+    ids: list[str]
+    digests: list[str]
+    vectors: bytes
+    standings: list[Standing | None]
+
+
+def _standing(state: bytes, readers: bytes) -> Standing | None:
+    if not state:
+        return None
+    status, _, expires = text(state).partition(" ")
+    return Standing(status, int(expires) if expires.isdigit() else None, text(readers).split())
+
+
 class CellVectorStore:
     """The vectors of the AMP namespace's cells."""
 
@@ -45,6 +78,8 @@ class CellVectorStore:
         self.redis = backend.redis
         self.namespace = namespace
         self._save = scripts.register(self.redis, ["amp_vector.lua"], [VECTOR_KEYS, VECTOR_SAVE])
+        self._save_new = scripts.register(self.redis, ["amp_vector_new.lua"],
+                                          [NEW_VECTOR_KEYS, NEW_VECTOR])
         self._unembedded = layout.amp_unembedded(namespace)
 
     async def take(self, limit: int) -> list[str]:
@@ -70,6 +105,28 @@ class CellVectorStore:
                   VECTOR_SAVE.pack(id=w.id, version=w.version, model=w.model, dims=w.dims,
                                    digest=w.digest, vector=w.vector)) for w in writes]
         return sum(int(r) for r in await self.backend.run(calls)) if calls else 0
+
+    async def save_new(self, write: VectorWrite, owner_prefix: str, limit: int, now: int
+                       ) -> Neighbours:
+        """Store a new cell's vector (only while its entry is still at `write.version`; the
+        embedder loop then skips it) and fetch the vectors of the other cells among the first
+        `limit` keys under `owner_prefix`, with their standing, in one call."""
+        ns = self.namespace
+        reply = await self.backend.call(
+            self._save_new,
+            NEW_VECTOR_KEYS.pack(entry=layout.entry(ns, write.key),
+                                 vector=layout.amp_vector(ns, write.id),
+                                 unembedded=self._unembedded, index=layout.index(ns)),
+            NEW_VECTOR.pack(id=write.id, version=write.version, model=write.model,
+                            dims=write.dims, digest=write.digest, vector=write.vector,
+                            vectors=layout.amp_vector(ns, ""), records=layout.amp_cell(ns, ""),
+                            entries=layout.entry_prefix(ns), owner=owner_prefix, limit=limit,
+                            now=now))
+        rest = reply[1:]
+        return Neighbours(stored=int(reply[0]) == 1, ids=[text(i) for i in rest[0::5]],
+                          digests=[text(d) for d in rest[1::5]], vectors=b"".join(rest[2::5]),
+                          standings=[_standing(s, r) for s, r in zip(rest[3::5], rest[4::5],
+                                                                      strict=True)])
 
     async def drop(self, cell_ids: Sequence[str]) -> None:
         """Remove the vectors of cells that are gone or deleted."""

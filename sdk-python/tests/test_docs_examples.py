@@ -58,7 +58,7 @@ def test_the_mcp_http_example(server: Broker, ns: str) -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == [
         "tools: memory_put, memory_get, memory_query, memory_delete, memory_history, "
-        "amp_remember, amp_recall, amp_forget",
+        "amp_remember, amp_recall, amp_merge, amp_forget",
         "wrote version 1",
         "found: ['customer/42']",
         f"updated: memp://{ns}/customer/42",

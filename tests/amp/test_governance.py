@@ -86,3 +86,28 @@ def test_a_patch_approved_after_the_cell_moved_needs_a_rebase(
     stored = amp.read(cell["id"])
     assert stored["content"]["text"] == "first change"
     assert stored["scoring"]["importance"] == 0.9
+
+
+def test_a_merge_touching_a_gated_cell_is_refused_and_writes_nothing(
+        gated: tuple[Amp, httpx.Client]) -> None:
+    """A merge writes several cells in one step, which no single-key proposal can hold: where
+    one of its cells needs approval it is 403 (docs/amp.md), not a proposal."""
+    amp, reviewer = gated
+    first, second = (amp.create(text, owner="a-4", owner_type="agent")
+                     for text in ("prefers oolong", "likes oolong tea"))
+    merge = {"ids": [first["id"], second["id"]], "text": "prefers oolong tea"}
+    # The merged cell would be an agent's, outside `cells/user/*`: not gated.
+    acting = {"X-AMP-Agent-ID": "agent-1"}
+    ungated = amp.http.post("/amp/memories/merge", headers=acting, json=merge)
+    assert ungated.status_code == 201, ungated.text
+    third, fourth = (amp.create(text, owner="a-4", owner_type="agent")
+                     for text in ("drinks oolong", "drinks oolong daily"))
+    amp.http.put(f"/v1/namespaces/{amp.namespace}/config", json={
+        "rules": [{"pattern": "cells/agent/a-4/*", "approval": "required"}]})
+    gated_merge = amp.http.post("/amp/memories/merge", headers=acting, json={
+        "ids": [third["id"], fourth["id"]], "text": "drinks oolong daily"})
+    assert assert_error(gated_merge, 403, "forbidden")["details"] == {"field": "ids"}
+    for cell in (third, fourth):
+        assert amp.read(cell["id"])["lifecycle"]["status"] == "active"
+    listed = reviewer.get(f"/v1/namespaces/{amp.namespace}/proposals")
+    assert listed.status_code == 200 and listed.json()["proposals"] == [], listed.text

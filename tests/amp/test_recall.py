@@ -75,6 +75,26 @@ def test_keyword_mode_ranks_by_shared_words_only(amp: Amp) -> None:
     assert recall(amp, owner, "peanuts", mode="keyword") == [FACTS[0]]
 
 
+def test_hybrid_counts_a_word_share_only_from_the_keyword_floor(amp: Amp) -> None:
+    """Hybrid relevance is 0.8 x cosine + 0.2 x word share, the share counting from 0.3: a
+    cell holding 2 of a question's 9 words ranks by its cosine alone, one holding them all
+    rises above it."""
+    owner = remembered(amp, [FACTS[3], FACTS[0]])
+    question = "does the office kitchen stock oat milk near the wifi router and printer?"
+
+    def scores(mode: str, query: str) -> dict[str, float]:
+        response = amp.http.post("/amp/memories/search", headers={"X-AMP-Agent-ID": "agent-1"},
+                                 json={"query": query, "owner_id": owner, "mode": mode})
+        assert response.status_code == 200, response.text
+        return {hit["cell"]["content"]["text"]: hit["score"]
+                for hit in response.json()["results"]}
+
+    hybrid, semantic = scores("hybrid", question), scores("semantic", question)
+    assert hybrid[FACTS[3]] == pytest.approx(0.8 * semantic[FACTS[3]], rel=1e-3)
+    whole = scores("hybrid", FACTS[3])[FACTS[3]]
+    assert whole > 0.8 * scores("semantic", FACTS[3])[FACTS[3]] + 0.1
+
+
 def test_min_score_leaves_a_question_without_answer_empty(amp: Amp) -> None:
     owner = remembered(amp)
     probe = "quantum chromodynamics lecture notes"

@@ -6,6 +6,7 @@ every other route. (`memp mcp`, the stdio transport, is tested in sdk-python/tes
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -49,7 +50,7 @@ def test_tools_are_listed_with_json_schema_inputs(broker: Broker, mode: str) -> 
             listed = (await client.list_tools()).tools
             assert [t.name for t in listed] == [
                 "memory_put", "memory_get", "memory_query", "memory_delete", "memory_history",
-                "amp_remember", "amp_recall", "amp_forget"]
+                "amp_remember", "amp_recall", "amp_merge", "amp_forget"]
             for tool in listed:
                 schema = tool.input_schema
                 assert schema["type"] == "object" and schema["additionalProperties"] is False
@@ -353,6 +354,81 @@ def test_amp_tools_follow_the_amp_rules(broker: Broker, ns: str) -> None:
     run(main())
 
 
+def test_amp_merge_merges_one_owners_cells_and_refuses_bad_sources_whole(broker: Broker,
+                                                                         ns: str) -> None:
+    with broker.client() as admin:
+        made = admin.post("/v1/agents", json={"name": "merger", "framework": "claude",
+                                              "namespace": ns}).json()
+    agent_id, token = made["agent"]["id"], made["credentials"]["api_key"]
+    _, stranger = register(broker, ns, "merge-stranger")
+    owner = f"u-{ns}"
+
+    async def owned(client: Any) -> set[str]:
+        page = await call(client, "amp_recall", owner_id=owner, owner_type="user", limit=100)
+        return {hit["cell"]["id"] for hit in page["results"]}
+
+    async def main() -> None:
+        async with connect(broker, token) as client, connect(broker, stranger) as other:
+            a, b, c = [await call(client, "amp_remember", text=text, owner_id=owner)
+                       for text in ("Ana likes tea", "Ana drinks green tea", "Ana has a cat")]
+            elsewhere = await call(client, "amp_remember", text="Bob likes tea",
+                                   owner_id=f"{owner}-b")
+            private = await call(other, "amp_remember", text="Ana likes oolong",
+                                 owner_id=owner)
+            unknown = "01J00000000000000000000000"
+            before = await owned(client)
+            refusals = [
+                ({"ids": [a["id"], unknown]}, "not_found", "ids[1]"),
+                ({"ids": [a["id"], elsewhere["id"]]}, "invalid_request", "ids[1]"),
+                ({"ids": [a["id"], private["id"]]}, "forbidden", "ids[1]"),
+                ({"ids": ["*" * 128, a["id"]]}, "invalid_request", "ids[0]"),
+                ({"ids": [a["id"], a["id"]]}, "invalid_request", "ids[1]"),
+                ({"ids": [a["id"]]}, "invalid_request", "ids"),
+                ({"ids": [a["id"], b["id"]], "text": ""}, "invalid_request", "text"),
+                ({"ids": [a["id"], b["id"]], "importance": 2}, "invalid_request",
+                 "importance"),
+            ]
+            for arguments, code, field in refusals:
+                error = await refused(client, "amp_merge", **{"text": "Ana likes tea",
+                                                              **arguments})
+                assert (error["code"], error["details"].get("field")) == (code, field), error
+            assert await owned(client) == before  # nothing written
+
+            merged = await call(client, "amp_merge", ids=[a["id"], b["id"]],
+                                text="Ana likes tea, green above all", importance=0.9,
+                                metadata={"topic": "drinks"})
+            assert merged["provenance"] == {"source_type": "merge", "extraction_method": "merge",
+                                            "source_ref": f"{a['id']},{b['id']}"}
+            assert (merged["identity"]["owner_id"], merged["identity"]["created_by"],
+                    merged["scoring"]["importance"], merged["content"]["metadata"]) == (
+                owner, agent_id, 0.9, {"topic": "drinks"})
+            assert await owned(client) == {merged["id"], c["id"]}
+            # The sources are archived now: merging one again is a conflict naming it.
+            again = await refused(client, "amp_merge", ids=[c["id"], a["id"]], text="x")
+            assert (again["code"], again["details"]["field"], again["details"]["status"]) == (
+                "write_conflict", "ids[1]", "archived")
+            assert await owned(client) == {merged["id"], c["id"]}
+
+    run(main())
+    # A revoked key is refused before MCP, and nothing is merged.
+    with httpx.Client(base_url=broker.url, timeout=WAIT) as http:
+        theirs = open_session(http, token)
+        page = raw_tool_call(http, theirs, "amp_recall", json.dumps(
+            {"owner_id": owner, "owner_type": "user"}))["structuredContent"]["results"]
+        ids = sorted(hit["cell"]["id"] for hit in page)
+        with broker.client() as admin:
+            revoked = admin.delete(f"/v1/keys/{made['credentials']['key_id']}")
+            assert revoked.status_code in (200, 204), revoked.text
+        call_body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+            "name": "amp_merge", "arguments": {"ids": ids, "text": "all of it"}}}
+        reply = http.post("/mcp", json=call_body, headers=theirs)
+        assert reply.status_code == 401 and reply.json()["error"]["code"] == "unauthorized"
+    with broker.client() as admin:
+        left = admin.post("/amp/memories/search", headers={"X-AMP-Agent-ID": agent_id},
+                          json={"owner_id": owner, "owner_type": "user"})
+        assert sorted(hit["cell"]["id"] for hit in left.json()["results"]) == ids
+
+
 @pytest.mark.parametrize(("uri", "namespace", "key", "pattern"), [
     pytest.param("memp://acme/customer/42", "acme", "customer/42", "customer/42", id="entry"),
     pytest.param("memp://acme/a%20b/%3F%23%25", "acme", "a b/?#%", "a b/?#%", id="escaped"),
@@ -367,7 +443,7 @@ def test_resource_uris(uri: str, namespace: str, key: str | None, pattern: str) 
 
 
 def test_every_tool_is_described_once() -> None:
-    assert len({tool.name for tool in TOOLS}) == len(TOOLS) == 8
+    assert len({tool.name for tool in TOOLS}) == len(TOOLS) == 9
 
 
 def test_a_broker_imports_mcp_only_once_mcp_is_used() -> None:

@@ -514,7 +514,9 @@ MCP_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 MCP_ARGUMENTS: dict[str, dict[str, Any]] = {
     "memory_put": {"key": "k", "value": 1}, "memory_get": {"key": "k"}, "memory_query": {},
     "memory_delete": {"key": "k"}, "memory_history": {"key": "k"}, "amp_remember": {"text": "x"},
-    "amp_recall": {"query": "x"}, "amp_forget": {"id": "01J00000000000000000000000"}}
+    "amp_recall": {"query": "x"}, "amp_forget": {"id": "01J00000000000000000000000"},
+    "amp_merge": {"ids": ["01J00000000000000000000000", "01J00000000000000000000001"],
+                  "text": "x"}}
 
 
 def test_every_mcp_tool_argument_takes_stars_depth_and_control_characters(

@@ -1,0 +1,45 @@
+-- AMP: store a new cell's vector, made at its create, and list its owner's other vectors, in one
+-- call (broker/amp/duplicates.py).
+-- KEYS: read_new_vector_keys (the cell's entry, its vector hash, the set of unembedded cells,
+--   the namespace's key index).
+-- ARGV: read_new_vector (cell id, entry version embedded, model, dimensions, text digest, the
+--   vector's float32 bytes, the key prefixes of vector hashes, index records and entries, the
+--   owner's key prefix, how many of the owner's keys to look at, the time now). The vector is
+--   stored, and the cell taken out of the unembedded set (the embedder loop need not embed it
+--   again), only while the entry still holds the version embedded.
+-- Returns {1 when stored else 0, then per other cell of the owner whose vector has the model and
+-- size given: id, text digest, vector, and the cell's status, expiry ('' = none) and readers'
+-- globs from its index record when they are current: the vector, the record and the live entry
+-- all of one version; else '' (the caller reads the cell itself)}.
+local k = read_new_vector_keys(KEYS, 1)
+local a = read_new_vector(ARGV, 1)
+local stored = 0
+if redis.call('HGET', k.entry, 'ver') == a.version then
+  redis.call('HSET', k.vector, 'model', a.model, 'dims', a.dims, 'digest', a.digest,
+             'vec', a.vector, 'ver', a.version)
+  redis.call('SREM', k.unembedded, a.id)
+  stored = 1
+end
+local out = {stored}
+local now = tonumber(a.now)
+local keys = redis.call('ZRANGEBYLEX', k.index, '[' .. a.owner, '[' .. a.owner .. '\255',
+                        'LIMIT', 0, tonumber(a.limit))
+for _, key in ipairs(keys) do
+  local id = string.sub(key, #a.owner + 1)
+  if id ~= a.id then
+    local v = redis.call('HMGET', a.vectors .. id, 'model', 'digest', 'vec', 'ver')
+    if v[1] == a.model and v[2] and v[3] and #v[3] == #a.vector then
+      local state, readers = '', ''
+      local e = redis.call('HMGET', a.entries .. key, 'ver', 'del', 'exp')
+      local r = redis.call('HMGET', a.records .. id, 'ver', 'status', 'expires', 'readers')
+      local expiry = tonumber(e[3] or '')
+      if v[4] and e[1] == v[4] and r[1] == v[4] and e[2] ~= '1' and r[2] and r[4]
+          and not (expiry and expiry <= now) then
+        state, readers = r[2] .. ' ' .. (r[3] or ''), r[4]
+      end
+      out[#out + 1], out[#out + 2], out[#out + 3] = id, v[2], v[3]
+      out[#out + 1], out[#out + 2] = state, readers
+    end
+  end
+end
+return out
