@@ -320,6 +320,14 @@ def refused(url: str, params: list[tuple[str, str]], headers: dict[str, str]
                  id="bad-cursor-header"),
     pytest.param([("namespace", "{ns}"), ("last_event_id", "{ns}:12")], {}, 400,
                  "invalid_request", id="bad-cursor-param"),
+    pytest.param([("namespace", "{ns}"), ("last_event_id", "{ns}:1-0~" + "*" * 128)], {},
+                 400, "invalid_request", id="cursor-check-of-stars"),
+    pytest.param([("namespace", "{ns}"), ("last_event_id", "{ns}:1-0~0a1b2c3d\x01")], {},
+                 400, "invalid_request", id="cursor-check-control-char"),
+    pytest.param([("namespace", "{ns}")], {"Last-Event-ID": "{ns}:1-0~" + "f" * 4096}, 400,
+                 "invalid_request", id="cursor-check-huge"),
+    pytest.param([("namespace", "{ns}")], {"Last-Event-ID": "{ns}:1-0~0A1B2C3D"}, 400,
+                 "invalid_request", id="cursor-check-upper-case"),
 ])
 def test_bad_subscriptions_are_refused(
     broker: Broker, ns: str, query: list[tuple[str, str]], headers: dict[str, str], status: int,
@@ -328,7 +336,7 @@ def test_bad_subscriptions_are_refused(
     sent = {"Authorization": f"Bearer {ADMIN_KEY}"}
     if "auth" in headers:
         sent = {"Authorization": f"Bearer {headers['auth']}"} if headers["auth"] else {}
-    sent.update({k: v for k, v in headers.items() if k != "auth"})
+    sent.update({k: v.format(ns=ns) for k, v in headers.items() if k != "auth"})
     got, body = refused(broker.url, [(k, v.format(ns=ns)) for k, v in query], sent)
     assert got == status
     assert body["error"]["code"] == code
