@@ -69,10 +69,6 @@ class Change:
         object.__setattr__(self, "order", position_key(self.position))
         object.__setattr__(self, "_document", _UNDECODED)
 
-    @property
-    def mark(self) -> Mark:
-        return Mark(self.position, self.check)
-
     def document(self) -> Any:
         """The value filters look at (`filters.Subject`), MISSING for none."""
         if self._document is _UNDECODED:
