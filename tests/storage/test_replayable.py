@@ -5,6 +5,7 @@ connection closed or not. A write without a message id cannot be sent again: it 
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -15,6 +16,7 @@ import redis
 from broker.storage import layout
 from tests.support.brokers import Broker, RedisServer, start_broker
 from tests.support.relay import RelayProxy
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -103,3 +105,39 @@ def test_a_write_without_a_message_id_is_not_sent_again(
         assert reply.status_code == 503, reply.text
         assert reply.json()["error"]["code"] == "unavailable"
         assert versions_written(private_redis, ns, "k") == [1]  # it was applied, once
+
+
+def test_a_write_whose_connection_redis_kills_is_sent_again(private_redis: RedisServer) -> None:
+    """`CLIENT KILL` of the connection a write waits on (held back by `CLIENT PAUSE WRITE`,
+    so Redis has not run it): the broker sends it again on a new connection, where it runs,
+    once."""
+    broker = start_broker("redis", private_redis.url)
+    ns = f"replay-{uuid.uuid4().hex[:8]}"
+    replies: list[httpx.Response] = []
+    try:
+        with broker.client() as client, redis.Redis.from_url(private_redis.url) as admin:
+            warm_up(client, ns)
+            admin.client_pause(10_000, all=False)  # writes wait; this connection does not
+            writer = threading.Thread(
+                target=lambda: replies.append(
+                    client.put(
+                        entry_url(ns, "k"), json={"value": "v"}, headers={"Idempotency-Key": "m-1"}
+                    )
+                )
+            )
+            writer.start()
+
+            def held() -> list[dict[str, str]]:
+                return [
+                    c for c in admin.client_list() if c["cmd"] == "evalsha" and "b" in c["flags"]
+                ]
+
+            wait_until(held, "the write to wait for the pause")
+            admin.client_kill_filter(_id=held()[0]["id"])
+            admin.client_unpause()
+            writer.join(timeout=30)
+    finally:
+        broker.stop()
+    assert len(replies) == 1 and replies[0].status_code == 201, replies
+    assert replies[0].json()["version"] == 1
+    assert versions_written(private_redis, ns, "k") == [1]
