@@ -245,8 +245,11 @@ def run_one(topology: Topology, kind: str, fault: str, replicas: int, writers: i
         acked = {(o.space, o.key, o.value) for o in outcomes if o.status in (200, 201)}
         for space in spaces:
             logged = _logged_values(second.url, space, headers)
-            figures.missing += sum(1 for s, key, value in acked
-                                   if s == space and (key, value) not in logged)
+            gone = sorted((key, value) for s, key, value in acked
+                          if s == space and (key, value) not in logged)
+            figures.missing += len(gone)
+            figures.notes += [f"{space}/{key}: acknowledged {value}, not in the log"
+                              for key, value in gone[:10]]
         time.sleep(1.0)  # the held stream catches up
         figures.stream_silent_gaps, figures.stream_resets = _stream_gaps(held)
         if cursor is not None:
