@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -42,6 +43,8 @@ from broker.storage.pipe import AutoPipeline
 from broker.storage.records import corrupt
 from broker.storage.sentinel import Follower, NotPrimary
 from broker.storage.urls import RedisTarget, parse
+
+log = logging.getLogger("memp.store")
 
 # The client type the stores use. A Cluster client is not a subclass but answers the same
 # commands the stores send (its pipelines refuse scripts: Backend.run sends those itself).
@@ -250,24 +253,42 @@ class Backend:
     # ---- script calls ----
 
     async def call(self, script: AsyncScript, keys: list[Any], args: list[Any], *,
-                   durable: bool = False) -> Any:
-        """One script call; `durable` writes wait for the required replicas."""
-        return (await self.run([(script, keys, args)], durable=durable))[0]
+                   durable: bool = False, replayable: bool = False) -> Any:
+        """One script call; `durable` writes wait for the required replicas (`replayable`:
+        see `run`)."""
+        return (await self.run([(script, keys, args)], durable=durable,
+                               replayable=replayable))[0]
 
-    async def run(self, calls: Sequence[ScriptCall], *, durable: bool = False) -> list[Any]:
+    async def run(self, calls: Sequence[ScriptCall], *, durable: bool = False,
+                  replayable: bool = False) -> list[Any]:
         """Script calls, in one round trip where the deployment allows it (a Cluster refuses
         scripts in pipelines: there they go concurrently, each to its slot's primary).
         `durable` writes then wait until `replicas` replicas have them (WAIT, on the same
         connection), or raise NotReplicated. A script that found a record it cannot read
-        (a `CORRUPT` error, common.lua) raises CorruptRecord."""
-        epoch = self._epoch()
-        try:
-            replies = await self._run(calls, durable)
-        except ResponseError as exc:
-            raise _refused(corrupt(exc)) from None
-        if self._epoch() != epoch:
-            raise NotPrimary("the primary changed while the write was in flight")
-        return replies
+        (a `CORRUPT` error, common.lua) raises CorruptRecord.
+
+        `replayable` calls answer a second sending from their first outcome (a write under a
+        message id: its script replays the reply it remembered), so when their connection
+        closed under them, or the primary moved while they were in flight, whether they ran
+        is unknown but harmless: they are sent once more, on a new connection (to the new
+        primary), instead of failing with a 503 that cannot say whether they were applied."""
+        for attempt in range(2 if replayable else 1):
+            epoch = self._epoch()
+            try:
+                replies = await self._run(calls, durable)
+            except ResponseError as exc:
+                raise _refused(corrupt(exc)) from None
+            except RedisConnectionError:
+                if attempt or not replayable:
+                    raise
+                log.info("a connection closed under a replayable write; sending it again")
+                continue
+            if self._epoch() == epoch:
+                return replies
+            if attempt or not replayable:
+                raise NotPrimary("the primary changed while the write was in flight")
+            log.info("the primary moved under a replayable write; sending it again")
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _epoch(self) -> int:
         """How often the primary moved under this process's clients (Sentinel; 0 elsewhere):

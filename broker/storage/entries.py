@@ -164,16 +164,18 @@ class EntryStore:
         gate = gate or open_gate(namespace)
         keys = [*self.write_keys(namespace, key, req.message_id, req.agent_id), *gate.keys]
         args = self.write_args(namespace, key, req)
-        outcome = WriteOutcome.decode(
-            await self.backend.call(self._put, keys, [*args, *gate.args], durable=True))
+        # Under a message id the script replays its first reply: safe to send again.
+        replayable = bool(req.message_id)
+        outcome = WriteOutcome.decode(await self.backend.call(
+            self._put, keys, [*args, *gate.args], durable=True, replayable=replayable))
         if outcome.status == "uncounted":
             await self.fair_share.recount(namespace)
         elif not (outcome.status == "quota_exceeded"
                   and await self.expire_due(namespace, req.now, 1000)):
             return outcome
         retry = replace(gate, cost=0)
-        return WriteOutcome.decode(
-            await self.backend.call(self._put, keys, [*args, *retry.args], durable=True))
+        return WriteOutcome.decode(await self.backend.call(
+            self._put, keys, [*args, *retry.args], durable=True, replayable=replayable))
 
     async def delete(self, namespace: str, key: str, req: WriteRequest, gate: Gate | None = None
                      ) -> WriteOutcome:
@@ -181,7 +183,8 @@ class EntryStore:
         raw = await self.backend.call(
             self._delete, [*self.write_keys(namespace, key, req.message_id, req.agent_id),
                            *gate.keys],
-            [*self.write_args(namespace, key, req), *gate.args], durable=True)
+            [*self.write_args(namespace, key, req), *gate.args], durable=True,
+            replayable=bool(req.message_id))
         return WriteOutcome.decode(raw)
 
     async def expire_due(self, namespace: str, now: int, batch: int) -> int:

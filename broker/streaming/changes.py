@@ -19,6 +19,7 @@ from broker.storage.changelog import (
     ChangeLogStore,
     ChangeRecord,
     Gap,
+    Mark,
     position_key,
 )
 
@@ -30,8 +31,9 @@ class ChangePayload(Entry, kw_only=True):
 
 
 # How a change is framed for a subscriber following its namespace alone, made once per change:
-# (namespace, position, type, data) -> bytes. The wiring passes SSE's (broker/web/frames.py).
-Framer = Callable[[str, str, str, bytes], bytes]
+# (namespace, Mark of the change, type, data) -> bytes. The wiring passes SSE's
+# (broker/web/frames.py).
+Framer = Callable[[str, Mark, str, bytes], bytes]
 
 
 def encode_payload(entry: Entry, kind: str) -> bytes:
@@ -45,7 +47,8 @@ class Change:
     """One change as subscribers get it. `data` is its JSON payload; `frame` is its event for
     a stream following this namespace only (see `Framer`); `order` is the position as numbers.
     All are made once here, not by each subscriber. `raw_value` is the JSON value a filter
-    looks at (a delete's or expiry's: the value it removed), decoded once, on demand."""
+    looks at (a delete's or expiry's: the value it removed), decoded once, on demand. `check`
+    tells its record from another under the same position (changelog.record_check)."""
 
     namespace: str
     position: str
@@ -58,6 +61,7 @@ class Change:
     frame: bytes = field(default=b"", repr=False, compare=False)
     agent: str = ""
     raw_value: bytes | None = field(default=None, repr=False, compare=False)
+    check: str = ""
     order: tuple[int, int] = field(init=False, repr=False, compare=False)
     _document: Any = field(init=False, repr=False, compare=False)
 
@@ -90,14 +94,15 @@ class ChangeLog:
 
     def change(self, namespace: str, record: ChangeRecord) -> Change:
         entry, kind, position = record.entry, record.type, record.position
+        mark = Mark(position, record.check)
         if kind == CORRUPT:
             return Change(namespace, position, kind, record.key, 0, b"{}",
-                          frame=self.frame(namespace, position, kind, b"{}"))
+                          frame=self.frame(namespace, mark, kind, b"{}"), check=record.check)
         if entry is None:  # a proposal's change: its JSON with the type
             data = b'{"type":"' + kind.encode() + b'",' + record.doc.removeprefix(b"{")
             return Change(namespace, position, kind, record.key, 0, data,
                           proposer=record.proposer,
-                          frame=self.frame(namespace, position, kind, data))
+                          frame=self.frame(namespace, mark, kind, data), check=record.check)
         readers = None
         removed = record.removed
         if self.cells.guards(namespace):
@@ -106,15 +111,16 @@ class ChangeLog:
         data = encode_payload(entry, kind)
         value = entry.value if kind == "put" else removed
         return Change(namespace, position, kind, record.key, entry.version, data, readers,
-                      frame=self.frame(namespace, position, kind, data), agent=entry.agent_id,
-                      raw_value=None if value is None else bytes(value))
+                      frame=self.frame(namespace, mark, kind, data), agent=entry.agent_id,
+                      raw_value=None if value is None else bytes(value), check=record.check)
 
-    async def last_position(self, namespace: str) -> str:
+    async def last_position(self, namespace: str) -> Mark:
         return await self.store.last_position(namespace)
 
-    async def gap(self, namespace: str, position: str, key: str | None = None) -> Gap | None:
+    async def gap(self, namespace: str, position: str, check: str | None = None
+                  ) -> Gap | None:
         """Why changes after `position` are not in the log, or None (ChangeLogStore.gap)."""
-        return await self.store.gap(namespace, position, key)
+        return await self.store.gap(namespace, position, check)
 
     async def after(self, namespace: str, position: str, count: int) -> list[Change]:
         return [self.change(namespace, r)

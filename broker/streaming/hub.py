@@ -18,7 +18,7 @@ from broker.core.filters import Filter, Guard, index_key
 from broker.core.grammar import Pattern
 from broker.runtime.supervisor import Backoff, Supervisor
 from broker.services.visibility import Viewer
-from broker.storage.changelog import CORRUPT, Gap
+from broker.storage.changelog import CORRUPT, Gap, Mark
 from broker.streaming.changes import Change, ChangeLog
 from broker.streaming.queues import ChangeQueue, ConflatingQueue
 
@@ -202,7 +202,7 @@ class NamespaceReader:
         self.ticked = ("0-0", 0.0)  # the position and time of the last progress nudge
         self.ready = asyncio.Event()
         self.position = "0-0"
-        self.key: str | None = None  # the key of the record at `position`, once one was read
+        self.check = ""  # the check of the record at `position` ("": none)
         self.stopped = False
         self.task = supervisor.start(f"change-log reader for {namespace}", self.run,
                                      READER_BACKOFF)
@@ -212,7 +212,8 @@ class NamespaceReader:
         again, from the last position."""
         while not self.stopped:
             if not self.ready.is_set():
-                self.position = await self.changelog.last_position(self.namespace)
+                end = await self.changelog.last_position(self.namespace)
+                self.position, self.check = end.position, end.check
                 self.ready.set()
             changes = await self.changelog.wait(self.namespace, self.position,
                                                 self.block_ms, 1000)
@@ -221,7 +222,7 @@ class NamespaceReader:
             # the reader ever seeing an error. The record at the position must be the one
             # read there: after a failover the new history may hold another under its id.
             if self.position != "0-0":
-                gap = await self.changelog.gap(self.namespace, self.position, self.key)
+                gap = await self.changelog.gap(self.namespace, self.position, self.check)
                 if gap is not None:
                     self._reset_subscribers(gap)
                     continue
@@ -229,8 +230,7 @@ class NamespaceReader:
                 if change.type != CORRUPT:  # its position is passed, nobody gets it
                     self.subscribers.offer(change)
             if changes:
-                self.position = changes[-1].position
-                self.key = changes[-1].key if changes[-1].type != CORRUPT else None
+                self.position, self.check = changes[-1].position, changes[-1].check
             if self.subscribers.filtering:
                 self._progress()
 
@@ -254,7 +254,7 @@ class NamespaceReader:
         history holds and no one was sent are delivered."""
         log.warning("change log of %s does not go on after %s (%s); resetting subscribers",
                     self.namespace, self.position, gap.cause)
-        self.position, self.key = gap.resume, None
+        self.position, self.check = gap.resume, gap.check
         for subscriber in self.subscribers:
             subscriber.queue.drop(self.namespace)
             subscriber.resets[self.namespace] = gap
@@ -331,11 +331,11 @@ class Hub:
                 self.supervisor.stop_soon(reader.task)
                 del self.readers[namespace]
 
-    def position(self, namespace: str) -> str | None:
+    def position(self, namespace: str) -> Mark | None:
         """How far this process's reader of `namespace` has offered changes (None: no reader).
         A subscriber whose queue is empty has been offered everything up to here."""
         reader = self.readers.get(namespace)
-        return reader.position if reader is not None else None
+        return Mark(reader.position, reader.check) if reader is not None else None
 
     @property
     def subscriber_count(self) -> int:

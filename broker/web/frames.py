@@ -1,6 +1,8 @@
 """The SSE wire format of a subscription: every event a stream sends, and its id, the resume
-cursor `ns:ms-seq[,ns:ms-seq...]` (one change-log position per namespace followed) that a
-client hands back as `Last-Event-ID`, with that cursor's parser."""
+cursor `ns:ms-seq~check[,ns:ms-seq~check...]` (one change-log position per namespace followed,
+with the check of the record there, so a resume notices a record another history holds under
+the same id) that a client hands back as `Last-Event-ID`, with that cursor's parser. A cursor
+without checks (as brokers issued before them, or at the start of an empty log) is read too."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ import re
 import msgspec
 
 from broker.core.errors import MempError
+from broker.storage.changelog import CHECK_LENGTH, Mark
 
-_CURSOR_PART_RE = re.compile(r"([a-z0-9][a-z0-9._-]{0,62}):([0-9]{1,20})-([0-9]{1,20})")
+_CURSOR_PART_RE = re.compile(r"([a-z0-9][a-z0-9._-]{0,62}):([0-9]{1,20})-([0-9]{1,20})"
+                             rf"(?:~([0-9a-f]{{{CHECK_LENGTH}}}))?")
 _STREAM_ID_MAX = 2**64 - 1  # each half of a Redis stream id is an unsigned 64-bit number
 
 
@@ -25,11 +29,11 @@ def retry(ms: int) -> bytes:
     return f"retry: {ms}\n\n".encode()
 
 
-def change(namespace: str, position: str, kind: str, data: bytes) -> bytes:
+def change(namespace: str, mark: Mark, kind: str, data: bytes) -> bytes:
     """A change's event for a stream following its namespace alone: the cursor is the
     change's own position, so every such subscriber sends the same bytes (made once, by the
     change-log reader: `streaming.changes.Framer`)."""
-    return event(kind.encode(), format_cursor({namespace: position}), data)
+    return event(kind.encode(), format_cursor({namespace: mark}), data)
 
 
 # What a `reset` says, by its cause (broker/storage/changelog.py, docs/subscriptions.md).
@@ -64,14 +68,16 @@ def farewell(name: bytes, cursor: bytes, reason: str) -> bytes:
                                                     "reason": reason}))
 
 
-def format_cursor(positions: dict[str, str]) -> bytes:
-    """A stream's cursor, sent as every event's id: `ns:ms-seq[,ns:ms-seq...]`, sorted."""
-    return ",".join(f"{ns}:{pos}" for ns, pos in sorted(positions.items())).encode()
+def format_cursor(marks: dict[str, Mark]) -> bytes:
+    """A stream's cursor, sent as every event's id: `ns:ms-seq~check[,...]`, sorted by
+    namespace (`~check` left out where the position has no record)."""
+    return ",".join(f"{ns}:{m.position}~{m.check}" if m.check else f"{ns}:{m.position}"
+                    for ns, m in sorted(marks.items())).encode()
 
 
-def parse_cursor(text: str | None) -> dict[str, str] | None:
-    """The positions of a cursor `format_cursor` made (None for none given); anything else is
-    `invalid_request`."""
+def parse_cursor(text: str | None) -> dict[str, Mark] | None:
+    """The positions of a cursor `format_cursor` made, with their checks where it has them
+    (None for no cursor); anything else is `invalid_request`."""
     if text is None or text.strip() == "":
         return None
     positions = {}
@@ -80,5 +86,5 @@ def parse_cursor(text: str | None) -> dict[str, str] | None:
         if match is None or max(int(match[2]), int(match[3])) > _STREAM_ID_MAX:
             raise MempError("invalid_request", "Last-Event-ID is not a cursor this broker issued",
                             {"last_event_id": text[:200]})
-        positions[match[1]] = f"{int(match[2])}-{int(match[3])}"
+        positions[match[1]] = Mark(f"{int(match[2])}-{int(match[3])}", match[4] or "")
     return positions

@@ -19,7 +19,7 @@ from broker.core.models import Entry
 from broker.runtime.metrics import Metrics
 from broker.services.auth import Principal
 from broker.services.memory import MemoryService
-from broker.storage.changelog import CORRUPT, TRIMMED, position_key
+from broker.storage.changelog import CORRUPT, TRIMMED, Mark, position_key
 from broker.streaming.changes import Change, ChangeLog, encode_payload
 from broker.streaming.hub import Hub, Subscriber
 from broker.streaming.queues import ENTRY_CHANGES
@@ -36,7 +36,7 @@ class StreamRequest:
     `max_rate` changes a second (which conflates too)."""
 
     patterns: dict[str, list[Pattern]]
-    cursor: dict[str, str] | None
+    cursor: dict[str, Mark] | None
     snapshot: bool
     accepts: Filter | None = None
     guard: Guard | None = None
@@ -91,6 +91,7 @@ class EventStream:
             conflate=request.conflate or request.max_rate is not None)
         self.retry_ms = retry_ms
         self.positions: dict[str, str] = {}
+        self.checks: dict[str, str] = {}  # the check of the record at each position ("": none)
         self.orders: dict[str, tuple[int, int]] = {}  # the positions as numbers
         self.single = len(request.patterns) == 1
         self.snapshot_versions: dict[tuple[str, str], int] = {}
@@ -103,11 +104,13 @@ class EventStream:
 
     @property
     def cursor(self) -> bytes:
-        return frames.format_cursor(self.positions)
+        return frames.format_cursor({ns: Mark(position, self.checks.get(ns, ""))
+                                     for ns, position in self.positions.items()})
 
-    def _move(self, namespace: str, position: str) -> None:
-        self.positions[namespace] = position
-        self.orders[namespace] = position_key(position)
+    def _move(self, namespace: str, mark: Mark) -> None:
+        self.positions[namespace] = mark.position
+        self.checks[namespace] = mark.check
+        self.orders[namespace] = position_key(mark.position)
 
     async def open(self) -> dict[str, str]:
         """Join the hub and fix the start positions before any response is sent, so a store
@@ -159,7 +162,8 @@ class EventStream:
     async def _locate(self) -> dict[str, str]:
         """Set each namespace's start: the cursor, else the log's end; returns the namespaces
         whose cursor lost changes, with why. After trimming they start from the end; after a
-        loss or a replaced history, from where the log's own history goes on, so the changes
+        loss or a replaced history (the record at the cursor is gone, or another one under its
+        id fails the cursor's check), from where the log's own history goes on, so the changes
         it holds that the cursor never saw are sent after the reset."""
         lost: dict[str, str] = {}
         cursor = self.request.cursor or {}
@@ -168,13 +172,13 @@ class EventStream:
             start = cursor.get(namespace)
             if start is None:
                 continue
-            gap = await self.changelog.gap(namespace, start)
+            gap = await self.changelog.gap(namespace, start.position, start.check or None)
             if gap is None:
                 self._move(namespace, start)
                 continue
             lost[namespace] = gap.cause
             if gap.cause != TRIMMED:
-                self._move(namespace, gap.resume)
+                self._move(namespace, Mark(gap.resume, gap.check))
         return lost
 
     async def _snapshot(self) -> AsyncIterator[bytes]:
@@ -224,9 +228,9 @@ class EventStream:
         if subscriber.overflowed or subscriber.resets:
             return None
         for namespace in self.request.patterns:
-            position = self.hub.position(namespace)
-            if position is not None and position_key(position) > self.orders[namespace]:
-                self._move(namespace, position)
+            mark = self.hub.position(namespace)
+            if mark is not None and position_key(mark.position) > self.orders[namespace]:
+                self._move(namespace, mark)
                 self.unsent = True
         return self._progress_frame() if self.unsent else None
 
@@ -236,6 +240,7 @@ class EventStream:
         if change.order <= self.orders.get(change.namespace, (0, 0)):
             return False
         self.positions[change.namespace] = change.position
+        self.checks[change.namespace] = change.check
         self.orders[change.namespace] = change.order
         if self.snapshot_versions and change.proposer is None:
             snapshot_version = self.snapshot_versions.get((change.namespace, change.key), 0)
@@ -317,7 +322,7 @@ class EventStream:
                     return
                 while subscriber.resets:
                     namespace, gap = subscriber.resets.popitem()
-                    self._move(namespace, gap.resume)
+                    self._move(namespace, Mark(gap.resume, gap.check))
                     frames.append(self._reset(namespace, gap.cause))
                 if change is not None and self._fresh(change, matched=True):
                     frames.append(self._frame(change))

@@ -85,6 +85,8 @@ export interface AuditFilter {
   actor?: string | undefined
   key?: string | undefined
   action?: string | undefined
+  /** A record id (the newest one an earlier export returned): only records appended after it. */
+  after?: string | undefined
 }
 
 function bound(value: Bound | undefined): string | number | undefined {
@@ -164,6 +166,7 @@ export class Audit {
       actor: options.actor,
       key: options.key,
       action: options.action,
+      after: options.after,
       ...pageQuery(options),
     }
     return (await getResource(this.transport, this.client, options, ['audit'], query)) as AuditPage

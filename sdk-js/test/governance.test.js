@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 
-import { ApprovalPendingError, ConflictError } from 'memp-sdk'
+import { ApprovalPendingError, ConflictError, InvalidRequestError } from 'memp-sdk'
 
 import { admin, namespace, useServices } from './helpers.js'
 
@@ -47,4 +47,34 @@ test('a gated put is a proposal; approving writes it; the audit log records it a
   const verdict = await broker.audit.verify()
   assert.equal(verdict.ok, true)
   assert.equal(verdict.records, all.length)
+})
+
+test('an export after a record id has only what was appended since', async () => {
+  const broker = admin(services.url, namespace())
+  await broker.memory.put('notes/1', 1)
+  const [newest] = await broker.audit.export()
+  assert.ok(newest)
+  await broker.memory.put('notes/2', 2)
+  await broker.memory.delete('notes/1')
+  const newer = await broker.audit.export({ after: newest.id })
+  assert.deepEqual(
+    newer.map((r) => [r.action, r.key]),
+    [
+      ['delete', 'notes/1'],
+      ['put', 'notes/2'],
+    ],
+  )
+  const [latest, earlier] = newer
+  assert.ok(latest && earlier)
+  assert.deepEqual(await broker.audit.export({ after: latest.id }), [])
+  const page = await broker.audit.list({ after: newest.id, action: 'put' })
+  assert.deepEqual(
+    page.records.map((r) => r.id),
+    [earlier.id],
+  )
+  for (const hostile of ['*'.repeat(128), '1-0\u0000', '99999999999999999999999-0', '1-2-3']) {
+    const refused = await broker.audit.export({ after: hostile }).catch((error) => error)
+    assert.ok(refused instanceof InvalidRequestError, String(refused))
+    assert.deepEqual(refused.details, { parameter: 'after' })
+  }
 })

@@ -324,24 +324,28 @@ def reject_proposal(namespace: str, proposal_id: str, reason: str) -> Call[Propo
 
 def list_audit(namespace: str, *, since: int | datetime | str | None,
                until: int | datetime | str | None, actor: str | None, key: str | None,
-               action: str | None, cursor: str | None, limit: int | None) -> Call[AuditPage]:
+               action: str | None, cursor: str | None, limit: int | None,
+               after: str | None = None) -> Call[AuditPage]:
     return Call("GET", _namespace_path(namespace, "audit"), _decoder(AuditPage),
-                params=audit_params(since, until, actor, key, action, cursor, limit))
+                params=audit_params(since, until, actor, key, action, cursor, limit, after))
 
 
 def audit_params(since: int | datetime | str | None, until: int | datetime | str | None,
                  actor: str | None, key: str | None, action: str | None,
-                 cursor: str | None = None, limit: int | None = None) -> dict[str, str | int]:
+                 cursor: str | None = None, limit: int | None = None,
+                 after: str | None = None) -> dict[str, str | int]:
+    """The selection's query; `after` is a record id (the newest one a previous export
+    returned): only records appended after it."""
     def bound(value: int | datetime | str | None) -> str | int | None:
         return _millis(value) if isinstance(value, datetime) else value
 
-    return _params(since=bound(since), until=bound(until), actor=actor, key=key,
+    return _params(since=bound(since), until=bound(until), after=after, actor=actor, key=key,
                    action=action, cursor=cursor, limit=limit)
 
 
 def export_audit(namespace: str, *, since: int | datetime | str | None,
                  until: int | datetime | str | None, actor: str | None, key: str | None,
-                 action: str | None) -> Call[list[AuditRecord]]:
+                 action: str | None, after: str | None = None) -> Call[list[AuditRecord]]:
     """The whole selection, newest first, read from the broker's NDJSON export."""
     decoder = msgspec.json.Decoder(AuditRecord)
 
@@ -349,7 +353,7 @@ def export_audit(namespace: str, *, since: int | datetime | str | None,
         return [decoder.decode(line) for line in response.content.splitlines() if line]
 
     return Call("GET", _namespace_path(namespace, "audit"), parse,
-                params=audit_params(since, until, actor, key, action),
+                params=audit_params(since, until, actor, key, action, after=after),
                 headers={"Accept": "application/x-ndjson"})
 
 

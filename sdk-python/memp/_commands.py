@@ -218,7 +218,8 @@ def cmd_audit(broker: MEMP, args: argparse.Namespace) -> None:
             raise MempError("the audit log's hash chain is broken", code="audit_broken")
         return
     selection = {"since": time_bound(args.since), "until": time_bound(args.until),
-                 "actor": args.actor, "key": args.key, "action": args.action}
+                 "actor": args.actor, "key": args.key, "action": args.action,
+                 "after": args.after}
     records = broker.audit.export(**selection) if args.what == "export" or args.limit is None \
         else broker.audit.list(limit=args.limit, **selection).records
     names, wide = AgentNames(broker), args.wide

@@ -149,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--actor", help="an agent id, key id or admin")
     audit.add_argument("--key")
     audit.add_argument("--action", help="put, delete, merge, propose, approve, config, ...")
+    audit.add_argument("--after", metavar="ID",
+                       help="only records appended after this record id (the newest id of a "
+                            "previous export: export incrementally)")
     audit.add_argument("--limit", type=int, help="at most this many records (default: all)")
     audit.add_argument("--table", action="store_true",
                        help="print a readable table (agents by name)")
@@ -294,6 +297,7 @@ _EXAMPLES = {
     "reject": ["memp -n my-app reject PROPOSAL_ID --reason 'not a fact'"],
     "audit": ["memp -n my-app audit --since 1h --key customer/123 --table",
               "memp -n my-app audit export > audit.ndjson",
+              "memp -n my-app audit export --after \"$(head -1 audit.ndjson | jq -r .id)\"",
               "memp -n my-app audit verify"],
     "register": ["memp -n my-app register --name planner --framework langchain --reuse"],
     "mcp": ["MEMP_API_KEY=... MEMP_NAMESPACE=my-app memp mcp"],

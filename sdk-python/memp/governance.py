@@ -84,19 +84,22 @@ class Audit:
 
     def list(self, *, since: Bound = None, until: Bound = None, actor: str | None = None,
              key: str | None = None, action: str | None = None, cursor: str | None = None,
-             limit: int | None = None, namespace: str | None = None) -> AuditPage:
-        """One page, newest first; pass `next_cursor` back for the next."""
+             limit: int | None = None, after: str | None = None,
+             namespace: str | None = None) -> AuditPage:
+        """One page, newest first; pass `next_cursor` back for the next. `after`: only
+        records appended after that record id."""
         return self._transport.send(_calls.list_audit(
             self._config.require_namespace(namespace), since=since, until=until, actor=actor,
-            key=key, action=action, cursor=cursor, limit=limit))
+            key=key, action=action, cursor=cursor, limit=limit, after=after))
 
     def export(self, *, since: Bound = None, until: Bound = None, actor: str | None = None,
-               key: str | None = None, action: str | None = None,
+               key: str | None = None, action: str | None = None, after: str | None = None,
                namespace: str | None = None) -> builtins.list[AuditRecord]:
-        """Every record of the selection, newest first (the broker's NDJSON export)."""
+        """Every record of the selection, newest first (the broker's NDJSON export). For an
+        incremental export pass the newest id the last one returned as `after`."""
         return self._transport.send(_calls.export_audit(
             self._config.require_namespace(namespace), since=since, until=until, actor=actor,
-            key=key, action=action))
+            key=key, action=action, after=after))
 
     def verify(self, *, namespace: str | None = None) -> AuditVerdict:
         """Walk the hash chain: `ok` is False, with `broken`, if a record was tampered with."""
@@ -113,18 +116,18 @@ class AsyncAudit:
     async def list(self, *, since: Bound = None, until: Bound = None, actor: str | None = None,
                    key: str | None = None, action: str | None = None,
                    cursor: str | None = None, limit: int | None = None,
-                   namespace: str | None = None) -> AuditPage:
+                   after: str | None = None, namespace: str | None = None) -> AuditPage:
         return await self._transport.send(_calls.list_audit(
             self._config.require_namespace(namespace), since=since, until=until, actor=actor,
-            key=key, action=action, cursor=cursor, limit=limit))
+            key=key, action=action, cursor=cursor, limit=limit, after=after))
 
     async def export(self, *, since: Bound = None, until: Bound = None,
                      actor: str | None = None, key: str | None = None,
-                     action: str | None = None, namespace: str | None = None
-                     ) -> builtins.list[AuditRecord]:
+                     action: str | None = None, after: str | None = None,
+                     namespace: str | None = None) -> builtins.list[AuditRecord]:
         return await self._transport.send(_calls.export_audit(
             self._config.require_namespace(namespace), since=since, until=until, actor=actor,
-            key=key, action=action))
+            key=key, action=action, after=after))
 
     async def verify(self, *, namespace: str | None = None) -> AuditVerdict:
         return await self._transport.send(_calls.verify_audit(

@@ -425,7 +425,15 @@ def test_proposals_approve_reject_and_audit(env: dict[str, str], ns: str) -> Non
     assert [r["action"] for r in records][:3] == ["reject", "propose", "approve"]
     assert lines(memp(env, "audit", "--since", "1h", "--action", "config").stdout)
     assert "approve" in memp(env, "audit", "--table").stdout
-    assert len(lines(memp(env, "audit", "export").stdout)) == len(records)
+    exported = lines(memp(env, "audit", "export").stdout)
+    assert len(exported) == len(records)
+    # Incrementally: after the newest record exported, only what was appended since.
+    assert lines(memp(env, "audit", "export", "--after", exported[0]["id"]).stdout) == []
+    assert memp(env, "put", "notes/n", "1").returncode == 0
+    newer = lines(memp(env, "audit", "export", "--after", exported[0]["id"]).stdout)
+    assert [(r["action"], r["key"]) for r in newer] == [("put", "notes/n")]
+    hostile = memp(env, "audit", "export", "--after", "*" * 128)
+    assert hostile.returncode == 1 and "after" in hostile.stderr
     verified = memp(env, "audit", "verify")
     assert verified.returncode == 0 and json.loads(verified.stdout)["ok"] is True
 

@@ -13,6 +13,7 @@ from memp import (
     AsyncMEMP,
     ConflictError,
     Forbidden,
+    InvalidRequest,
     NamespaceConfig,
     StrategyRule,
 )
@@ -74,5 +75,33 @@ def test_async_and_permissions(aclient_factory: Callable[..., AsyncMEMP], client
                 await writer.audit.verify()
             assert (await admin.proposals.approve(proposal_id)).proposal.status == "approved"
             assert (await admin.audit.verify()).ok
+
+    asyncio.run(run())
+
+
+def test_an_export_after_a_record_id_has_only_what_was_appended_since(
+    client: MEMP, aclient_factory: Callable[..., AsyncMEMP]
+) -> None:
+    """An operator exports the audit log incrementally: each export passes the newest id the
+    previous one got as `after`, and gets exactly the records appended since, in both SDKs."""
+    client.memory.put("notes/1", 1)
+    first = client.audit.export()
+    client.memory.put("notes/2", 2)
+    client.memory.delete("notes/1")
+    newer = client.audit.export(after=first[0].id)
+    assert [(r.action, r.key) for r in newer] == [("delete", "notes/1"), ("put", "notes/2")]
+    assert client.audit.export(after=newer[0].id) == []
+    assert [r.id for r in client.audit.list(after=first[0].id).records] == [r.id for r in newer]
+    assert client.audit.export(after=first[0].id, action="put") == newer[1:]
+    for hostile in ("*" * 128, "1-0\x00", "99999999999999999999999-0", "1-2-3", "-1-0"):
+        with pytest.raises(InvalidRequest) as refused:
+            client.audit.export(after=hostile)
+        assert refused.value.details == {"parameter": "after"}
+
+    async def run() -> None:
+        async with aclient_factory() as admin:
+            assert await admin.audit.export(after=first[0].id) == newer
+            page = await admin.audit.list(after=newer[0].id)
+            assert page.records == []
 
     asyncio.run(run())

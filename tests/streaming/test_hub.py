@@ -17,7 +17,16 @@ from broker.core.grammar import compile_pattern
 from broker.runtime.supervisor import Supervisor
 from broker.services.visibility import Viewer
 from broker.storage import layout
-from broker.storage.changelog import LOST, REPLACED, TRIMMED, ChangeLogStore, Gap, position_key
+from broker.storage.changelog import (
+    LOST,
+    REPLACED,
+    TRIMMED,
+    ChangeLogStore,
+    Gap,
+    Mark,
+    position_key,
+    record_check,
+)
 from broker.streaming.changes import Change, ChangeLog
 from broker.streaming.hub import Audience, Hub, Subscriber
 from broker.streaming.queues import ConflatingQueue
@@ -32,12 +41,15 @@ pytestmark = pytest.mark.fast  # in-process, no redis-server: `pytest -m fast`
 @pytest.mark.parametrize(("text", "expected"), [
     pytest.param(None, None, id="absent"),
     pytest.param("  ", None, id="blank"),
-    pytest.param("acme:1700000000000-0", {"acme": "1700000000000-0"}, id="one"),
-    pytest.param("a.b:1-2,c-d:3-4", {"a.b": "1-2", "c-d": "3-4"}, id="two"),
-    pytest.param("acme:0-0", {"acme": "0-0"}, id="start-of-log"),
+    pytest.param("acme:1700000000000-0", {"acme": Mark("1700000000000-0")}, id="plain"),
+    pytest.param("acme:1700000000000-0~0a1b2c3d", {"acme": Mark("1700000000000-0", "0a1b2c3d")},
+                 id="checked"),
+    pytest.param("a.b:1-2~ffffffff,c-d:3-4", {"a.b": Mark("1-2", "ffffffff"), "c-d": Mark("3-4")},
+                 id="two"),
+    pytest.param("acme:0-0", {"acme": Mark("0-0")}, id="start-of-log"),
 ])
 def test_parse_cursor_reads_what_the_broker_issues(text: str | None,
-                                                   expected: dict[str, str] | None) -> None:
+                                                   expected: dict[str, Mark] | None) -> None:
     assert parse_cursor(text) == expected
 
 
@@ -49,6 +61,15 @@ def test_parse_cursor_reads_what_the_broker_issues(text: str | None,
     pytest.param("acme:a-b", id="not-numbers"),
     pytest.param("acme:1-0;drop", id="junk"),
     pytest.param("acme:" + "9" * 21 + "-0", id="too-long"),
+    pytest.param("acme:1-0~", id="empty-check"),
+    pytest.param("acme:1-0~0a1b2c3", id="short-check"),
+    pytest.param("acme:1-0~0a1b2c3d4", id="long-check"),
+    pytest.param("acme:1-0~0A1B2C3D", id="upper-case-check"),
+    pytest.param("acme:1-0~0a1b2c3g", id="not-hex-check"),
+    pytest.param("acme:1-0~~0a1b2c3d", id="two-tildes"),
+    pytest.param("acme:1-0~" + "*" * 128, id="stars"),
+    pytest.param("acme:1-0~0a1b2c3d\x00", id="control-char"),
+    pytest.param("acme:1-0~0a1b\n2c3d", id="newline"),
 ])
 def test_parse_cursor_refuses_anything_else(text: str) -> None:
     with pytest.raises(MempError) as raised:
@@ -57,9 +78,9 @@ def test_parse_cursor_refuses_anything_else(text: str) -> None:
 
 
 def test_format_cursor_sorts_namespaces_and_round_trips() -> None:
-    positions = {"zeta": "5-0", "alpha": "7-1"}
+    positions = {"zeta": Mark("5-0", "00ff00ff"), "alpha": Mark("7-1"), "mid": Mark("0-0")}
     text = format_cursor(positions)
-    assert text == b"alpha:7-1,zeta:5-0"
+    assert text == b"alpha:7-1,mid:0-0,zeta:5-0~00ff00ff"
     assert parse_cursor(text.decode()) == positions
 
 
@@ -113,7 +134,7 @@ def test_a_queue_is_bounded_by_the_bytes_it_holds_too() -> None:
     def big(version: int) -> Change:
         data = b'"' + b"x" * 10_000 + b'"'
         return Change("a", f"{version}-0", "put", "k", version, data,
-                      frame=frames.change("a", f"{version}-0", "put", data))
+                      frame=frames.change("a", Mark(f"{version}-0"), "put", data))
 
     async def scenario() -> None:
         frame = len(big(1).frame)
@@ -161,8 +182,13 @@ async def log_change(client: Any, namespace: str, key: str, version: int) -> str
 def test_gap_tells_retained_trimmed_lost_and_replaced_positions_apart() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
         ids = [await log_change(client, "ns", "k", v) for v in range(1, 6)]
+        records = await client.xrange(layout.changelog("ns"))
+        checks = [record_check(fields) for _, fields in records]
+        assert len(set(checks)) == 5  # every version's record has its own check
         assert await changelog.gap("ns", "0-0") is None  # nothing trimmed yet
-        assert [await changelog.gap("ns", i, "k") for i in ids] == [None] * 5
+        checked = [await changelog.gap("ns", i, c) for i, c in zip(ids, checks, strict=True)]
+        assert checked == [None] * 5
+        assert [await changelog.gap("ns", i) for i in ids] == [None] * 5  # a plain cursor
         # Retention drops the two oldest and notes the newest it dropped.
         await client.xdel(layout.changelog("ns"), ids[0], ids[1])
         await client.hset(layout.meta("ns"), "trimmed", ids[1])
@@ -171,12 +197,12 @@ def test_gap_tells_retained_trimmed_lost_and_replaced_positions_apart() -> None:
         assert await changelog.gap("ns", ids[1]) is None  # saw the last dropped: lost nothing
         assert await changelog.gap("ns", ids[2]) is None
         # A failover to a replica that lacked the newest changes: the history after ids[2]
-        # is another one. A cursor at a change it lacks, at a change held under the same id
-        # for another key, or beyond its end goes on from the newest change before it.
+        # is another one. A cursor at a change it lacks, at another change held under the same
+        # id (its check differs), or beyond its end goes on from the newest change before it.
         await client.xdel(layout.changelog("ns"), ids[3])
-        assert await changelog.gap("ns", ids[3]) == Gap(REPLACED, ids[2])
-        assert await changelog.gap("ns", ids[4], "other") == Gap(REPLACED, ids[2])
-        assert await changelog.gap("ns", "99999999999999-0") == Gap(REPLACED, ids[4])
+        assert await changelog.gap("ns", ids[3]) == Gap(REPLACED, ids[2], checks[2])
+        assert await changelog.gap("ns", ids[4], checks[3]) == Gap(REPLACED, ids[2], checks[2])
+        assert await changelog.gap("ns", "99999999999999-0") == Gap(REPLACED, ids[4], checks[4])
         # Redis lost its data: the new log holds nothing at or before the position.
         await client.delete(layout.changelog("ns"), layout.meta("ns"))
         await log_change(client, "ns", "k", 1)
@@ -271,11 +297,49 @@ def test_reader_resets_subscribers_when_a_failover_replaced_the_history() -> Non
         await client.xdel(layout.changelog("a"), deposed)
         kept = await log_change(client, "a", "other", 1)
         await wait_for(lambda: "a" in sub.resets, "the reset flag")
-        assert sub.resets["a"] == Gap(REPLACED, shared)
+        assert (sub.resets["a"].cause, sub.resets["a"].resume) == (REPLACED, shared)
         item = await next_change(sub)
         while item is None:  # nudges
             item = await next_change(sub)
         assert (item.key, item.version, item.position) == ("other", 1, kept)
+        await hub.close()
+
+    run_with_log(scenario)
+
+
+async def rewrite_last(client: Any, namespace: str, key: str, version: int) -> None:
+    """Another history under the same ids: the log's last record becomes a write of `key` at
+    `version` (what a failover to a replica that took another write at the same instant
+    leaves)."""
+    log_key = layout.changelog(namespace)
+    records = await client.xrange(log_key)
+    await client.delete(log_key)
+    last = records[-1][0]
+    for position, fields in records[:-1]:
+        await client.xadd(log_key, fields, id=position)
+    await client.xadd(log_key, {**records[-1][1], b"key": key.encode(),
+                                b"ver": str(version).encode(), b"ua": b"2"}, id=last)
+
+
+def test_reader_resets_when_another_record_of_the_same_key_holds_its_position() -> None:
+    """The reader's position names a record another history holds too, for the same key (a
+    deposed primary's version 2, the new primary's own version 2 under the same id): the
+    record's check tells them apart, and the stream resets instead of going on silently."""
+    async def scenario(client: Any, changelog: ChangeLog) -> None:
+        hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
+        sub = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""))
+        await hub.join(sub)
+        shared = await log_change(client, "a", "k", 1)
+        deposed = await log_change(client, "a", "k", 2)
+        await wait_for(lambda: hub.readers["a"].position == deposed, "the reader to catch up")
+        await rewrite_last(client, "a", "k", 2)
+        await wait_for(lambda: "a" in sub.resets, "the reset flag")
+        assert (sub.resets["a"].cause, sub.resets["a"].resume) == (REPLACED, shared)
+        replaced = await next_change(sub)  # what was queued from the old history is dropped
+        while replaced is None:  # nudges
+            replaced = await next_change(sub)
+        assert (replaced.position, replaced.key, replaced.version) == (deposed, "k", 2)
+        await wait_for(lambda: hub.readers["a"].check == replaced.check, "the reader to follow")
         await hub.close()
 
     run_with_log(scenario)

@@ -193,15 +193,16 @@ class ServeProcesses:
         self.started: list[BrokerProcess] = []
 
     def start(self, count: int, env: dict[str, str], args: tuple[str, ...] = (),
-              timeout: float = 60.0) -> list[BrokerProcess]:
-        """`args` go to `serve` (such as `--workers auto`), `env` to its environment."""
+              timeout: float = 60.0, module: str = "broker.cli") -> list[BrokerProcess]:
+        """`args` go to `serve` (such as `--workers auto`), `env` to its environment;
+        `module` is what runs it (`python -m module serve`)."""
         handles = []
         for _ in range(count):
             port = free_port()
             environment = {**os.environ, "MEMP_REDIS_URL": self.redis_url,
                            "MEMP_ADMIN_KEY": ADMIN_KEY, "MEMP_PORT": str(port), **env}
             process = subprocess.Popen(
-                [sys.executable, "-m", "broker.cli", "serve", "--log-level", "warning", *args],
+                [sys.executable, "-m", module, "serve", "--log-level", "warning", *args],
                 env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
             handles.append(BrokerProcess(f"http://127.0.0.1:{port}", port, process))

@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from broker.storage import layout
+from broker.storage.changelog import position_key
 from tests.support.brokers import (
     ADMIN_KEY,
     BACKENDS,
@@ -319,6 +320,14 @@ def refused(url: str, params: list[tuple[str, str]], headers: dict[str, str]
                  id="bad-cursor-header"),
     pytest.param([("namespace", "{ns}"), ("last_event_id", "{ns}:12")], {}, 400,
                  "invalid_request", id="bad-cursor-param"),
+    pytest.param([("namespace", "{ns}"), ("last_event_id", "{ns}:1-0~" + "*" * 128)], {},
+                 400, "invalid_request", id="cursor-check-of-stars"),
+    pytest.param([("namespace", "{ns}"), ("last_event_id", "{ns}:1-0~0a1b2c3d\x01")], {},
+                 400, "invalid_request", id="cursor-check-control-char"),
+    pytest.param([("namespace", "{ns}")], {"Last-Event-ID": "{ns}:1-0~" + "f" * 4096}, 400,
+                 "invalid_request", id="cursor-check-huge"),
+    pytest.param([("namespace", "{ns}")], {"Last-Event-ID": "{ns}:1-0~0A1B2C3D"}, 400,
+                 "invalid_request", id="cursor-check-upper-case"),
 ])
 def test_bad_subscriptions_are_refused(
     broker: Broker, ns: str, query: list[tuple[str, str]], headers: dict[str, str], status: int,
@@ -327,7 +336,7 @@ def test_bad_subscriptions_are_refused(
     sent = {"Authorization": f"Bearer {ADMIN_KEY}"}
     if "auth" in headers:
         sent = {"Authorization": f"Bearer {headers['auth']}"} if headers["auth"] else {}
-    sent.update({k: v for k, v in headers.items() if k != "auth"})
+    sent.update({k: v.format(ns=ns) for k, v in headers.items() if k != "auth"})
     got, body = refused(broker.url, [(k, v.format(ns=ns)) for k, v in query], sent)
     assert got == status
     assert body["error"]["code"] == code
@@ -366,7 +375,7 @@ def test_put_delete_and_expire_events_carry_the_entry(
     # Every event id is a cursor of this stream's one namespace, rising.
     ids = [e.id for e in events]
     assert all(i is not None and i.startswith(f"{ns}:") for i in ids)
-    positions = [tuple(int(n) for n in str(i).split(":")[1].split("-")) for i in ids]
+    positions = [position_key(str(i).split(":")[1].split("~")[0]) for i in ids]
     assert positions == sorted(set(positions))
 
 
@@ -787,7 +796,7 @@ def test_a_cursor_from_a_replaced_history_gets_a_reset_and_the_changes_it_missed
         everything.wait_key("k", 3)
         ids = [str(e.id) for e in everything.changes()]
         # The new primary never had version 3, and took another write since.
-        store.xdel(layout.changelog(ns), ids[2].split(":", 1)[1])
+        store.xdel(layout.changelog(ns), ids[2].split(":", 1)[1].split("~")[0])
         put(client, ns, "other", "kept")
         resumed = subscribe(broker.url, ns, "*", last_event_id=ids[2])
         resumed.wait_key("other", 1)
@@ -795,6 +804,57 @@ def test_a_cursor_from_a_replaced_history_gets_a_reset_and_the_changes_it_missed
         assert reset.event == "reset" and reset.data["cause"] == "replaced", reset
         assert reset.data["cursor"] == reset.id == ids[1] and "failover" in reset.data["reason"]
         assert (kept.data["key"], kept.data["value"]) == ("other", "kept")
+
+
+def replace_history_after(store: redis.Redis, ns: str, position: str, key: str) -> None:
+    """Another history under the same ids, as a failover to a replica that took other writes
+    at the same instants leaves: the change log is written again with its ids, the record at
+    `position` and after becoming writes of `key`, versions 1, 2, ..."""
+    log_key = layout.changelog(ns)
+    records = store.xrange(log_key)
+    store.delete(log_key)
+    version = 0
+    for record_id, fields in records:
+        if position_key(record_id.decode()) >= position_key(position):
+            version += 1
+            fields = {**fields, b"key": key.encode(), b"ver": str(version).encode(),
+                      b"val": json.dumps(f"new {version}").encode()}
+        store.xadd(log_key, fields, id=record_id)
+
+
+def test_a_cursor_whose_id_another_history_holds_gets_a_reset_at_once(
+    broker_factory: Callable[..., Broker], subscribe: Callable[..., Stream], redis_url: str,
+    ns: str
+) -> None:
+    """A resume from a deposed history's cursor whose id the new history holds too, for
+    another record: the cursor's check tells them apart, so the stream starts with `reset`
+    (cause `replaced`) and goes on with the new history, from the newest change both share.
+    The same cursor without its check (as brokers issued before checks) still resumes."""
+    writer, reader = broker_factory("redis"), broker_factory("redis")
+    everything = subscribe(writer.url, ns, "*").wait_open()
+    with writer.client() as client, redis.Redis.from_url(redis_url) as store:
+        for n in range(1, 4):
+            put(client, ns, "k", n)
+        everything.wait_key("k", 3)
+        ids = [str(e.id) for e in everything.changes()]
+        assert all("~" in i for i in ids), ids  # every id carries its record's check
+        replace_history_after(store, ns, ids[2].split(":", 1)[1].split("~")[0], "other")
+        resumed = subscribe(reader.url, ns, "*", last_event_id=ids[2])
+        resumed.wait_key("other", 1)
+        reset, kept = resumed.events[:2]
+        assert reset.event == "reset" and reset.data["cause"] == "replaced", reset
+        assert reset.data["cursor"] == reset.id == ids[1]
+        assert (kept.data["key"], kept.data["value"]) == ("other", "new 1")
+        assert kept.id != ids[2] and kept.id.split("~")[0] == ids[2].split("~")[0]
+        # A cursor before the divergence resumes with no reset: the new history's changes.
+        before = subscribe(reader.url, ns, "*", last_event_id=ids[1])
+        before.wait_key("other", 1)
+        assert [(e.event, e.id) for e in before.events] == [("put", kept.id)]
+        # The plain id cannot be told apart: it resumes after the position, as it always did.
+        plain = subscribe(reader.url, ns, "*", last_event_id=ids[2].split("~")[0])
+        put(client, ns, "later", 1)
+        plain.wait_key("later", 1)
+        assert [e.data["key"] for e in plain.events] == ["later"]
 
 
 def test_stream_survives_a_redis_restart(

@@ -770,6 +770,7 @@ var Audit = class {
       actor: options.actor,
       key: options.key,
       action: options.action,
+      after: options.after,
       ...pageQuery(options)
     };
     return await getResource(this.transport, this.client, options, ["audit"], query);
