@@ -7,7 +7,7 @@ Live changes already queued are sent together, in one write."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +78,8 @@ class EventStream:
 
     def __init__(self, hub: Hub, changelog: ChangeLog, memory: MemoryService,
                  principal: Principal, request: StreamRequest, queue_size: int,
-                 retry_ms: int, metrics: Metrics, *, queue_bytes: int | None = None) -> None:
+                 retry_ms: int, metrics: Metrics, *, queue_bytes: int | None = None,
+                 on_close: Callable[[], None] = lambda: None) -> None:
         self.hub = hub
         self.changelog = changelog
         self.memory = memory
@@ -100,6 +101,7 @@ class EventStream:
         self.conflating = request.conflate or self.pace is not None
         self.unsent = False  # the cursor moved past filtered-out changes since the last id sent
         self.ended: str | None = None  # why the stream ended itself: revoked, overflow, shutdown
+        self.on_close = on_close  # run by `close`, which may come more than once
 
     @property
     def cursor(self) -> bytes:
@@ -125,6 +127,7 @@ class EventStream:
         """Leave the hub (idempotent)."""
         self.hub.leave(self.subscriber)
         self._count()
+        self.on_close()
 
     def _count(self) -> None:
         """Add the changes filtered out and conflated since last time to the metrics."""
