@@ -218,12 +218,15 @@ class EventStream:
     def _progress(self) -> bytes | None:
         """Once the queue is drained: a filtered stream has been offered every change up to
         its readers' positions, so its cursor moves there; when the reader says it is time
-        and no event carried the cursor yet, a `progress` event does."""
+        and no event carried the cursor yet, a `progress` event does. The metrics take the
+        changes filtered out then (at most a second late), conflated ones at once."""
         subscriber = self.subscriber
-        self._count()
         if not subscriber.progress_due:
+            if subscriber.queue.conflated:
+                self._count()
             return None
-        subscriber.progress_due = False
+        self._count()
+        subscriber.progress_due = subscriber.progress_nudged = False
         if subscriber.overflowed or subscriber.resets:
             return None
         for namespace in self.request.patterns:
@@ -331,7 +334,9 @@ class EventStream:
             if queue.empty() and (progress := self._progress()) is not None:
                 frames.append(progress)
             if frames:
-                self.delivered.inc(delivered)
+                if delivered:
+                    subscriber.sent = True
+                    self.delivered.inc(delivered)
                 yield b"".join(frames)
 
     def _farewell(self, peek: bool = False) -> bytes | None:
