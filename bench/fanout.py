@@ -30,6 +30,7 @@ from bench import client, report
 from bench.fanout_filtered import filter_costs, filtered_table, slow_consumer
 from bench.fanout_publish import BUCKETS, BrokerPublisher, FloorPublisher, Publisher, publish
 from bench.fanout_report import table, verdicts
+from bench.fanout_sends import send_costs
 from bench.servers import (
     Processes,
     clean_env,
@@ -349,9 +350,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                     redis_proc.pid)
         if cfg.filtered:
             print("filter evaluation, in process; a conflated consumer 10x slower than the "
-                  "writes:", flush=True)
+                  "writes; the kernel's cost of a write per lone event:", flush=True)
             extra = {"filter_costs": filter_costs(),
-                     "slow_consumer": slow_consumer(procs, cfg, _start)}
+                     "slow_consumer": slow_consumer(procs, cfg, _start),
+                     "send_costs": send_costs(max(cfg.counts))}
     except (KeyboardInterrupt, RuntimeError, OSError) as exc:
         return failure_status(exc)
     finally:
