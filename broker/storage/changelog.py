@@ -12,6 +12,7 @@ import msgspec
 from broker.core.models import Entry
 from broker.storage import layout
 from broker.storage.client import Redis, read_stream
+from broker.storage.pipe import AutoPipeline
 from broker.storage.records import CorruptRecord, entry_from_fields, skipped
 
 StreamRecord = tuple[bytes, dict[bytes, bytes]]
@@ -86,10 +87,13 @@ def _change(namespace: str, position: str, raw_fields: dict[bytes, bytes]) -> Ch
 
 
 class ChangeLogStore:
-    """Reads one namespace's change log: its end, ranges after a position, blocking reads."""
+    """Reads one namespace's change log: its end, ranges after a position, blocking reads.
+    `pipe` (the auto-pipelining connection to the same server, where there is one) takes the
+    check a reader makes after every read, at a seventh of what the client costs."""
 
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: Redis, pipe: AutoPipeline | None = None) -> None:
         self.redis = client
+        self.pipe = pipe
 
     async def last_position(self, namespace: str) -> str:
         records = await self.redis.xrevrange(layout.changelog(namespace), "+", "-", count=1)
@@ -97,8 +101,14 @@ class ChangeLogStore:
 
     async def gap(self, namespace: str, position: str, key: str | None = None) -> Gap | None:
         """None when the log still holds every change after `position` (and the record there
-        is the one read, when its `key` is given); else why it does not (Gap)."""
+        is the one read, when its `key` is given); else why it does not (Gap).
+
+        With `key` given, the record at `position` still holding it answers at once, in one
+        command: records leave the log only from its start, in the script that moves
+        `trimmed` past them, so a record still there is after `trimmed`."""
         log_key = layout.changelog(namespace)
+        if key is not None and await self._key_at(log_key, position) == key:
+            return None
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.xrange(log_key, position, position, count=1)
             pipe.hget(layout.meta(namespace), "trimmed")
@@ -118,6 +128,19 @@ class ChangeLogStore:
         if not earlier:  # nothing at or before it: the log started over
             return Gap(LOST, "0-0")
         return Gap(REPLACED, earlier[0])
+
+    async def _key_at(self, log_key: str, position: str) -> str | None:
+        """The key of the record at `position`, None if there is none."""
+        if self.pipe is not None:
+            found: Any = await self.pipe.execute("XRANGE", log_key, position, position,
+                                                 "COUNT", 1)
+            fields = found[0][1] if found else []
+            pairs = dict(zip(fields[::2], fields[1::2], strict=True))
+        else:
+            found = await self.redis.xrange(log_key, position, position, count=1)
+            pairs = found[0][1] if found else {}
+        raw = pairs.get(b"key") if found else None
+        return raw.decode() if raw is not None else None
 
     async def after(self, namespace: str, position: str, count: int) -> list[ChangeRecord]:
         records: Any = await self.redis.xrange(layout.changelog(namespace), f"({position}", "+",
