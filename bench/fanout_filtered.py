@@ -173,6 +173,10 @@ def filtered_table(results: dict[str, dict[str, Any]], extra: dict[str, Any]) ->
                      f"{per_delivery[1]:>7.2f} {fanned:>18.1f} "
                      f"{budgets[0]:>6.0f}/{budgets[1]:<6.0f} | {cost:>17.1f} {ratios:>11} "
                      f"{filtered['delivered']:>8}/{filtered['expected']:<8}")
+        rounds = filtered.get("rounds_us_per_write")
+        if rounds:
+            lines.append("      rounds, µs per write alone / filtered (before subtracting): "
+                         + ", ".join(f"{a:.0f}/{f:.0f}" for a, f in rounds))
     costs = extra.get("filter_costs")
     if costs:
         lines.append(f"filter evaluation: {costs['filter_us_per_subscriber']} µs per change per "
