@@ -28,14 +28,14 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _write(port: int, sockets: int, rounds: int, per_round: int, rate: float
-                 ) -> dict[str, float]:
+async def _write(
+    port: int, sockets: int, rounds: int, per_round: int, rate: float
+) -> dict[str, float]:
     loop = asyncio.get_running_loop()
     transports = []
     for _ in range(sockets):
         transport, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY,
-                                                      1)
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transports.append(transport)
     await asyncio.sleep(0.5)
     costs = {}
@@ -55,25 +55,32 @@ async def _write(port: int, sockets: int, rounds: int, per_round: int, rate: flo
     return costs
 
 
-def send_costs(sockets: int = 1000, rounds: int = 2000, per_round: int = 10,
-               rate: float = 1000.0) -> dict[str, Any]:
+def send_costs(
+    sockets: int = 1000, rounds: int = 2000, per_round: int = 10, rate: float = 1000.0
+) -> dict[str, Any]:
     """CPU µs per event: `per_round` events `rate` times a second, each to a socket of its own
     in its own write (`lone`), or all in one write to one socket (`batched`); the pacing's own
     cost is in both, so their difference is what the extra writes cost."""
     port = free_port()
-    reader = subprocess.Popen([sys.executable, "-m", "bench.fanout_sends", "--read", str(port)],
-                              env=clean_env(), stdin=subprocess.DEVNULL)
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "bench.fanout_sends", "--read", str(port)],
+        env=clean_env(),
+        stdin=subprocess.DEVNULL,
+    )
     try:
         wait_for_port(reader, port)
         costs = run(lambda: _write(port, sockets, rounds, per_round, rate))
     finally:
         reader.terminate()
         reader.wait(10)
-    return {"sockets": sockets, "events_per_round": per_round, "rounds": rounds,
-            "lone_us_per_event": round(costs["lone"], 2),
-            "batched_us_per_event": round(costs["batched"], 2),
-            "write_us": round((costs["lone"] - costs["batched"]) * per_round
-                              / (per_round - 1), 2)}
+    return {
+        "sockets": sockets,
+        "events_per_round": per_round,
+        "rounds": rounds,
+        "lone_us_per_event": round(costs["lone"], 2),
+        "batched_us_per_event": round(costs["batched"], 2),
+        "write_us": round((costs["lone"] - costs["batched"]) * per_round / (per_round - 1), 2),
+    }
 
 
 async def _read(port: int) -> None:
@@ -81,8 +88,7 @@ async def _read(port: int) -> None:
         def data_received(self, data: bytes) -> None:
             pass
 
-    server = await asyncio.get_running_loop().create_server(Drain, "127.0.0.1", port,
-                                                            backlog=4096)
+    server = await asyncio.get_running_loop().create_server(Drain, "127.0.0.1", port, backlog=4096)
     async with server:
         await asyncio.sleep(3600)
 

@@ -23,8 +23,7 @@ def test_gap_knows_the_record_read_and_every_way_it_can_be_gone(
         pipe = AutoPipeline(private_redis.url, timeout=2) if piped else None
         store = ChangeLogStore(client, pipe)
         log = layout.changelog("ns")
-        ids = [(await client.xadd(log, {"type": "put", "key": f"k{n}"})).decode()
-               for n in range(4)]
+        ids = [(await client.xadd(log, {"type": "put", "key": f"k{n}"})).decode() for n in range(4)]
         try:
             assert await store.gap("ns", ids[1], "k1") is None
             assert await store.gap("ns", ids[1]) is None

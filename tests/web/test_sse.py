@@ -49,9 +49,14 @@ def test_the_stream_loop_the_broker_replaces_still_keeps_the_same_state() -> Non
     sse-starlette reads (the closing send, the shutdown grace, the disconnect watch) must
     still be the ones it sets."""
     events = inspect.getsource(EventSourceResponse._stream_response)
-    for line in ("self._response_started = True", "self._response_complete = True",
-                 "self.active = False", "self._send_interrupted = True",
-                 "async with self._send_lock:", "self._cleanup_timeout"):
+    for line in (
+        "self._response_started = True",
+        "self._response_complete = True",
+        "self.active = False",
+        "self._send_interrupted = True",
+        "async with self._send_lock:",
+        "self._cleanup_timeout",
+    ):
         assert line in events
 
 
@@ -76,8 +81,9 @@ def test_events_go_to_the_servers_send_and_the_start_and_end_through_the_middlew
         return {"type": "http.disconnect"}
 
     async def scenario() -> None:
-        stream = EventStreamResponse(content(), watchdog=SendWatchdog(30.0), metrics=Metrics(),
-                                     ping=0)
+        stream = EventStreamResponse(
+            content(), watchdog=SendWatchdog(30.0), metrics=Metrics(), ping=0
+        )
         scope = {"type": "http", "method": "GET", SERVER_SEND: server}
         await asyncio.wait_for(stream(scope, receive, wrapped), 10)
         assert stream.send_started is None
@@ -85,5 +91,7 @@ def test_events_go_to_the_servers_send_and_the_start_and_end_through_the_middlew
     asyncio.run(scenario())
     assert [m["type"] for m in through] == ["http.response.start", "http.response.body"]
     assert through[1] == {"type": "http.response.body", "body": b"", "more_body": False}
-    assert past == [{"type": "http.response.body", "body": b"event: a\n\n", "more_body": True},
-                    {"type": "http.response.body", "body": b"event: b\n\n", "more_body": True}]
+    assert past == [
+        {"type": "http.response.body", "body": b"event: a\n\n", "more_body": True},
+        {"type": "http.response.body", "body": b"event: b\n\n", "more_body": True},
+    ]
