@@ -30,6 +30,7 @@ from bench import client, report
 from bench.fanout_filtered import filter_costs, filtered_table, slow_consumer
 from bench.fanout_publish import BUCKETS, BrokerPublisher, FloorPublisher, Publisher, publish
 from bench.fanout_report import table, verdicts
+from bench.fanout_sends import send_costs
 from bench.servers import (
     Processes,
     clean_env,
@@ -47,6 +48,7 @@ from bench.servers import (
 HOST = "127.0.0.1"
 WARM_STREAMS, WARM_WRITES = 10, 3
 BURST_LANES = 8  # concurrent publisher connections during the burst
+ALONE_WRITES = 2000  # writes no stream follows, beside the filtered phase's
 
 
 @dataclass
@@ -256,16 +258,11 @@ def _measure(procs: Processes, cfg: Config, name: str, count: int, redis_pid: in
         filtered = None
         if cfg.filtered and name == "broker":
             load.ask({"cmd": "close"})
-            # What the writes cost with no stream open, to tell the fan-out's part apart.
-            alone = _phase(cfg, target, load, publisher, watch, "alone", 2000, cfg.burst_rate,
-                           BURST_LANES, 0, 0)
             load.ask({"cmd": "open", "count": count, "filters": BUCKETS})
             writes = BUCKETS * max(1, min(burst_writes, 50))
-            print(f"  {name}: filtered phase of {writes} writes, each stream matching 1%",
-                  flush=True)
-            filtered = _phase(cfg, target, load, publisher, watch, "filtered", writes,
-                              cfg.burst_rate, BURST_LANES, count, writes // BUCKETS)
-            filtered["alone_us_per_write"] = alone["server_us_per_write"]
+            print(f"  {name}: filtered phase of {writes} writes, each stream matching 1%, "
+                  f"in rounds between as many writes no stream follows", flush=True)
+            filtered = _filtered(cfg, target, load, publisher, watch, writes, count)
         for proc in target.procs:
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited while measured:\n{procs.log_tail(proc)}")
@@ -280,6 +277,47 @@ def _measure(procs: Processes, cfg: Config, name: str, count: int, redis_pid: in
         "kib_per_subscriber": round((rss_idle - rss_none) / count, 2),
         "latency": latency, "burst": burst,
         **({"filtered": filtered} if filtered else {}),
+    }
+
+
+def _filtered(cfg: Config, target: Target, load: Load, publisher: Publisher,
+              watch: dict[str, int], writes: int, streams: int, rounds: int = 2
+              ) -> dict[str, Any]:
+    """The filtered phase in `rounds`, each after as many writes to a namespace no stream
+    follows: what a write costs the server alone (HTTP, Lua, change log), which the fan-out's
+    part is told apart from, measured beside it so that a load that drifts (a shared machine)
+    weighs on both alike."""
+    other = f"{target.namespace}-alone"
+    token = client.register_agent(HOST, target.ports[0], cfg.admin_key, other)["api_key"]
+    alone_publisher = BrokerPublisher(HOST, target.ports, other, token, cfg.value_bytes)
+    step = writes // rounds
+    parts: dict[str, list[dict[str, Any]]] = {"alone": [], "filtered": []}
+    for n in range(rounds):
+        parts["alone"].append(_phase(cfg, target, load, alone_publisher, watch, f"alone{n}",
+                                     ALONE_WRITES // rounds, cfg.burst_rate, BURST_LANES, 0, 0))
+        parts["filtered"].append(_phase(cfg, target, load, publisher, watch, f"filtered{n}",
+                                        step, cfg.burst_rate, BURST_LANES, streams,
+                                        step // BUCKETS))
+
+    def total(phases: list[dict[str, Any]], name: str) -> Any:
+        return sum(p[name] for p in phases)
+
+    def per_write(phases: list[dict[str, Any]]) -> float:
+        return round(float(total(phases, "server_us_per_write")) / len(phases), 1)
+
+    done = parts["filtered"]
+    return {
+        "writes": total(done, "writes"), "rounds": rounds, "rate": cfg.burst_rate,
+        "failed_writes": total(done, "failed_writes") + total(parts["alone"], "failed_writes"),
+        "expected": total(done, "expected"), "delivered": total(done, "delivered"),
+        "complete_streams": min(p["complete_streams"] for p in done),
+        "closed_streams": max(p["closed_streams"] for p in done),
+        "duplicates": total(done, "duplicates"), "special_events": done[-1]["special_events"],
+        "p50_ms": max(p["p50_ms"] for p in done), "p99_ms": max(p["p99_ms"] for p in done),
+        "server_us_per_write": per_write(done),
+        "alone_us_per_write": per_write(parts["alone"]),
+        "rounds_us_per_write": [[a["server_us_per_write"], f["server_us_per_write"]]
+                                for a, f in zip(parts["alone"], done, strict=True)],
     }
 
 
@@ -349,9 +387,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                     redis_proc.pid)
         if cfg.filtered:
             print("filter evaluation, in process; a conflated consumer 10x slower than the "
-                  "writes:", flush=True)
+                  "writes; the kernel's cost of a write per lone event:", flush=True)
             extra = {"filter_costs": filter_costs(),
-                     "slow_consumer": slow_consumer(procs, cfg, _start)}
+                     "slow_consumer": slow_consumer(procs, cfg, _start),
+                     "send_costs": send_costs(max(cfg.counts))}
     except (KeyboardInterrupt, RuntimeError, OSError) as exc:
         return failure_status(exc)
     finally:

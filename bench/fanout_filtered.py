@@ -173,6 +173,10 @@ def filtered_table(results: dict[str, dict[str, Any]], extra: dict[str, Any]) ->
                      f"{per_delivery[1]:>7.2f} {fanned:>18.1f} "
                      f"{budgets[0]:>6.0f}/{budgets[1]:<6.0f} | {cost:>17.1f} {ratios:>11} "
                      f"{filtered['delivered']:>8}/{filtered['expected']:<8}")
+        rounds = filtered.get("rounds_us_per_write")
+        if rounds:
+            lines.append("      rounds, µs per write alone / filtered (before subtracting): "
+                         + ", ".join(f"{a:.0f}/{f:.0f}" for a, f in rounds))
     costs = extra.get("filter_costs")
     if costs:
         lines.append(f"filter evaluation: {costs['filter_us_per_subscriber']} µs per change per "
@@ -180,6 +184,13 @@ def filtered_table(results: dict[str, dict[str, Any]], extra: dict[str, Any]) ->
                      f"hub's whole offer {costs['offer_us_per_subscriber']} µs, "
                      f"{costs['indexed_offer_us_per_subscriber']} µs with the equality index; "
                      f"decoding a value once {costs['decode_and_one_filter_us']} µs")
+    sends = extra.get("send_costs")
+    if sends:
+        lines.append(f"floor, no broker: {sends['events_per_round']} events at a time to "
+                     f"{sends['sockets']} loopback sockets cost {sends['lone_us_per_event']} µs "
+                     f"each written alone, {sends['batched_us_per_event']} µs written together: "
+                     f"a write of its own adds {sends['write_us']} µs per lone event "
+                     f"(bench/fanout_sends.py)")
     slow = extra.get("slow_consumer")
     if slow:
         lines.append(f"conflate=latest, read 10x slower than {slow['rate']:g} writes/s over "

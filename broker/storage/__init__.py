@@ -41,7 +41,7 @@ class Storage:
         self.audit = AuditStore(backend)
         self.proposals = ProposalStore(backend, self.entries)
         self._waiting = backend.new_client()
-        self.changes = ChangeLogStore(self._waiting)
+        self.changes = ChangeLogStore(self._waiting, backend.pipe)
 
     @classmethod
     def open(cls, url: str | None, *, timeout: float, history_limit: int,

@@ -33,7 +33,9 @@ class Subscriber:
     """One subscriber: what it wants, its bounded queue, and flags the hub sets. With a
     filter, a change it rejects is not queued; a filter with a `Guard` is not even asked about
     changes the guard rules out (the reader indexes it). `progress_due` says the reader moved
-    past changes a filter left out (raised at most every PROGRESS_SECONDS, with a nudge)."""
+    past changes a filter left out (raised at most every PROGRESS_SECONDS): the stream sends
+    its cursor with its next send, which a nudge (`progress_nudged`) brings about unless the
+    stream `sent` changes since the last tick and so will likely send again soon."""
 
     def __init__(self, patterns: dict[str, list[Pattern]], queue_size: int,
                  viewer: Viewer, writer: str = "", reviews: frozenset[str] = frozenset(),
@@ -49,6 +51,8 @@ class Subscriber:
         self.queue = (ConflatingQueue if conflate else ChangeQueue)(queue_size, queue_bytes)
         self.filtered = 0  # changes the filter rejected, not yet counted in the metrics
         self.progress_due = False
+        self.progress_nudged = False
+        self.sent = False  # the stream sent changes since the reader's last progress tick
         self.overflowed = False
         self.closing = False
         self.revoked: str | None = None  # why the stream lost its right to continue
@@ -88,9 +92,11 @@ class Subscriber:
         self.nudge()
 
     def rearm(self) -> None:
-        """Forget queued changes after an overflow; the caller re-reads them from the log."""
+        """Forget queued changes (nudges too) after an overflow; the caller re-reads them from
+        the log, and sends its cursor after."""
         self.queue.clear()
         self.overflowed = False
+        self.progress_due = self.progress_nudged = False
 
     def nudge(self) -> None:
         """Wake the consumer so it looks at the flags."""
@@ -199,7 +205,8 @@ class NamespaceReader:
         self.namespace = namespace
         self.block_ms = block_ms
         self.subscribers = Audience(tally)
-        self.ticked = ("0-0", 0.0)  # the position and time of the last progress nudge
+        self.ticked = ("0-0", 0.0)  # the position and time of the last progress tick
+        self.riding = False  # a progress waits for its stream's next send: tick again
         self.ready = asyncio.Event()
         self.position = "0-0"
         self.check = ""  # the check of the record at `position` ("": none)
@@ -236,16 +243,28 @@ class NamespaceReader:
 
     def _progress(self) -> None:
         """At most every PROGRESS_SECONDS, once the log moved: tell the filtered subscribers,
-        so a stream that sent nothing can pass its cursor on."""
+        so a stream that sent nothing can pass its cursor on. One that sent changes since the
+        last tick takes its cursor along with its next send instead (a nudge is a send of
+        its own, about what a delivery costs); if none came by the next tick, it is nudged."""
         now = asyncio.get_running_loop().time()
         position, when = self.ticked
-        if position == self.position or now - when < PROGRESS_SECONDS:
+        moved = position != self.position
+        if not (moved or self.riding) or now - when < PROGRESS_SECONDS:
             return
         self.ticked = (self.position, now)
+        riding = False
         for subscriber in self.subscribers:
-            if subscriber.accepts is not None and not subscriber.progress_due:
-                subscriber.progress_due = True  # one nudge pending at most, however long
-                subscriber.nudge()
+            if subscriber.accepts is None:
+                continue
+            sent, subscriber.sent = subscriber.sent, False
+            if subscriber.progress_nudged or not (moved or subscriber.progress_due):
+                continue  # one nudge pending at most, however long
+            if sent and moved and not subscriber.progress_due:
+                subscriber.progress_due = riding = True
+                continue
+            subscriber.progress_due = subscriber.progress_nudged = True
+            subscriber.nudge()
+        self.riding = riding
 
     def _reset_subscribers(self, gap: Gap) -> None:
         """Changes after our position are gone (retention overtook us, Redis lost its data,

@@ -7,7 +7,7 @@ Live changes already queued are sent together, in one write."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +78,8 @@ class EventStream:
 
     def __init__(self, hub: Hub, changelog: ChangeLog, memory: MemoryService,
                  principal: Principal, request: StreamRequest, queue_size: int,
-                 retry_ms: int, metrics: Metrics, *, queue_bytes: int | None = None) -> None:
+                 retry_ms: int, metrics: Metrics, *, queue_bytes: int | None = None,
+                 on_close: Callable[[], None] = lambda: None) -> None:
         self.hub = hub
         self.changelog = changelog
         self.memory = memory
@@ -101,6 +102,7 @@ class EventStream:
         self.conflating = request.conflate or self.pace is not None
         self.unsent = False  # the cursor moved past filtered-out changes since the last id sent
         self.ended: str | None = None  # why the stream ended itself: revoked, overflow, shutdown
+        self.on_close = on_close  # run by `close`, which may come more than once
 
     @property
     def cursor(self) -> bytes:
@@ -128,6 +130,7 @@ class EventStream:
         """Leave the hub (idempotent)."""
         self.hub.leave(self.subscriber)
         self._count()
+        self.on_close()
 
     def _count(self) -> None:
         """Add the changes filtered out and conflated since last time to the metrics."""
@@ -219,12 +222,15 @@ class EventStream:
     def _progress(self) -> bytes | None:
         """Once the queue is drained: a filtered stream has been offered every change up to
         its readers' positions, so its cursor moves there; when the reader says it is time
-        and no event carried the cursor yet, a `progress` event does."""
+        and no event carried the cursor yet, a `progress` event does. The metrics take the
+        changes filtered out then (at most a second late), conflated ones at once."""
         subscriber = self.subscriber
-        self._count()
         if not subscriber.progress_due:
+            if subscriber.queue.conflated:
+                self._count()
             return None
-        subscriber.progress_due = False
+        self._count()
+        subscriber.progress_due = subscriber.progress_nudged = False
         if subscriber.overflowed or subscriber.resets:
             return None
         for namespace in self.request.patterns:
@@ -333,7 +339,9 @@ class EventStream:
             if queue.empty() and (progress := self._progress()) is not None:
                 frames.append(progress)
             if frames:
-                self.delivered.inc(delivered)
+                if delivered:
+                    subscriber.sent = True
+                    self.delivered.inc(delivered)
                 yield b"".join(frames)
 
     def _farewell(self, peek: bool = False) -> bytes | None:

@@ -377,7 +377,7 @@ def test_amp_merge_merges_one_owners_cells_and_refuses_bad_sources_whole(broker:
                                  owner_id=owner)
             unknown = "01J00000000000000000000000"
             before = await owned(client)
-            refusals = [
+            refusals: list[tuple[dict[str, Any], str, str]] = [
                 ({"ids": [a["id"], unknown]}, "not_found", "ids[1]"),
                 ({"ids": [a["id"], elsewhere["id"]]}, "invalid_request", "ids[1]"),
                 ({"ids": [a["id"], private["id"]]}, "forbidden", "ids[1]"),

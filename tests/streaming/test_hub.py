@@ -446,3 +446,34 @@ def test_an_audience_asks_only_the_subscribers_a_guard_chooses() -> None:
         assert not audience.indexes and not audience.plain and len(audience) == 0
 
     asyncio.run(scenario())
+
+
+def test_a_stream_that_sends_takes_its_progress_along_else_the_next_tick_nudges_it(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the log moved past changes a filter left out, a filtered subscriber that sent
+    nothing since the last tick is nudged to send its cursor; one that sent changes (its
+    stream set `sent`) is only marked, to send it with its next send, and is nudged at the
+    next tick if that has not come."""
+    monkeypatch.setattr("broker.streaming.hub.PROGRESS_SECONDS", 0.5)
+
+    async def scenario(client: Any, changelog: ChangeLog) -> None:
+        hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
+        made = {}
+        for name in ("quiet", "busy"):
+            accepts, guard = compile_guarded('key == "other"')
+            made[name] = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""),
+                                    accepts=accepts, guard=guard)
+            await hub.join(made[name])
+        quiet, busy = made["quiet"], made["busy"]
+        busy.sent = True
+        await log_change(client, "a", "k", 1)
+        assert await next_change(quiet) is None  # the nudge
+        assert quiet.progress_due and quiet.progress_nudged
+        assert busy.progress_due and not busy.progress_nudged and busy.queue.empty()
+        assert not busy.sent
+        assert await next_change(busy) is None  # the next tick, with no send meanwhile
+        assert busy.progress_nudged
+        await hub.close()
+
+    run_with_log(scenario)

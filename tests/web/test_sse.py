@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import tomllib
+from collections.abc import AsyncIterator
 from importlib import metadata
 from pathlib import Path
 
@@ -11,8 +13,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 from sse_starlette.sse import EventSourceResponse
+from starlette.types import Message
 
-from broker.web.sse import EventStreamResponse
+from broker.runtime.metrics import Metrics
+from broker.web.sse import SERVER_SEND, EventStreamResponse, SendWatchdog
 
 pytestmark = pytest.mark.fast  # in-process, no redis-server: `pytest -m fast`
 
@@ -38,3 +42,56 @@ def test_the_send_method_the_broker_replaces_is_still_there() -> None:
     assert list(original.parameters) == list(override.parameters) == ["self", "send", "message"]
     events = inspect.getsource(EventSourceResponse._stream_response)
     assert "await self._send_with_timeout(" in events
+
+
+def test_the_stream_loop_the_broker_replaces_still_keeps_the_same_state() -> None:
+    """`EventStreamResponse._stream_response` replaces sse-starlette's: the flags the rest of
+    sse-starlette reads (the closing send, the shutdown grace, the disconnect watch) must
+    still be the ones it sets."""
+    events = inspect.getsource(EventSourceResponse._stream_response)
+    for line in (
+        "self._response_started = True",
+        "self._response_complete = True",
+        "self.active = False",
+        "self._send_interrupted = True",
+        "async with self._send_lock:",
+        "self._cleanup_timeout",
+    ):
+        assert line in events
+
+
+def test_events_go_to_the_servers_send_and_the_start_and_end_through_the_middleware() -> None:
+    """The response's start and end pass through `send` as the app wrapped it (its middleware
+    sees the status and headers); each event goes to the server's own, in order."""
+    through: list[Message] = []
+    past: list[Message] = []
+
+    async def content() -> AsyncIterator[bytes]:
+        yield b"event: a\n\n"
+        yield b"event: b\n\n"
+
+    async def wrapped(message: Message) -> None:
+        through.append(message)
+
+    async def server(message: Message) -> None:
+        past.append(message)
+
+    async def receive() -> Message:
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def scenario() -> None:
+        stream = EventStreamResponse(
+            content(), watchdog=SendWatchdog(30.0), metrics=Metrics(), ping=0
+        )
+        scope = {"type": "http", "method": "GET", SERVER_SEND: server}
+        await asyncio.wait_for(stream(scope, receive, wrapped), 10)
+        assert stream.send_started is None
+
+    asyncio.run(scenario())
+    assert [m["type"] for m in through] == ["http.response.start", "http.response.body"]
+    assert through[1] == {"type": "http.response.body", "body": b"", "more_body": False}
+    assert past == [
+        {"type": "http.response.body", "body": b"event: a\n\n", "more_body": True},
+        {"type": "http.response.body", "body": b"event: b\n\n", "more_body": True},
+    ]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
@@ -65,7 +63,8 @@ async def subscribe(request: Request) -> Response:
     try:
         stream = EventStream(state.hub, state.changelog, state.memory, principal, wanted,
                              settings.subscriber_queue_size, settings.sse_retry_ms,
-                             state.metrics, queue_bytes=settings.subscriber_queue_bytes)
+                             state.metrics, queue_bytes=settings.subscriber_queue_bytes,
+                             on_close=lambda: leases.drop(lease))
         lost = await stream.open()
     except BaseException:
         leases.drop(lease)
@@ -75,18 +74,10 @@ async def subscribe(request: Request) -> Response:
 
     def close() -> None:
         guard.forget(stream.subscriber)
-        stream.close()
-        leases.drop(lease)
-
-    async def frames() -> AsyncIterator[bytes]:
-        try:
-            async for frame in stream.frames(lost):
-                yield frame
-        finally:
-            leases.drop(lease)
+        stream.close()  # drops the lease
 
     return EventStreamResponse(
-        frames(), ping=settings.heartbeat_seconds, watchdog=state.send_watchdog,
+        stream.frames(lost), ping=settings.heartbeat_seconds, watchdog=state.send_watchdog,
         metrics=state.metrics, ending=lambda: stream.ended,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         shutdown_event=state.hub.shutdown_event(), shutdown_grace_period=1.0,
