@@ -15,6 +15,7 @@ import numpy as np
 from broker.amp.cells import MemoryCell
 from broker.amp.embedders import Embedder, EmbedderUnavailable, Vectors
 from broker.amp.embedding import text_digest
+from broker.amp.nearest import NearestCells
 from broker.core.errors import MempError
 from broker.storage.amp_vectors import CellVectorStore, StoredVector
 
@@ -36,9 +37,18 @@ UNAVAILABLE = "embedder_unavailable"
 class Recall:
     """The embedder (None: keyword search only) and the cells' stored vectors."""
 
-    def __init__(self, vectors: CellVectorStore, embedder: Embedder | None) -> None:
+    def __init__(self, vectors: CellVectorStore, embedder: Embedder | None,
+                 index: NearestCells | None = None) -> None:
         self.vectors = vectors
         self.embedder = embedder
+        self.index = index  # this process's vector index of every cell (broker/amp/nearest.py)
+
+    def near(self, query: Vectors, limit: int) -> list[tuple[str, float]] | None:
+        """Up to `limit` cells of the whole namespace by falling cosine to `query`, from this
+        process's vector index; None while it is not ready (or there is none)."""
+        if self.index is None or self.embedder is None or self.index.model != self.embedder.model:
+            return None
+        return self.index.nearest(query, limit)
 
     def mode(self, asked: str | None) -> str:
         """The mode a search runs in: `hybrid` by default when an embedder is configured."""

@@ -17,7 +17,14 @@ from broker.amp.cells import MemoryCell, MemoryType, OwnerId, OwnerType, Status,
 from broker.amp.embedders import EmbedderUnavailable, Vectors
 from broker.amp.index import terms_of, words_of
 from broker.amp.lifecycle import score_at
-from broker.amp.recall import UNAVAILABLE, Recall, fused, unavailable, word_shares
+from broker.amp.recall import (
+    STOP_WORDS,
+    UNAVAILABLE,
+    Recall,
+    fused,
+    unavailable,
+    word_shares,
+)
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, loaded_cell
 from broker.core.errors import MempError
@@ -29,6 +36,10 @@ MAX_CANDIDATES = 5_000
 _EAGER = 200  # candidates ranked by meaning that are loaded at once (`_best_by_meaning`)
 _WALK_BATCH = 500
 _ACCESS_BATCH = 2_000  # index records looked at per round trip when picking readable cells
+# Hybrid over every cell, from the vector index (`_by_index`): the cells nearest in meaning
+# that pass the filters, and about as many holding the query's rarer words (docs/amp.md).
+_NEAR = 200
+_WORDED = 200
 
 
 class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -113,17 +124,28 @@ class CellSearch:
         query = _Query(body, agent, statuses, start, end, terms, self.cells.clock(), mode,
                        vector)
         if not walk:
-            candidates = await self._candidates(query)
-            if candidates is not None:
-                hits = await self._best_by_meaning(candidates, query, offset + body.limit + 1)
-                if hits is None:
-                    hits = await self._hits(candidates, query)
-                    hits.sort(key=lambda h: (-h.score, h.cell.id))
+            hits = await self._ranked(query, offset + body.limit + 1)
+            if hits is not None:
                 more = len(hits) > offset + body.limit
                 next_cursor = str(offset + body.limit) if more else None
                 page = {"results": hits[offset:offset + body.limit], "next_cursor": next_cursor}
                 return {**page, "degraded": degraded} if degraded else page
         return await self._walk(query, offset)
+
+    async def _ranked(self, query: _Query, want: int) -> list[SearchHit] | None:
+        """The ranking whose first `want` hits are right, best first; None when there are
+        more candidates than one request ranks (the search then walks creation order)."""
+        hits = await self._by_index(query, want)
+        if hits is not None:
+            return hits
+        candidates = await self._candidates(query)
+        if candidates is None:
+            return None
+        hits = await self._best_by_meaning(candidates, query, want)
+        if hits is None:
+            hits = await self._hits(candidates, query)
+            hits.sort(key=lambda h: (-h.score, h.cell.id))
+        return hits
 
     async def _walk(self, query: _Query, position: int) -> dict[str, Any]:
         """More cells than one request ranks: page through creation order (newest first),
@@ -144,15 +166,66 @@ class CellSearch:
                         break
         return {"results": page, "next_cursor": f"p{position}"}
 
+    async def _by_index(self, query: _Query, want: int) -> list[SearchHit] | None:
+        """The best `want` hits, sorted, of a search by meaning over every cell (no owner, no
+        time range), from this process's vector index: cells by falling cosine, then checked
+        and ranked as any candidate. None: not such a search, or the index is not ready."""
+        body = query.body
+        if query.vector is None or body.owner_id is not None or query.start is not None or \
+                query.end is not None:
+            return None
+        nearest = self.recall.near(query.vector, MAX_CANDIDATES)
+        if nearest is None:
+            return None
+        if query.mode == "semantic":
+            return await self._falling(nearest, query, want)
+        kept = await self._nearest_kept(nearest, query, max(_NEAR, want))
+        seen = {cell.id for cell, _, _ in kept}
+        worded = [i for i in await self._rare_worded(query) if i not in seen]
+        kept += await self._kept(worded, query)
+        hits = list((await self._scored(kept, query)).values())
+        hits.sort(key=lambda h: (-h.score, h.cell.id))
+        return hits
+
+    async def _nearest_kept(self, nearest: list[tuple[str, float]], query: _Query, want: int
+                            ) -> list[tuple[MemoryCell, CellRecord, Counter[str]]]:
+        """The first `want` cells by falling cosine that pass every filter."""
+        kept: list[tuple[MemoryCell, CellRecord, Counter[str]]] = []
+        for at in range(0, len(nearest), _EAGER):
+            kept += await self._kept(sorted(i for i, _ in nearest[at:at + _EAGER]), query)
+            if len(kept) >= want:
+                break
+        return kept
+
+    async def _rare_worded(self, query: _Query) -> list[str]:
+        """Cells holding the query's rarer words (stop words left out), rarest first, up to
+        about _WORDED cells: in hybrid a cell holding a word few cells hold may rank high
+        whatever its cosine; words most cells hold weigh little."""
+        sizes = await self.cells.index.term_sizes(sorted(query.terms - STOP_WORDS))
+        chosen: list[str] = []
+        total = 0
+        for term, size in sorted(sizes.items(), key=lambda t: (t[1], t[0])):
+            if total + size > _WORDED:
+                break
+            chosen.append(term)
+            total += size
+        return sorted(await self.cells.index.by_term(chosen)) if chosen else []
+
     async def _best_by_meaning(self, candidates: list[str], query: _Query, want: int
                                ) -> list[SearchHit] | None:
         """The best `want` hits of many candidates ranked by `semantic`, sorted, without
-        loading every candidate: cells are loaded by falling cosine until the `want`-th score
-        beats the next cosine (a score is at most its cosine). None: rank them all (few
-        candidates, or a mode whose relevance depends on the other ranked cells)."""
+        loading every candidate (`_falling`). None: rank them all (few candidates, or a mode
+        whose relevance depends on the other ranked cells)."""
         if query.mode != "semantic" or query.vector is None or len(candidates) <= _EAGER:
             return None
-        nearest = await self.recall.nearest(query.vector, candidates)
+        return await self._falling(await self.recall.nearest(query.vector, candidates), query,
+                                   want)
+
+    async def _falling(self, nearest: list[tuple[str, float]], query: _Query, want: int
+                       ) -> list[SearchHit]:
+        """The best `want` semantic hits, sorted, of cells by falling cosine: loaded
+        _EAGER at a time until the `want`-th score beats the next cosine (a score is at most
+        its cosine)."""
         floor = query.body.min_score
         hits: list[SearchHit] = []
         for at in range(0, len(nearest), _EAGER):
@@ -170,6 +243,13 @@ class CellSearch:
         """The candidates that pass every filter (the caller's right to read included), scored,
         in candidate order. A word's weight comes from how many of these cells have it: the
         statistics of cells the caller may read, whatever else the namespace holds."""
+        hits = await self._scored(await self._kept(candidates, query), query)
+        return [hits[i] for i in candidates if i in hits]
+
+    async def _kept(self, candidates: list[str], query: _Query
+                    ) -> list[tuple[MemoryCell, CellRecord, Counter[str]]]:
+        """The candidates that pass every filter, loaded, with their words when the query has
+        some; by keywords alone, only those holding a query word."""
         cells = self.cells
         kept: list[tuple[MemoryCell, CellRecord, Counter[str]]] = []
         for record, raw in (await cells.index.load(candidates)).values():
@@ -181,6 +261,11 @@ class CellSearch:
             words = Counter(words_of(found[1].content.text)) if query.terms else Counter()
             if not query.terms or query.meaning or not query.terms.isdisjoint(words):
                 kept.append((found[1], record, words))
+        return kept
+
+    async def _scored(self, kept: list[tuple[MemoryCell, CellRecord, Counter[str]]],
+                      query: _Query) -> dict[str, SearchHit]:
+        """The kept cells that have a relevance in the query's mode, scored, by id."""
         idf = _idf(query.terms, [words for _, _, words in kept if
                                  not query.terms.isdisjoint(words)])
         relevance = await self._relevance(kept, idf, query)
@@ -193,7 +278,7 @@ class CellSearch:
                 cell.lifecycle.last_accessed_at = iso(record.accessed)
             decay = score_at(cell, record, query.now)
             hits[cell.id] = SearchHit(cell, relevance[cell.id] * (0.2 + 0.8 * decay), decay)
-        return [hits[i] for i in candidates if i in hits]
+        return hits
 
     async def _relevance(self, kept: list[tuple[MemoryCell, CellRecord, Counter[str]]],
                          idf: dict[str, float], query: _Query) -> dict[str, float]:

@@ -1,6 +1,8 @@
 """The AMP cells' vectors: one hash per cell beside its index record (model, dimensions, text
-digest, float32 unit vector) and the set of cells whose vector is not yet in line with their
-text. What a vector is and which model made it are the bridge's (broker/amp/embedding.py)."""
+digest, float32 unit vector), the set of cells whose vector is not yet in line with their
+text, and the capped log of cells whose vector was stored or removed, which every process
+follows (broker/amp/nearest.py). What a vector is and which model made it are the bridge's
+(broker/amp/embedding.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.storage import layout, scripts
-from broker.storage.client import Backend, text
+from broker.storage.client import Backend, Redis, read_stream, stream_continues, text
 from broker.storage.scripts import Fields
 
-VECTOR_KEYS = Fields("vector_keys", ("entry", "vector", "unembedded"))
-VECTOR_SAVE = Fields("vector_save", ("id", "version", "model", "dims", "digest", "vector"))
+VECTOR_KEYS = Fields("vector_keys", ("entry", "vector", "unembedded", "log"))
+VECTOR_SAVE = Fields("vector_save", ("id", "version", "model", "dims", "digest", "vector",
+                                     "keep"))
+LOG_KEEP = 200_000  # records of the vector log kept (approximately): a follower that falls
+# further behind than this (or starts) reads every vector again
+
+
+def logged(namespace: str, cell_id: str) -> tuple[str, ...]:
+    """The command that records in the vector log that `cell_id`'s vector changed."""
+    return ("XADD", layout.amp_vector_log(namespace), "MAXLEN", "~", str(LOG_KEEP), "*",
+            "id", cell_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +51,14 @@ class VectorWrite:
 class CellVectorStore:
     """The vectors of the AMP namespace's cells."""
 
-    def __init__(self, backend: Backend, namespace: str) -> None:
+    def __init__(self, backend: Backend, namespace: str, waiting: Redis | None = None) -> None:
         self.backend = backend
         self.redis = backend.redis
+        self._reader = waiting or backend.redis  # the client of blocking reads of the log
         self.namespace = namespace
         self._save = scripts.register(self.redis, ["amp_vector.lua"], [VECTOR_KEYS, VECTOR_SAVE])
         self._unembedded = layout.amp_unembedded(namespace)
+        self._log = layout.amp_vector_log(namespace)
 
     async def take(self, limit: int) -> list[str]:
         """Remove and return up to `limit` cells waiting for their vector."""
@@ -66,15 +79,20 @@ class CellVectorStore:
         calls = [(self._save,
                   VECTOR_KEYS.pack(entry=layout.entry(ns, w.key),
                                    vector=layout.amp_vector(ns, w.id),
-                                   unembedded=self._unembedded),
+                                   unembedded=self._unembedded, log=self._log),
                   VECTOR_SAVE.pack(id=w.id, version=w.version, model=w.model, dims=w.dims,
-                                   digest=w.digest, vector=w.vector)) for w in writes]
+                                   digest=w.digest, vector=w.vector, keep=LOG_KEEP))
+                 for w in writes]
         return sum(int(r) for r in await self.backend.run(calls)) if calls else 0
 
     async def drop(self, cell_ids: Sequence[str]) -> None:
-        """Remove the vectors of cells that are gone or deleted."""
+        """Remove the vectors of cells that are gone or deleted, and log that they changed."""
         if cell_ids:
-            await self.redis.delete(*(layout.amp_vector(self.namespace, i) for i in cell_ids))
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.delete(*(layout.amp_vector(self.namespace, i) for i in cell_ids))
+                for cell_id in cell_ids:
+                    pipe.execute_command(*logged(self.namespace, cell_id))
+                await pipe.execute()
 
     async def load(self, cell_ids: Sequence[str]) -> dict[str, StoredVector]:
         """The stored vectors of the cells that have one."""
@@ -86,13 +104,36 @@ class CellVectorStore:
                 for cell_id, (model, digest, vec) in zip(cell_ids, rows, strict=True)
                 if model is not None and digest is not None and vec is not None}
 
+    async def ids(self, offset: int, limit: int) -> list[str]:
+        """Cells in creation order from `offset`, up to `limit`."""
+        return [text(i) for i in await self.redis.zrange(layout.amp_created(self.namespace),
+                                                         offset, offset + limit - 1)]
+
     async def models(self, offset: int, limit: int) -> list[tuple[str, str | None]]:
         """Cells in creation order from `offset` (up to `limit`) with the model of their
         vector (None: none stored)."""
-        ids = [text(i) for i in await self.redis.zrange(layout.amp_created(self.namespace),
-                                                        offset, offset + limit - 1)]
+        ids = await self.ids(offset, limit)
         async with self.redis.pipeline(transaction=False) as pipe:
             for cell_id in ids:
                 pipe.hget(layout.amp_vector(self.namespace, cell_id), "model")
             rows = await pipe.execute()
         return [(i, text(m) if m is not None else None) for i, m in zip(ids, rows, strict=True)]
+
+    async def log_position(self) -> str:
+        """The newest record of the vector log ("0-0" when empty): follow it from there."""
+        last = await self.redis.xrevrange(self._log, "+", "-", count=1)
+        return text(last[0][0]) if last else "0-0"
+
+    async def changed(self, position: str, count: int, block_ms: int
+                      ) -> tuple[list[str], str] | None:
+        """The cells whose vector changed after `position` (waiting up to `block_ms` for the
+        first), with the position reached; None when some were trimmed from the log."""
+        if not await stream_continues(self._reader, self._log, position):
+            return None
+        ids: list[str] = []
+        for raw_id, fields in await read_stream(self._reader, self._log, position, count,
+                                                block_ms):
+            position = text(raw_id)
+            if b"id" in fields:
+                ids.append(text(fields[b"id"]))
+        return ids, position
