@@ -5,6 +5,7 @@ returned, and relevance weighs words by statistics of those cells alone (docs/se
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -36,10 +37,13 @@ MAX_CANDIDATES = 5_000
 _EAGER = 200  # candidates ranked by meaning that are loaded at once (`_best_by_meaning`)
 _WALK_BATCH = 500
 _ACCESS_BATCH = 2_000  # index records looked at per round trip when picking readable cells
-# Hybrid over every cell, from the vector index (`_by_index`): the cells nearest in meaning
-# that pass the filters, and about as many holding the query's rarer words (docs/amp.md).
-_NEAR = 200
-_WORDED = 200
+# Search by meaning over every cell, from the vector index (`_by_index`): the cells nearest in
+# meaning that pass the filters, loaded this many at a time, are ranked (at least this many,
+# or as many as the page needs); in hybrid with about as many holding the query's rarer words
+# (docs/amp.md).
+_NEAR = 100
+_WORDED = 100
+_FIRST_LOOK = 4  # x the cells ranked: how many nearest are looked at before all of them
 
 
 class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -169,17 +173,32 @@ class CellSearch:
     async def _by_index(self, query: _Query, want: int) -> list[SearchHit] | None:
         """The best `want` hits, sorted, of a search by meaning over every cell (no owner, no
         time range), from this process's vector index: cells by falling cosine, then checked
-        and ranked as any candidate. None: not such a search, or the index is not ready."""
+        and ranked as any candidate. The nearest few are looked at first, all up to
+        MAX_CANDIDATES when filters leave too few of them. None: not such a search, or the
+        index is not ready."""
         body = query.body
         if query.vector is None or body.owner_id is not None or query.start is not None or \
                 query.end is not None:
             return None
-        nearest = self.recall.near(query.vector, MAX_CANDIDATES)
-        if nearest is None:
-            return None
+        most = max(_NEAR, want)
+        hits: list[SearchHit] = []
+        for limit in (_FIRST_LOOK * most, MAX_CANDIDATES):
+            nearest = self.recall.near(query.vector, limit)
+            if nearest is None:
+                return None
+            hits = await self._from_nearest(nearest, query, want, most)
+            if len(hits) >= want or len(nearest) < limit:
+                break
+        return hits
+
+    async def _from_nearest(self, nearest: list[tuple[str, float]], query: _Query, want: int,
+                            most: int) -> list[SearchHit]:
+        """`_by_index`'s ranking of cells by falling cosine: in semantic the first `most`
+        hits (fewer when no later cell can reach the page); in hybrid the first `most`
+        cells that pass the filters with those holding the query's rarer words."""
         if query.mode == "semantic":
-            return await self._falling(nearest, query, want)
-        kept = await self._nearest_kept(nearest, query, max(_NEAR, want))
+            return await self._falling(nearest, query, want, most, _NEAR)
+        kept = await self._nearest_kept(nearest, query, most)
         seen = {cell.id for cell, _, _ in kept}
         worded = [i for i in await self._rare_worded(query) if i not in seen]
         kept += await self._kept(worded, query)
@@ -191,8 +210,8 @@ class CellSearch:
                             ) -> list[tuple[MemoryCell, CellRecord, Counter[str]]]:
         """The first `want` cells by falling cosine that pass every filter."""
         kept: list[tuple[MemoryCell, CellRecord, Counter[str]]] = []
-        for at in range(0, len(nearest), _EAGER):
-            kept += await self._kept(sorted(i for i, _ in nearest[at:at + _EAGER]), query)
+        for at in range(0, len(nearest), _NEAR):
+            kept += await self._kept(sorted(i for i, _ in nearest[at:at + _NEAR]), query)
             if len(kept) >= want:
                 break
         return kept
@@ -221,19 +240,19 @@ class CellSearch:
         return await self._falling(await self.recall.nearest(query.vector, candidates), query,
                                    want)
 
-    async def _falling(self, nearest: list[tuple[str, float]], query: _Query, want: int
-                       ) -> list[SearchHit]:
-        """The best `want` semantic hits, sorted, of cells by falling cosine: loaded
-        _EAGER at a time until the `want`-th score beats the next cosine (a score is at most
-        its cosine)."""
+    async def _falling(self, nearest: list[tuple[str, float]], query: _Query, want: int,
+                       most: int | None = None, batch: int = _EAGER) -> list[SearchHit]:
+        """The best `want` semantic hits, sorted, of cells by falling cosine: loaded `batch`
+        at a time until the `want`-th score beats the next cosine (a score is at most its
+        cosine), or once `most` are ranked (None: no such cut)."""
         floor = query.body.min_score
         hits: list[SearchHit] = []
-        for at in range(0, len(nearest), _EAGER):
-            hits += await self._hits(sorted(i for i, _ in nearest[at:at + _EAGER]), query)
+        for at in range(0, len(nearest), batch):
+            hits += await self._hits(sorted(i for i, _ in nearest[at:at + batch]), query)
             hits.sort(key=lambda h: (-h.score, h.cell.id))
-            if at + _EAGER >= len(nearest):
+            if at + batch >= len(nearest) or (most is not None and len(hits) >= most):
                 break
-            left = max(nearest[at + _EAGER][1], 0.0)
+            left = max(nearest[at + batch][1], 0.0)
             if (len(hits) >= want and hits[want - 1].score > left) or (
                     floor is not None and left < floor):
                 break
@@ -258,7 +277,8 @@ class CellSearch:
             found = loaded_cell(cells.namespace, record, raw, query.now)
             if found is None or not self._keep(found[1], record, query):
                 continue
-            words = Counter(words_of(found[1].content.text)) if query.terms else Counter()
+            words = Counter(words_of(found[1].content.text)) \
+                if query.terms and query.mode != "semantic" else Counter()
             if not query.terms or query.meaning or not query.terms.isdisjoint(words):
                 kept.append((found[1], record, words))
         return kept
@@ -309,13 +329,12 @@ class CellSearch:
         cells, body, terms = self.cells, query.body, query.terms
         owned: set[str] | None = None
         if body.owner_id is not None:
-            owned = set()
             types = [body.owner_type] if body.owner_type else ["user", "agent", "organization"]
-            for owner_type in types:
-                pattern = compile_pattern(f"cells/{owner_type}/{body.owner_id}/*")
-                keys, _ = await cells.index.entries.scan_keys(cells.namespace, pattern, None,
-                                                              MAX_CANDIDATES)
-                owned.update(k.rsplit("/", 1)[1] for k in keys)
+            found_keys = await asyncio.gather(*(
+                cells.index.entries.scan_keys(
+                    cells.namespace, compile_pattern(f"cells/{owner_type}/{body.owner_id}/*"),
+                    None, MAX_CANDIDATES) for owner_type in types))
+            owned = {k.rsplit("/", 1)[1] for keys, _ in found_keys for k in keys}
         if owned is not None:
             # One owner's cells are few: their text decides relevance (`_hits` drops cells
             # without a query word), which is far cheaper than a union of the term sets of every

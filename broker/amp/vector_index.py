@@ -59,7 +59,7 @@ class VectorIndex:
             self.remove(cell_id)
 
     def nearest(self, query: Vectors, limit: int) -> list[tuple[str, float]]:
-        """Up to `limit` cells by falling cosine to the unit vector `query` (ties by id)."""
+        """Up to `limit` cells by falling cosine to the unit vector `query`."""
         used = len(self._ids)
         if not self._rows or limit <= 0 or query.shape != (self.dims,):
             return []
@@ -67,8 +67,10 @@ class VectorIndex:
         scores[~self._live[:used]] = -np.inf
         count = min(limit, len(self._rows))
         top = np.argpartition(-scores, count - 1)[:count] if count < used else np.arange(used)
-        found = [(self._ids[i], float(scores[i])) for i in top.tolist()]
-        return sorted(((i, s) for i, s in found if i is not None), key=lambda h: (-h[1], h[0]))
+        order = top[np.argsort(-scores[top], kind="stable")][:count]
+        ids = self._ids
+        return [(ids[i] or "", s) for i, s in zip(order.tolist(), scores[order].tolist(),
+                                                   strict=True)]
 
     def _grow(self) -> int:
         """A new row at the end, the matrix doubled when full."""
