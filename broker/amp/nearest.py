@@ -39,11 +39,6 @@ class NearestCells:
             return None
         return self.index.nearest(query, limit)
 
-    def forget(self, cell_ids: list[str]) -> None:
-        """Leave out cells that search found gone (their log record may not be read yet)."""
-        if self.index is not None:
-            self.index.remove_all(cell_ids)
-
     async def run_forever(self) -> None:
         """Read every vector (unless following the log from a position still kept), then
         follow the log. A store failure ends the run; the supervisor starts it again, and it
@@ -72,13 +67,14 @@ class NearestCells:
             ids = await self.vectors.ids(offset, _READ_BATCH)
             if ids:
                 stored = await self.vectors.load(ids)
-                index = index or self._new_index(stored)
+                if index is None:
+                    index = self._new_index(stored)
                 if index is not None:
                     self._apply(index, stored, ids)
             offset += len(ids)
             if len(ids) < _READ_BATCH:
                 break
-        self.index = index or VectorIndex(0)
+        self.index = index if index is not None else VectorIndex(0)
         self._position = position
         log.info("AMP vector index: %d vectors of %s read from %d cells", len(self.index),
                  self.model, offset)

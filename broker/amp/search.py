@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -27,11 +28,12 @@ from broker.amp.recall import (
     word_shares,
 )
 from broker.amp.rules import can_read
-from broker.amp.service import CellService, loaded_cell
+from broker.amp.service import CellService, loaded_content
 from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern, glob_match
 from broker.services.auth import Principal
 from broker.storage.amp import CellRecord
+from broker.storage.amp_vectors import StoredVector
 
 MAX_CANDIDATES = 5_000
 _EAGER = 200  # candidates ranked by meaning that are loaded at once (`_best_by_meaning`)
@@ -43,7 +45,7 @@ _ACCESS_BATCH = 2_000  # index records looked at per round trip when picking rea
 # (docs/amp.md).
 _NEAR = 100
 _WORDED = 100
-_FIRST_LOOK = 4  # x the cells ranked: how many nearest are looked at before all of them
+_FIRST_LOOK = 4  # x the cells ranked: how many nearest are ordered before all of them
 
 
 class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -173,32 +175,22 @@ class CellSearch:
     async def _by_index(self, query: _Query, want: int) -> list[SearchHit] | None:
         """The best `want` hits, sorted, of a search by meaning over every cell (no owner, no
         time range), from this process's vector index: cells by falling cosine, then checked
-        and ranked as any candidate. The nearest few are looked at first, all up to
-        MAX_CANDIDATES when filters leave too few of them. None: not such a search, or the
+        and ranked as any candidate. Which cells are ranked never depends on cells the agent
+        may not read: the walk goes on until enough pass. None: not such a search, or the
         index is not ready."""
         body = query.body
         if query.vector is None or body.owner_id is not None or query.start is not None or \
-                query.end is not None:
+                query.end is not None or not self.recall.indexed:
             return None
         most = max(_NEAR, want)
-        hits: list[SearchHit] = []
-        for limit in (_FIRST_LOOK * most, MAX_CANDIDATES):
-            nearest = self.recall.near(query.vector, limit)
-            if nearest is None:
-                return None
-            hits = await self._from_nearest(nearest, query, want, most)
-            if len(hits) >= want or len(nearest) < limit:
-                break
-        return hits
-
-    async def _from_nearest(self, nearest: list[tuple[str, float]], query: _Query, want: int,
-                            most: int) -> list[SearchHit]:
-        """`_by_index`'s ranking of cells by falling cosine: in semantic the first `most`
-        hits (fewer when no later cell can reach the page); in hybrid the first `most`
-        cells that pass the filters with those holding the query's rarer words."""
+        batches = self._by_cosine(query.vector, _FIRST_LOOK * most)
         if query.mode == "semantic":
-            return await self._falling(nearest, query, want, most, _NEAR)
-        kept = await self._nearest_kept(nearest, query, most)
+            return await self._falling(batches, query, want, most)
+        kept: list[tuple[MemoryCell, CellRecord, Counter[str]]] = []
+        for batch in batches:
+            kept += await self._kept(sorted(i for i, _ in batch), query)
+            if len(kept) >= most:
+                break
         seen = {cell.id for cell, _, _ in kept}
         worded = [i for i in await self._rare_worded(query) if i not in seen]
         kept += await self._kept(worded, query)
@@ -206,15 +198,16 @@ class CellSearch:
         hits.sort(key=lambda h: (-h.score, h.cell.id))
         return hits
 
-    async def _nearest_kept(self, nearest: list[tuple[str, float]], query: _Query, want: int
-                            ) -> list[tuple[MemoryCell, CellRecord, Counter[str]]]:
-        """The first `want` cells by falling cosine that pass every filter."""
-        kept: list[tuple[MemoryCell, CellRecord, Counter[str]]] = []
-        for at in range(0, len(nearest), _NEAR):
-            kept += await self._kept(sorted(i for i, _ in nearest[at:at + _NEAR]), query)
-            if len(kept) >= want:
-                break
-        return kept
+    def _by_cosine(self, vector: Vectors, first: int) -> Iterator[list[tuple[str, float]]]:
+        """The index's cells by falling cosine to `vector`, _NEAR at a time: the nearest
+        `first`, then, if more are asked for, the others."""
+        nearest = self.recall.near(vector, first)
+        yield from _chunks(nearest, _NEAR)
+        if len(nearest) == first:
+            seen = {i for i, _ in nearest}
+            rest = [h for h in self.recall.near(vector, len(seen) + self.recall.indexed)
+                    if h[0] not in seen]
+            yield from _chunks(rest, _NEAR)
 
     async def _rare_worded(self, query: _Query) -> list[str]:
         """Cells holding the query's rarer words (stop words left out), rarest first, up to
@@ -237,32 +230,36 @@ class CellSearch:
         whose relevance depends on the other ranked cells)."""
         if query.mode != "semantic" or query.vector is None or len(candidates) <= _EAGER:
             return None
-        return await self._falling(await self.recall.nearest(query.vector, candidates), query,
-                                   want)
+        nearest = await self.recall.nearest(query.vector, candidates)
+        return await self._falling(_chunks(nearest, _EAGER), query, want)
 
-    async def _falling(self, nearest: list[tuple[str, float]], query: _Query, want: int,
-                       most: int | None = None, batch: int = _EAGER) -> list[SearchHit]:
-        """The best `want` semantic hits, sorted, of cells by falling cosine: loaded `batch`
-        at a time until the `want`-th score beats the next cosine (a score is at most its
-        cosine), or once `most` are ranked (None: no such cut)."""
+    async def _falling(self, batches: Iterable[list[tuple[str, float]]], query: _Query,
+                       want: int, most: int | None = None) -> list[SearchHit]:
+        """The best `want` semantic hits, sorted, of batches of cells by falling cosine:
+        loaded a batch at a time until the `want`-th score beats the next cosine (a score is
+        at most its cosine), or once `most` are ranked (None: no such cut)."""
         floor = query.body.min_score
         hits: list[SearchHit] = []
-        for at in range(0, len(nearest), batch):
-            hits += await self._hits(sorted(i for i, _ in nearest[at:at + batch]), query)
-            hits.sort(key=lambda h: (-h.score, h.cell.id))
-            if at + batch >= len(nearest) or (most is not None and len(hits) >= most):
-                break
-            left = max(nearest[at + batch][1], 0.0)
+        for batch in batches:
+            left = max(batch[0][1], 0.0)
             if (len(hits) >= want and hits[want - 1].score > left) or (
-                    floor is not None and left < floor):
+                    floor is not None and left < floor) or (
+                    most is not None and len(hits) >= most):
                 break
+            hits += await self._hits(sorted(i for i, _ in batch), query)
+            hits.sort(key=lambda h: (-h.score, h.cell.id))
         return hits
 
     async def _hits(self, candidates: list[str], query: _Query) -> list[SearchHit]:
         """The candidates that pass every filter (the caller's right to read included), scored,
         in candidate order. A word's weight comes from how many of these cells have it: the
         statistics of cells the caller may read, whatever else the namespace holds."""
-        hits = await self._scored(await self._kept(candidates, query), query)
+        if query.vector is not None and query.terms:  # their vectors asked for at once
+            kept, stored = await asyncio.gather(self._kept(candidates, query),
+                                                self.recall.stored(candidates))
+            hits = await self._scored(kept, query, stored)
+        else:
+            hits = await self._scored(await self._kept(candidates, query), query)
         return [hits[i] for i in candidates if i in hits]
 
     async def _kept(self, candidates: list[str], query: _Query
@@ -274,21 +271,23 @@ class CellSearch:
         for record, raw in (await cells.index.load(candidates)).values():
             if record.status not in query.statuses:
                 continue
-            found = loaded_cell(cells.namespace, record, raw, query.now)
-            if found is None or not self._keep(found[1], record, query):
+            cell = loaded_content(cells.namespace, record, raw, query.now)
+            if cell is None or not self._keep(cell, record, query):
                 continue
-            words = Counter(words_of(found[1].content.text)) \
+            words = Counter(words_of(cell.content.text)) \
                 if query.terms and query.mode != "semantic" else Counter()
             if not query.terms or query.meaning or not query.terms.isdisjoint(words):
-                kept.append((found[1], record, words))
+                kept.append((cell, record, words))
         return kept
 
     async def _scored(self, kept: list[tuple[MemoryCell, CellRecord, Counter[str]]],
-                      query: _Query) -> dict[str, SearchHit]:
-        """The kept cells that have a relevance in the query's mode, scored, by id."""
+                      query: _Query, stored: Mapping[str, StoredVector] | None = None
+                      ) -> dict[str, SearchHit]:
+        """The kept cells that have a relevance in the query's mode, scored, by id (with their
+        `stored` vectors when already loaded)."""
         idf = _idf(query.terms, [words for _, _, words in kept if
                                  not query.terms.isdisjoint(words)])
-        relevance = await self._relevance(kept, idf, query)
+        relevance = await self._relevance(kept, idf, query, stored)
         hits: dict[str, SearchHit] = {}
         for cell, record, _ in kept:
             if cell.id not in relevance:
@@ -301,7 +300,8 @@ class CellSearch:
         return hits
 
     async def _relevance(self, kept: list[tuple[MemoryCell, CellRecord, Counter[str]]],
-                         idf: dict[str, float], query: _Query) -> dict[str, float]:
+                         idf: dict[str, float], query: _Query,
+                         stored: Mapping[str, StoredVector] | None) -> dict[str, float]:
         """Each ranked cell's relevance in the query's mode, cells under `min_score` left
         out. `min_score` is held against a relevance in [0, 1]: the keyword relevance over the
         best one (`keyword`), the cosine (`semantic`), the fused score (`hybrid`)."""
@@ -313,7 +313,7 @@ class CellSearch:
             best = max(keyword.values(), default=0.0) or 1.0
             return {i: s for i, s in keyword.items() if s > 0 and (
                 floor is None or s / best >= floor)}
-        similar = await self.recall.similarities(query.vector, [c for c, _, _ in kept])
+        similar = await self.recall.similarities(query.vector, [c for c, _, _ in kept], stored)
         if query.mode == "semantic":
             scores = {i: max(s, 0.0) for i, s in similar.items()}
         else:
@@ -411,6 +411,11 @@ class CellSearch:
 
 
 _ABSENT = object()
+
+
+def _chunks(nearest: list[tuple[str, float]], size: int) -> Iterator[list[tuple[str, float]]]:
+    for at in range(0, len(nearest), size):
+        yield nearest[at:at + size]
 
 
 def _idf(terms: set[str], ranked: list[Counter[str]]) -> dict[str, float]:

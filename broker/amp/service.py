@@ -40,6 +40,7 @@ from broker.storage.records import (
     WriteOutcome,
     WriteRequest,
     live_entry,
+    live_value,
     skipped,
 )
 
@@ -87,6 +88,18 @@ def loaded_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
     try:
         entry = live_entry(namespace, record.key, raw, now)
         return None if entry is None else (entry, decode_cell(entry))
+    except CorruptRecord as exc:
+        skipped(exc)
+        return None
+
+
+def loaded_content(namespace: str, record: CellRecord, raw: RawHash, now: int
+                   ) -> MemoryCell | None:
+    """A loaded cell's content alone, without building its MEMP entry (search looks at
+    hundreds at a time); None as for `loaded_cell`."""
+    try:
+        stored = live_value(record.key, raw, now)
+        return None if stored is None else parse_cell(stored[0], namespace, record.key)
     except CorruptRecord as exc:
         skipped(exc)
         return None

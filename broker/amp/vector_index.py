@@ -4,8 +4,6 @@ rows are the cells' vectors, scored against a query by one matrix-vector product
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 
 from broker.amp.embedders import Vectors
@@ -53,10 +51,6 @@ class VectorIndex:
             self._live[at] = False
             self._matrix[at] = 0.0
             self._free.append(at)
-
-    def remove_all(self, cell_ids: Iterable[str]) -> None:
-        for cell_id in cell_ids:
-            self.remove(cell_id)
 
     def nearest(self, query: Vectors, limit: int) -> list[tuple[str, float]]:
         """Up to `limit` cells by falling cosine to the unit vector `query`."""

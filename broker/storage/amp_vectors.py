@@ -122,20 +122,22 @@ class CellVectorStore:
         return [(i, text(m) if m is not None else None) for i, m in zip(ids, rows, strict=True)]
 
     async def log_position(self) -> str:
-        """The newest record of the vector log ("0-0" when empty): follow it from there."""
+        """The newest record of the vector log, to follow it from there. An empty log gets a
+        record naming no cell first, so that the position is one the log holds until trimmed
+        (`changed` tells a trim by the oldest record kept being newer)."""
         last = await self.redis.xrevrange(self._log, "+", "-", count=1)
-        return text(last[0][0]) if last else "0-0"
+        if last:
+            return text(last[0][0])
+        return text(await self.redis.xadd(self._log, {"start": "1"}, maxlen=LOG_KEEP,
+                                          approximate=True))
 
     async def changed(self, position: str, count: int, block_ms: int
                       ) -> tuple[list[str], str] | None:
         """The cells whose vector changed after `position` (waiting up to `block_ms` for the
-        first), with the position reached; None when some were trimmed from the log."""
+        first), with the position reached; None when some may have been trimmed from the
+        log (checked after the read, so that a trim during it is seen too)."""
+        records = await read_stream(self._reader, self._log, position, count, block_ms)
         if not await stream_continues(self._reader, self._log, position):
             return None
-        ids: list[str] = []
-        for raw_id, fields in await read_stream(self._reader, self._log, position, count,
-                                                block_ms):
-            position = text(raw_id)
-            if b"id" in fields:
-                ids.append(text(fields[b"id"]))
-        return ids, position
+        ids = [text(fields[b"id"]) for _, fields in records if b"id" in fields]
+        return ids, text(records[-1][0]) if records else position

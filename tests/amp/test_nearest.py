@@ -15,8 +15,9 @@ import pytest
 
 from broker.amp.nearest import NearestCells
 from broker.amp.vector_index import VectorIndex
+from broker.storage import layout
 from tests.support.amp import NO_BACKGROUND_RUNS, Amp, TestClock, clocked_broker, iso
-from tests.support.brokers import BACKENDS, Broker, start_broker
+from tests.support.brokers import BACKENDS, Broker, data_client, start_broker
 from tests.support.embeddings import EmbeddingsStandIn
 from tests.support.waiting import wait_until
 
@@ -273,3 +274,26 @@ def test_after_a_model_switch_the_index_holds_only_the_new_models_vectors(
         stand_in.down = False
         after.close()
         second.stop()
+
+
+def test_a_follower_that_missed_trimmed_records_reads_every_vector_again(amp: Amp) -> None:
+    first = create_all(amp, FACTS[:2])
+    wait_until(lambda: holds(amp, *first), "the first cells in the vector index")
+    store = data_client(amp.app)
+    store.xtrim(layout.amp_vector_log(amp.namespace), maxlen=0)  # as if it fell far behind
+    store.delete(layout.amp_vector(amp.namespace, first[0]))  # a removal only a reread finds
+    later = create_all(amp, FACTS[2:3])
+    wait_until(lambda: holds(amp, first[1], *later) and first[0] not in
+               (index_of(amp).index or ()), "every vector read again")
+
+
+def test_many_nearer_cells_an_agent_may_not_read_never_hide_the_ones_it_may(amp: Amp) -> None:
+    private = {"readable_by": ["agent-1"], "public": False}
+    hidden = [str(amp.create(f"Ana is allergic to peanuts, note {n}", owner="u-1",
+                             access_policy=private)["id"]) for n in range(420)]
+    shared = str(amp.create("Ana should avoid some nuts", owner="u-2",
+                            access_policy={"public": True})["id"])
+    wait_until(lambda: holds(amp, shared, *hidden), "every cell in the vector index")
+    for mode in ("semantic", "hybrid"):
+        assert recall(amp, "Ana is allergic to peanuts", agent="other", mode=mode) == [shared]
+        assert recall(amp, "Ana is allergic to peanuts", mode=mode, limit=3)[0] in hidden
