@@ -414,6 +414,7 @@ _ABSENT = object()
 
 
 def _chunks(nearest: list[tuple[str, float]], size: int) -> Iterator[list[tuple[str, float]]]:
+    """Cells by falling cosine, `size` at a time."""
     for at in range(0, len(nearest), size):
         yield nearest[at:at + size]
 
