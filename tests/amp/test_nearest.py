@@ -46,6 +46,16 @@ def holds(amp: Amp, *cell_ids: str) -> bool:
     return index is not None and all(i in index for i in cell_ids)
 
 
+def indexed_as_stored(amp: Amp, cell_id: str) -> bool:
+    """Whether the broker's index holds the cell's vector as stored now."""
+    stored = data_client(amp.app).hget(layout.amp_vector(amp.namespace, cell_id), "vec")
+    index = index_of(amp).index
+    if stored is None or index is None:
+        return False
+    nearest = index.nearest(np.frombuffer(stored, dtype=np.float32), 1)
+    return nearest[0][0] == cell_id and nearest[0][1] > 0.9999
+
+
 def recall(amp: Amp, query: str, agent: str = "agent-1", **body: Any) -> list[str]:
     """The ids a search over every cell (no owner filter) returns, best first."""
     response = amp.http.post("/amp/memories/search", headers={"X-AMP-Agent-ID": agent},
@@ -188,6 +198,11 @@ def test_a_cell_written_through_one_broker_is_recalled_through_another_until_del
         wait_until(lambda: holds(two, *ids), "the cells in the other broker's index")
         for mode in ("semantic", "hybrid"):
             assert recall(two, "what food could hurt Ana?", mode=mode)[0] == ids[0]
+        changed = "Bob sings in the city choir on Sundays"
+        assert one.patch(ids[2], {"content": {"text": changed}}).status_code == 200
+        wait_until(lambda: recall(two, "what music does Bob make?", mode="semantic")[0]
+                   == ids[2], "the patched text recalled by meaning through the other broker")
+        wait_until(lambda: indexed_as_stored(two, ids[2]), "the new vector in the other index")
         far = 10 ** 13  # AMP's state machine: stale, then archived, then deleted
         one.run(as_of=far)
         one.run(as_of=far + 31 * DAY_MS)
