@@ -2,12 +2,15 @@
 step with Redis: at start it reads every vector of the configured model, in batches, in the
 background; then it follows the vector log (each stored or removed vector is recorded there),
 reading the current vector of each cell named, so that a vector stored by any process is here
-within about a second. Until the first reading is done, and whenever the log was trimmed past
-what it read, `nearest` answers None and search ranks without it (broker/amp/search.py). An
-index hit is only a candidate: search checks the cell and its stored vector before ranking it."""
+within about a second; every 10 minutes it reads every vector again, into a new index swapped
+in when done. Until the first reading is done, `nearest` answers None and search ranks without
+it (broker/amp/search.py); when the log was trimmed past what it read, it reads everything
+again. An index hit is only a candidate: search checks the cell and its stored vector before
+ranking it."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from broker.amp.embedders import Vectors
@@ -18,6 +21,7 @@ log = logging.getLogger("memp.amp.nearest")
 _READ_BATCH = 1000  # vectors read per round trip when (re)building
 _FOLLOW_BATCH = 1000  # log records read at once
 _WAIT_MS = 1000  # how long one read of the log waits for a record
+REREAD_SECONDS = 600.0
 
 
 class NearestCells:
@@ -41,11 +45,16 @@ class NearestCells:
 
     async def run_forever(self) -> None:
         """Read every vector (unless following the log from a position still kept), then
-        follow the log. A store failure ends the run; the supervisor starts it again, and it
-        goes on from where it was when the log still holds that."""
+        follow the log, and read every vector again each REREAD_SECONDS (what a lost record
+        or a read racing a purge could leave out is then back). A store failure ends the run;
+        the supervisor starts it again, and it goes on from where it was when the log still
+        holds that."""
+        loop = asyncio.get_running_loop()
+        read_at = loop.time()
         while True:
-            if self._position is None:
+            if self._position is None or loop.time() - read_at >= REREAD_SECONDS:
                 await self.rebuild()
+                read_at = loop.time()
             assert self._position is not None
             changed = await self.vectors.changed(self._position, _FOLLOW_BATCH, _WAIT_MS)
             if changed is None:
