@@ -98,7 +98,7 @@ def build(settings: Settings, clock: Clock, storage: Storage) -> Services:
                             approvals)
     embedder = open_embedder(settings)
     vectors = storage.vectors(settings.amp_namespace)
-    nearest = NearestCells(vectors, embedder.model) if embedder is not None else None
+    nearest = NearestCells(vectors, embedder.model, metrics) if embedder is not None else None
     recall = Recall(vectors, embedder, nearest)
     proposal_service = ProposalService(storage.proposals, memory_service, amp_cells, clock)
     changelog = ChangeLog(storage.changes, cell_visibility, frames.change)

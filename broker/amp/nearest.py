@@ -15,6 +15,7 @@ import logging
 
 from broker.amp.embedders import Vectors
 from broker.amp.vector_index import VectorIndex
+from broker.runtime.metrics import Metrics
 from broker.storage.amp_vectors import CellVectorStore, StoredVector
 
 log = logging.getLogger("memp.amp.nearest")
@@ -27,9 +28,11 @@ REREAD_SECONDS = 600.0
 class NearestCells:
     """The vectors of `model` of the AMP namespace's cells, in memory, kept in step."""
 
-    def __init__(self, vectors: CellVectorStore, model: str) -> None:
+    def __init__(self, vectors: CellVectorStore, model: str,
+                 metrics: Metrics | None = None) -> None:
         self.vectors = vectors
         self.model = model
+        self.metrics = metrics
         self.index: VectorIndex | None = None  # None until read in full
         self._position: str | None = None  # the vector log's, once read in full
 
@@ -65,6 +68,7 @@ class NearestCells:
             ids, self._position = changed
             if ids and self.index is not None:
                 self._apply(self.index, await self.vectors.load(sorted(set(ids))), ids)
+                self._count()
 
     async def rebuild(self) -> int:
         """Read every cell's vector into a new index, then use it; how many it holds. The log
@@ -87,7 +91,12 @@ class NearestCells:
         self._position = position
         log.info("AMP vector index: %d vectors of %s read from %d cells", len(self.index),
                  self.model, offset)
+        self._count()
         return len(self.index)
+
+    def _count(self) -> None:
+        if self.metrics is not None and self.index is not None:
+            self.metrics.amp_vector_index.set(len(self.index))
 
     def _new_index(self, stored: dict[str, StoredVector]) -> VectorIndex | None:
         """An index of the dimensions of the first vector of the model (None: none yet)."""

@@ -229,6 +229,8 @@ def test_a_broker_started_later_reads_every_vector_into_its_index(redis_url: str
         second, two = start("redis", redis_url, one.namespace)
         try:
             wait_until(lambda: holds(two, *ids), "the later broker's index read")
+            metrics = two.http.get("/metrics").text
+            assert f"memp_amp_vector_index_cells {len(ids)}.0" in metrics
             assert recall(two, "where does Bob like to sit?", mode="semantic")[0] == ids[2]
         finally:
             two.close()
