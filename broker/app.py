@@ -17,6 +17,7 @@ from broker.amp.embedders import open_embedder
 from broker.amp.embedding import CellEmbedding
 from broker.amp.lifecycle import LifecycleEngine, Purger
 from broker.amp.merge import CellMerger
+from broker.amp.nearest import NearestCells
 from broker.amp.poster import TermPoster
 from broker.amp.recall import Recall
 from broker.amp.service import CellService
@@ -97,7 +98,8 @@ def build(settings: Settings, clock: Clock, storage: Storage) -> Services:
                             approvals)
     embedder = open_embedder(settings)
     vectors = storage.vectors(settings.amp_namespace)
-    recall = Recall(vectors, embedder)
+    nearest = NearestCells(vectors, embedder.model, metrics) if embedder is not None else None
+    recall = Recall(vectors, embedder, nearest)
     proposal_service = ProposalService(storage.proposals, memory_service, amp_cells, clock)
     changelog = ChangeLog(storage.changes, cell_visibility, frames.change)
     stream_guard = StreamGuard(auth, registry, supervisor)
@@ -148,6 +150,8 @@ def loops(s: Services) -> list[Supervised]:
                    lambda: s.amp_poster.run_forever(settings.amp_post_interval_seconds)),
         Supervised("AMP embedder", lambda: s.amp_embedding.run_forever(
             settings.amp_embed_interval_seconds)),
+        *([Supervised("AMP vector index", s.amp_recall.index.run_forever)]
+          if s.amp_recall.index is not None else []),
         Supervised("SSE send watchdog", s.send_watchdog.run),
         Supervised("governance sweeper", s.governance.sweep_once,
                    every=max(settings.sweep_interval_seconds, 1.0)),

@@ -15,6 +15,7 @@ import numpy as np
 from broker.amp.cells import MemoryCell
 from broker.amp.embedders import Embedder, EmbedderUnavailable, Vectors
 from broker.amp.embedding import text_digest
+from broker.amp.nearest import NearestCells
 from broker.core.errors import MempError
 from broker.storage.amp_vectors import CellVectorStore, StoredVector
 
@@ -40,9 +41,26 @@ UNAVAILABLE = "embedder_unavailable"
 class Recall:
     """The embedder (None: keyword search only) and the cells' stored vectors."""
 
-    def __init__(self, vectors: CellVectorStore, embedder: Embedder | None) -> None:
+    def __init__(self, vectors: CellVectorStore, embedder: Embedder | None,
+                 index: NearestCells | None = None) -> None:
         self.vectors = vectors
         self.embedder = embedder
+        self.index = index  # this process's vector index of every cell (broker/amp/nearest.py)
+
+    @property
+    def indexed(self) -> int:
+        """How many cells this process's vector index holds; 0 also while it is not ready
+        (or there is none): search then ranks without it."""
+        if self.index is None or self.index.index is None or self.embedder is None or \
+                self.index.model != self.embedder.model:
+            return 0
+        return len(self.index.index)
+
+    def near(self, query: Vectors, limit: int) -> list[tuple[str, float]]:
+        """Up to `limit` cells of the whole namespace by falling cosine to `query`, from this
+        process's vector index (none while it is not ready)."""
+        found = self.index.nearest(query, limit) if self.index is not None else None
+        return found or []
 
     def mode(self, asked: str | None) -> str:
         """The mode a search runs in: `hybrid` by default when an embedder is configured."""
@@ -62,13 +80,19 @@ class Recall:
         vector: Vectors = (await self.embedder.embed([query]))[0]
         return vector
 
-    async def similarities(self, query: Vectors, cells: Sequence[MemoryCell]
+    async def stored(self, cell_ids: Sequence[str]) -> dict[str, StoredVector]:
+        """The cells' stored vectors (none without an embedder), for `similarities`."""
+        return await self.vectors.load(cell_ids) if self.embedder is not None else {}
+
+    async def similarities(self, query: Vectors, cells: Sequence[MemoryCell],
+                           stored: Mapping[str, StoredVector] | None = None
                            ) -> dict[str, float]:
         """Cosine similarity to `query` of each cell with a vector of the configured model
-        made from its current text."""
+        made from its current text (`stored`: the vectors, when already loaded)."""
         if self.embedder is None:
             return {}
-        stored = await self.vectors.load([c.id for c in cells])
+        if stored is None:
+            stored = await self.vectors.load([c.id for c in cells])
         model, ids, rows = self.embedder.model, [], []
         for cell in cells:
             found = stored.get(cell.id)

@@ -5,8 +5,10 @@ returned, and relevance weighs words by statistics of those cells alone (docs/se
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -17,18 +19,33 @@ from broker.amp.cells import MemoryCell, MemoryType, OwnerId, OwnerType, Status,
 from broker.amp.embedders import EmbedderUnavailable, Vectors
 from broker.amp.index import terms_of, words_of
 from broker.amp.lifecycle import score_at
-from broker.amp.recall import UNAVAILABLE, Recall, fused, unavailable, word_shares
+from broker.amp.recall import (
+    STOP_WORDS,
+    UNAVAILABLE,
+    Recall,
+    fused,
+    unavailable,
+    word_shares,
+)
 from broker.amp.rules import can_read
-from broker.amp.service import CellService, loaded_cell
+from broker.amp.service import CellService, loaded_content
 from broker.core.errors import MempError
 from broker.core.grammar import compile_pattern, glob_match
 from broker.services.auth import Principal
 from broker.storage.amp import CellRecord
+from broker.storage.amp_vectors import StoredVector
 
 MAX_CANDIDATES = 5_000
 _EAGER = 200  # candidates ranked by meaning that are loaded at once (`_best_by_meaning`)
 _WALK_BATCH = 500
 _ACCESS_BATCH = 2_000  # index records looked at per round trip when picking readable cells
+# Search by meaning over every cell, from the vector index (`_by_index`): the cells nearest in
+# meaning that pass the filters, loaded this many at a time, are ranked (at least this many,
+# or as many as the page needs); in hybrid with about as many holding the query's rarer words
+# (docs/amp.md).
+_NEAR = 100
+_WORDED = 100
+_FIRST_LOOK = 4  # x the cells ranked: how many nearest are ordered before all of them
 
 
 class SearchBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -113,17 +130,28 @@ class CellSearch:
         query = _Query(body, agent, statuses, start, end, terms, self.cells.clock(), mode,
                        vector)
         if not walk:
-            candidates = await self._candidates(query)
-            if candidates is not None:
-                hits = await self._best_by_meaning(candidates, query, offset + body.limit + 1)
-                if hits is None:
-                    hits = await self._hits(candidates, query)
-                    hits.sort(key=lambda h: (-h.score, h.cell.id))
+            hits = await self._ranked(query, offset + body.limit + 1)
+            if hits is not None:
                 more = len(hits) > offset + body.limit
                 next_cursor = str(offset + body.limit) if more else None
                 page = {"results": hits[offset:offset + body.limit], "next_cursor": next_cursor}
                 return {**page, "degraded": degraded} if degraded else page
         return await self._walk(query, offset)
+
+    async def _ranked(self, query: _Query, want: int) -> list[SearchHit] | None:
+        """The ranking whose first `want` hits are right, best first; None when there are
+        more candidates than one request ranks (the search then walks creation order)."""
+        hits = await self._by_index(query, want)
+        if hits is not None:
+            return hits
+        candidates = await self._candidates(query)
+        if candidates is None:
+            return None
+        hits = await self._best_by_meaning(candidates, query, want)
+        if hits is None:
+            hits = await self._hits(candidates, query)
+            hits.sort(key=lambda h: (-h.score, h.cell.id))
+        return hits
 
     async def _walk(self, query: _Query, position: int) -> dict[str, Any]:
         """More cells than one request ranks: page through creation order (newest first),
@@ -144,46 +172,122 @@ class CellSearch:
                         break
         return {"results": page, "next_cursor": f"p{position}"}
 
+    async def _by_index(self, query: _Query, want: int) -> list[SearchHit] | None:
+        """The best `want` hits, sorted, of a search by meaning over every cell (no owner, no
+        time range), from this process's vector index: cells by falling cosine, then checked
+        and ranked as any candidate. Which cells are ranked never depends on cells the agent
+        may not read: the walk goes on until enough pass. None: not such a search, or the
+        index is not ready."""
+        body = query.body
+        if query.vector is None or body.owner_id is not None or query.start is not None or \
+                query.end is not None or not self.recall.indexed:
+            return None
+        most = max(_NEAR, want)
+        batches = self._by_cosine(query.vector, _FIRST_LOOK * most)
+        if query.mode == "semantic":
+            return await self._falling(batches, query, want, most)
+        kept: list[tuple[MemoryCell, CellRecord, Counter[str]]] = []
+        for batch in batches:
+            kept += await self._kept(sorted(i for i, _ in batch), query)
+            if len(kept) >= most:
+                break
+        seen = {cell.id for cell, _, _ in kept}
+        worded = [i for i in await self._rare_worded(query) if i not in seen]
+        kept += await self._kept(worded, query)
+        hits = list((await self._scored(kept, query)).values())
+        hits.sort(key=lambda h: (-h.score, h.cell.id))
+        return hits
+
+    def _by_cosine(self, vector: Vectors, first: int) -> Iterator[list[tuple[str, float]]]:
+        """The index's cells by falling cosine to `vector`, _NEAR at a time: the nearest
+        `first`, then, if more are asked for, the others."""
+        nearest = self.recall.near(vector, first)
+        yield from _chunks(nearest, _NEAR)
+        if len(nearest) == first:
+            seen = {i for i, _ in nearest}
+            rest = [h for h in self.recall.near(vector, len(seen) + self.recall.indexed)
+                    if h[0] not in seen]
+            yield from _chunks(rest, _NEAR)
+
+    async def _rare_worded(self, query: _Query) -> list[str]:
+        """Cells holding the query's rarer words (stop words left out), rarest first, up to
+        about _WORDED cells: in hybrid a cell holding a word few cells hold may rank high
+        whatever its cosine; words most cells hold weigh little."""
+        sizes = await self.cells.index.term_sizes(sorted(query.terms - STOP_WORDS))
+        chosen: list[str] = []
+        total = 0
+        for term, size in sorted(sizes.items(), key=lambda t: (t[1], t[0])):
+            if total + size > _WORDED:
+                break
+            chosen.append(term)
+            total += size
+        return sorted(await self.cells.index.by_term(chosen)) if chosen else []
+
     async def _best_by_meaning(self, candidates: list[str], query: _Query, want: int
                                ) -> list[SearchHit] | None:
         """The best `want` hits of many candidates ranked by `semantic`, sorted, without
-        loading every candidate: cells are loaded by falling cosine until the `want`-th score
-        beats the next cosine (a score is at most its cosine). None: rank them all (few
-        candidates, or a mode whose relevance depends on the other ranked cells)."""
+        loading every candidate (`_falling`). None: rank them all (few candidates, or a mode
+        whose relevance depends on the other ranked cells)."""
         if query.mode != "semantic" or query.vector is None or len(candidates) <= _EAGER:
             return None
         nearest = await self.recall.nearest(query.vector, candidates)
+        return await self._falling(_chunks(nearest, _EAGER), query, want)
+
+    async def _falling(self, batches: Iterable[list[tuple[str, float]]], query: _Query,
+                       want: int, most: int | None = None) -> list[SearchHit]:
+        """The best `want` semantic hits, sorted, of batches of cells by falling cosine:
+        loaded a batch at a time until the `want`-th score beats the next cosine (a score is
+        at most its cosine), or once `most` are ranked (None: no such cut)."""
         floor = query.body.min_score
         hits: list[SearchHit] = []
-        for at in range(0, len(nearest), _EAGER):
-            hits += await self._hits(sorted(i for i, _ in nearest[at:at + _EAGER]), query)
-            hits.sort(key=lambda h: (-h.score, h.cell.id))
-            if at + _EAGER >= len(nearest):
-                break
-            left = max(nearest[at + _EAGER][1], 0.0)
+        for batch in batches:
+            left = max(batch[0][1], 0.0)
             if (len(hits) >= want and hits[want - 1].score > left) or (
-                    floor is not None and left < floor):
+                    floor is not None and left < floor) or (
+                    most is not None and len(hits) >= most):
                 break
+            hits += await self._hits(sorted(i for i, _ in batch), query)
+            hits.sort(key=lambda h: (-h.score, h.cell.id))
         return hits
 
     async def _hits(self, candidates: list[str], query: _Query) -> list[SearchHit]:
         """The candidates that pass every filter (the caller's right to read included), scored,
         in candidate order. A word's weight comes from how many of these cells have it: the
         statistics of cells the caller may read, whatever else the namespace holds."""
+        if query.vector is not None and query.terms:  # their vectors asked for at once
+            kept, stored = await asyncio.gather(self._kept(candidates, query),
+                                                self.recall.stored(candidates))
+            hits = await self._scored(kept, query, stored)
+        else:
+            hits = await self._scored(await self._kept(candidates, query), query)
+        return [hits[i] for i in candidates if i in hits]
+
+    async def _kept(self, candidates: list[str], query: _Query
+                    ) -> list[tuple[MemoryCell, CellRecord, Counter[str]]]:
+        """The candidates that pass every filter, loaded, with their words when the query has
+        some; by keywords alone, only those holding a query word."""
         cells = self.cells
         kept: list[tuple[MemoryCell, CellRecord, Counter[str]]] = []
         for record, raw in (await cells.index.load(candidates)).values():
             if record.status not in query.statuses:
                 continue
-            found = loaded_cell(cells.namespace, record, raw, query.now)
-            if found is None or not self._keep(found[1], record, query):
+            cell = loaded_content(cells.namespace, record, raw, query.now)
+            if cell is None or not self._keep(cell, record, query):
                 continue
-            words = Counter(words_of(found[1].content.text)) if query.terms else Counter()
+            words = Counter(words_of(cell.content.text)) \
+                if query.terms and query.mode != "semantic" else Counter()
             if not query.terms or query.meaning or not query.terms.isdisjoint(words):
-                kept.append((found[1], record, words))
+                kept.append((cell, record, words))
+        return kept
+
+    async def _scored(self, kept: list[tuple[MemoryCell, CellRecord, Counter[str]]],
+                      query: _Query, stored: Mapping[str, StoredVector] | None = None
+                      ) -> dict[str, SearchHit]:
+        """The kept cells that have a relevance in the query's mode, scored, by id (with their
+        `stored` vectors when already loaded)."""
         idf = _idf(query.terms, [words for _, _, words in kept if
                                  not query.terms.isdisjoint(words)])
-        relevance = await self._relevance(kept, idf, query)
+        relevance = await self._relevance(kept, idf, query, stored)
         hits: dict[str, SearchHit] = {}
         for cell, record, _ in kept:
             if cell.id not in relevance:
@@ -193,10 +297,11 @@ class CellSearch:
                 cell.lifecycle.last_accessed_at = iso(record.accessed)
             decay = score_at(cell, record, query.now)
             hits[cell.id] = SearchHit(cell, relevance[cell.id] * (0.2 + 0.8 * decay), decay)
-        return [hits[i] for i in candidates if i in hits]
+        return hits
 
     async def _relevance(self, kept: list[tuple[MemoryCell, CellRecord, Counter[str]]],
-                         idf: dict[str, float], query: _Query) -> dict[str, float]:
+                         idf: dict[str, float], query: _Query,
+                         stored: Mapping[str, StoredVector] | None) -> dict[str, float]:
         """Each ranked cell's relevance in the query's mode, cells under `min_score` left
         out. `min_score` is held against a relevance in [0, 1]: the keyword relevance over the
         best one (`keyword`), the cosine (`semantic`), the fused score (`hybrid`)."""
@@ -208,7 +313,7 @@ class CellSearch:
             best = max(keyword.values(), default=0.0) or 1.0
             return {i: s for i, s in keyword.items() if s > 0 and (
                 floor is None or s / best >= floor)}
-        similar = await self.recall.similarities(query.vector, [c for c, _, _ in kept])
+        similar = await self.recall.similarities(query.vector, [c for c, _, _ in kept], stored)
         if query.mode == "semantic":
             scores = {i: max(s, 0.0) for i, s in similar.items()}
         else:
@@ -224,13 +329,12 @@ class CellSearch:
         cells, body, terms = self.cells, query.body, query.terms
         owned: set[str] | None = None
         if body.owner_id is not None:
-            owned = set()
             types = [body.owner_type] if body.owner_type else ["user", "agent", "organization"]
-            for owner_type in types:
-                pattern = compile_pattern(f"cells/{owner_type}/{body.owner_id}/*")
-                keys, _ = await cells.index.entries.scan_keys(cells.namespace, pattern, None,
-                                                              MAX_CANDIDATES)
-                owned.update(k.rsplit("/", 1)[1] for k in keys)
+            found_keys = await asyncio.gather(*(
+                cells.index.entries.scan_keys(
+                    cells.namespace, compile_pattern(f"cells/{owner_type}/{body.owner_id}/*"),
+                    None, MAX_CANDIDATES) for owner_type in types))
+            owned = {k.rsplit("/", 1)[1] for keys, _ in found_keys for k in keys}
         if owned is not None:
             # One owner's cells are few: their text decides relevance (`_hits` drops cells
             # without a query word), which is far cheaper than a union of the term sets of every
@@ -307,6 +411,12 @@ class CellSearch:
 
 
 _ABSENT = object()
+
+
+def _chunks(nearest: list[tuple[str, float]], size: int) -> Iterator[list[tuple[str, float]]]:
+    """Cells by falling cosine, `size` at a time."""
+    for at in range(0, len(nearest), size):
+        yield nearest[at:at + size]
 
 
 def _idf(terms: set[str], ranked: list[Counter[str]]) -> dict[str, float]:

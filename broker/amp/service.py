@@ -109,6 +109,14 @@ def stored_cell(namespace: str, record: CellRecord, raw: RawHash, now: int
     return None
 
 
+def loaded_content(namespace: str, record: CellRecord, raw: RawHash, now: int
+                   ) -> MemoryCell | None:
+    """A loaded cell's content alone, without building its MEMP entry (search looks at
+    hundreds at a time); None as for `stored_cell`."""
+    found = stored_cell(namespace, record, raw, now)
+    return None if found is None else found[0]
+
+
 class CellGate(Protocol):
     """Where a create or patch goes when the namespace's rules require approval for the cell's
     key (broker/governance/gate.py)."""

@@ -118,6 +118,9 @@ class Metrics:
         self.amp_embed_backlog = Gauge(
             "memp_amp_embedding_backlog", "AMP cells waiting for a vector of the configured "
             "model, as last counted by this process.", multiprocess_mode="max", registry=r)
+        self.amp_vector_index = Gauge(
+            "memp_amp_vector_index_cells", "AMP cells in this process's in-memory vector index "
+            "(0 until it has read every vector at start).", multiprocess_mode="max", registry=r)
         self.rate_limited = Counter(
             "memp_rate_limited", "Requests refused for going over a rate, by limit and by whose "
             "rate it was (scope: agent or namespace).", ["limit", "scope"], registry=r)

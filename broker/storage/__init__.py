@@ -70,7 +70,7 @@ class Storage:
 
     def vectors(self, namespace: str) -> CellVectorStore:
         """The vectors of `namespace`'s AMP cells."""
-        return CellVectorStore(self.backend, namespace)
+        return CellVectorStore(self.backend, namespace, self._waiting)
 
     def bulletins(self, position: str | None, block_ms: int
                   ) -> AsyncIterator[bulletins.Bulletin]:

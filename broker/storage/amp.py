@@ -18,6 +18,7 @@ from broker.storage.amp_status import (
     StatusChange,
     status_calls,
 )
+from broker.storage.amp_vectors import logged
 from broker.storage.client import Backend, ScriptCall, text
 from broker.storage.entries import (
     COMMON_FILES,
@@ -344,6 +345,14 @@ class CellIndexStore:
             CELL_POST.pack(record_prefix=layout.amp_cell(self.namespace, ""),
                            term_prefix=layout.amp_term(self.namespace, ""), limit=limit)))
 
+    async def term_sizes(self, terms: Sequence[str]) -> dict[str, int]:
+        """How many cells each term's set holds (posted terms only)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for term in terms:
+                pipe.scard(layout.amp_term(self.namespace, term))
+            sizes = await pipe.execute()
+        return {term: int(size) for term, size in zip(terms, sizes, strict=True)}
+
     async def access(self, cell_ids: Sequence[str]) -> list[tuple[str | None, str | None]]:
         """Each cell's status and the globs of the agents that may read it, from its index
         record alone (None for what the record does not hold)."""
@@ -404,6 +413,7 @@ class CellIndexStore:
                 pipe.srem(layout.amp_unposted(ns), cell_id)
                 pipe.srem(layout.amp_unembedded(ns), cell_id)
                 pipe.delete(layout.amp_vector(ns, cell_id))
+                pipe.execute_command(*logged(ns, cell_id))
                 for term in cells[cell_id][1] | indexed:
                     pipe.srem(layout.amp_term(ns, term), cell_id)
             await pipe.execute()

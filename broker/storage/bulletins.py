@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal, cast
 
 from broker.storage import layout
-from broker.storage.client import Redis, read_stream, text
+from broker.storage.client import Redis, read_stream, stream_continues, text
 
 Kind = Literal["subscribed", "namespace", "revoked"]
 Announced = Literal["namespace", "revoked"]
@@ -25,27 +25,12 @@ def announcement(kind: Announced, subject: str) -> tuple[Any, ...]:
             "subject", subject)
 
 
-async def _continues(client: Redis, position: str) -> bool:
-    """Whether every announcement after `position` is still kept."""
-    oldest: Any = await client.xrange(layout.bulletins(), "-", "+", count=1)
-    if not oldest:
-        return True  # nothing kept, so nothing after `position` was trimmed either
-    # Kept from `oldest` on: continuous only if that reaches back to `position` (a trim, or
-    # Redis losing its data, may otherwise have dropped announcements in between).
-    return _order(text(oldest[0][0])) <= _order(position)
-
-
-def _order(position: str) -> tuple[int, int]:
-    ms, _, seq = position.partition("-")
-    return int(ms), int(seq or 0)
-
-
 async def listen(client: Redis, position: str | None, block_ms: int
                  ) -> AsyncIterator[Bulletin]:
     """Announcements after `position` (None: from now on). It first yields ("subscribed", "",
     position) when what came before may have been missed: at the start, or when `position` is
     older than what is kept. Ends when the connection fails (StoreError)."""
-    if position is None or not await _continues(client, position):
+    if position is None or not await stream_continues(client, layout.bulletins(), position):
         last: Any = await client.xrevrange(layout.bulletins(), "+", "-", count=1)
         position = text(last[0][0]) if last else "0-0"
         yield "subscribed", "", position

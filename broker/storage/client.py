@@ -458,6 +458,21 @@ async def _auto_pipelined(pipe: AutoPipeline, script: AsyncScript, keys: list[An
         return await pipe.execute("EVALSHA", script.sha, len(keys), *keys, *args)
 
 
+async def stream_continues(client: Redis, key: str, position: str) -> bool:
+    """Whether every record of the capped stream `key` after `position` is still kept."""
+    oldest: Any = await client.xrange(key, "-", "+", count=1)
+    if not oldest:
+        return True  # nothing kept, so nothing after `position` was trimmed either
+    # Kept from `oldest` on: continuous only if that reaches back to `position` (a trim, or
+    # Redis losing its data, may otherwise have dropped records in between).
+    return _stream_order(text(oldest[0][0])) <= _stream_order(position)
+
+
+def _stream_order(position: str) -> tuple[int, int]:
+    ms, _, seq = position.partition("-")
+    return int(ms), int(seq or 0)
+
+
 async def read_stream(client: Redis, key: str, position: str, count: int, block_ms: int
                       ) -> list[Any]:
     """XREAD of one stream after `position`, waiting up to `block_ms`: its records.

@@ -215,6 +215,12 @@ def amp_vector(namespace: str, cell_id: str) -> str:
     return f"{_ns(namespace)}:amp:vec:{cell_id}"
 
 
+def amp_vector_log(namespace: str) -> str:
+    """Capped stream of the cells whose vector was stored or removed (each record: `id`), which
+    every process follows to keep its in-memory vector index in step (broker/amp/nearest.py)."""
+    return f"{_ns(namespace)}:amp:veclog"
+
+
 def amp_unembedded(namespace: str) -> str:
     """Set of cells whose text changed (or that went away) and whose vector is not yet in line."""
     return f"{_ns(namespace)}:amp:unembedded"

@@ -1,12 +1,13 @@
 -- AMP: store a new cell's vector, made at its create, and list its owner's other vectors, in one
 -- call (broker/amp/duplicates.py).
 -- KEYS: read_new_vector_keys (the cell's entry, its vector hash, the set of unembedded cells,
---   the namespace's key index).
+--   the namespace's key index, the vector log).
 -- ARGV: read_new_vector (cell id, entry version embedded, model, dimensions, text digest, the
 --   vector's float32 bytes, the key prefixes of vector hashes, index records and entries, the
---   owner's key prefix, how many of the owner's keys to look at, the time now). The vector is
---   stored, and the cell taken out of the unembedded set (the embedder loop need not embed it
---   again), only while the entry still holds the version embedded.
+--   owner's key prefix, how many of the owner's keys to look at, the time now, how many records
+--   the vector log keeps). The vector is stored, announced in the vector log, and the cell taken
+--   out of the unembedded set (the embedder loop need not embed it again), only while the entry
+--   still holds the version embedded.
 -- Returns {1 when stored else 0, then per other cell of the owner whose vector has the model and
 -- size given: id, text digest, vector, and the cell's status, expiry ('' = none) and readers'
 -- globs from its index record when they are current: the vector, the record and the live entry
@@ -18,6 +19,7 @@ if redis.call('HGET', k.entry, 'ver') == a.version then
   redis.call('HSET', k.vector, 'model', a.model, 'dims', a.dims, 'digest', a.digest,
              'vec', a.vector, 'ver', a.version)
   redis.call('SREM', k.unembedded, a.id)
+  redis.call('XADD', k.log, 'MAXLEN', '~', a.keep, '*', 'id', a.id)
   stored = 1
 end
 local out = {stored}
