@@ -137,9 +137,10 @@ def test_two_processes_creating_while_cells_are_patched_keep_each_vector_current
     """Two broker processes on one Redis create restatements of one owner's cell at once,
     while a third client patches each new cell as soon as the index holds it (before its
     create may have stored its vector). Every create lists near duplicates (the restated cell
-    is always there to list), only the owner's cells; once the embedder loops settle, every cell's vector is of its entry's
-    current version and text: a create's vector, made before a patch, never overwrites the
-    patch's nor takes the patched cell off the embedder loop's list."""
+    is always there to list), only the owner's cells; once the embedder loops settle, every
+    cell's vector is of its entry's current version and text: a create's vector, made before
+    a patch, never overwrites the patch's nor takes the patched cell off the embedder loop's
+    list."""
     if "redis" not in BACKENDS:
         pytest.skip("two broker processes share one Redis")
     # The embedder loops run seldom, so a patched cell still waits for them when the create's
