@@ -444,8 +444,8 @@ def test_amp_merge_on_two_processes_at_once_archives_each_source_once(
         assert made.status_code == 201, made.text
         token = made.json()["credentials"]["api_key"]
 
-        def archived(cell_id: str) -> int:
-            """How many stored versions of the cell archive it."""
+        def archived(owner: str, cell_id: str) -> int:
+            """How many stored versions of the owner's cell archive it."""
             key = f"cells/user/{owner}/{cell_id}"
             versions = admin.get(f"/v1/namespaces/{ns}/history/{key}", params={"limit": 100})
             assert versions.status_code == 200, versions.text
@@ -472,7 +472,7 @@ def test_amp_merge_on_two_processes_at_once_archives_each_source_once(
             lost = next(r.structured_content["error"] for r in results if r.is_error)
             assert (lost["code"], lost["details"]["status"]) == ("write_conflict", "archived")
             merged_from = won["provenance"]["source_ref"].split(",")
-            assert [archived(i) for i in ids] == [int(i in merged_from) for i in ids]
+            assert [archived(owner, i) for i in ids] == [int(i in merged_from) for i in ids]
 
 
 @pytest.mark.parametrize(("uri", "namespace", "key", "pattern"), [
