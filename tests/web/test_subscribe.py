@@ -328,6 +328,10 @@ def refused(url: str, params: list[tuple[str, str]], headers: dict[str, str]
                  "invalid_request", id="cursor-check-huge"),
     pytest.param([("namespace", "{ns}")], {"Last-Event-ID": "{ns}:1-0~0A1B2C3D"}, 400,
                  "invalid_request", id="cursor-check-upper-case"),
+    pytest.param([("namespace", "{ns}")], {"Last-Event-ID": "{ns}:1-0~"}, 400,
+                 "invalid_request", id="cursor-tilde-without-check"),
+    pytest.param([("namespace", "{ns}")], {"Last-Event-ID": "{ns}:1-0~0a1b2c3"}, 400,
+                 "invalid_request", id="cursor-check-short"),
 ])
 def test_bad_subscriptions_are_refused(
     broker: Broker, ns: str, query: list[tuple[str, str]], headers: dict[str, str], status: int,
@@ -855,6 +859,47 @@ def test_a_cursor_whose_id_another_history_holds_gets_a_reset_at_once(
         put(client, ns, "later", 1)
         plain.wait_key("later", 1)
         assert [e.data["key"] for e in plain.events] == ["later"]
+
+
+def test_cursor_checks_of_other_namespaces_are_resets_or_ignored_and_show_nothing_of_them(
+    broker: Broker, subscribe: Callable[..., Stream], ns: str
+) -> None:
+    """Hostile checks: a cursor whose position is this namespace's but whose check is of
+    another namespace's record (spliced in) tells a different record there: `reset`
+    (replaced), then this namespace's changes. A cursor naming, besides, a namespace the
+    caller may not subscribe to is answered alike whether its check is that namespace's true
+    one or a made-up one: it is not followed, and nothing of it is sent."""
+    other = f"{ns}-other"
+    with broker.client() as admin:
+        put(admin, ns, "before", 1)  # a record before the cursor's: its history goes on
+        put(admin, ns, "k", 1)
+        put(admin, other, "secret", 1)
+        token = create_key(admin, [{"namespace": ns, "permissions": ["read", "subscribe"]}])
+    mine = subscribe(broker.url, ns, "*", last_event_id=f"{ns}:0-0")
+    theirs = subscribe(broker.url, other, "*", last_event_id=f"{other}:0-0")
+    own_id = str(mine.wait_key("k", 1).id)
+    other_id = str(theirs.wait_key("secret", 1).id)
+    position, check = own_id.split(":", 1)[1].split("~")
+    other_check = other_id.split("~")[1]
+    assert other_check != check
+
+    spliced = subscribe(broker.url, ns, "*", last_event_id=f"{ns}:{position}~{other_check}",
+                        token=token)
+    reset = spliced.wait_event(lambda e: e.event == "reset", "the reset")
+    assert reset.data["cause"] == "replaced", reset
+    spliced.wait_key("k", 1)
+    cursors = [f"{own_id},{other_id}", f"{own_id},{other_id.split('~')[0]}~00000000"]
+    resumed = [subscribe(broker.url, ns, "*", last_event_id=c, token=token).wait_open()
+               for c in cursors]
+    with broker.client() as admin:
+        put(admin, ns, "k", 2)
+    for stream in (spliced, *resumed):
+        stream.wait_key("k", 2)
+    seen = [[(e.event, e.id, e.data) for e in stream.events] for stream in resumed]
+    assert seen[0] == seen[1] and [e for e, _, _ in seen[0]] == ["put"], seen
+    for stream in (spliced, *resumed):
+        assert all(other not in str(e.id) and "secret" not in json.dumps(e.data)
+                   for e in stream.events), stream.events
 
 
 def test_stream_survives_a_redis_restart(
