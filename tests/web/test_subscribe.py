@@ -902,6 +902,31 @@ def test_cursor_checks_of_other_namespaces_are_resets_or_ignored_and_show_nothin
                    for e in stream.events), stream.events
 
 
+def test_a_stream_keeps_what_the_middleware_adds_to_its_start(
+    broker_factory: Callable[..., Broker], ns: str
+) -> None:
+    """A stream's events go to the server's send past the middleware; its start still passes
+    through every one: the CORS headers for an allowed origin and the request id (whose
+    middleware writes the access line then) are on it, and the events follow."""
+    origin = "https://app.example"
+    broker = broker_factory("embedded", cors_origins=origin)
+    stream = Stream(f"{broker.url}/v1/subscribe", [("namespace", ns), ("pattern", "*")],
+                    {"Authorization": f"Bearer {ADMIN_KEY}", "Origin": origin,
+                     "X-Request-ID": "stream-start-1"}).wait_open()
+    try:
+        assert stream.headers is not None
+        assert stream.headers["access-control-allow-origin"] == origin
+        assert "x-request-id" in stream.headers["access-control-expose-headers"].lower()
+        assert stream.headers["x-request-id"] == "stream-start-1"
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        with broker.client() as client:
+            for n in (1, 2):
+                put(client, ns, "k", n)
+        stream.wait_key("k", 2)
+    finally:
+        stream.close()
+
+
 def test_stream_survives_a_redis_restart(
     own_redis: OwnRedis, own_broker: Broker, subscribe: Callable[..., Stream], ns: str
 ) -> None:
