@@ -927,6 +927,26 @@ def test_a_stream_keeps_what_the_middleware_adds_to_its_start(
         stream.close()
 
 
+def test_a_head_request_leaves_no_stream_behind_and_later_streams_get_changes(
+    broker: Broker, subscribe: Callable[..., Stream], ns: str
+) -> None:
+    """HEAD /v1/subscribe answers the headers alone, and the stream it set up is let go at
+    once on the event loop: the namespace's reader stops and is forgotten (a stream opened
+    next gets its changes), and the stream no longer counts against the namespace."""
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    for _ in range(3):
+        reply = httpx.head(f"{broker.url}/v1/subscribe", params={"namespace": ns},
+                           headers=headers, timeout=WAIT)
+        assert reply.status_code == 200 and reply.content == b""
+    with broker.client() as admin:
+        wait_until(lambda: admin.get(f"/v1/namespaces/{ns}/usage").json()["usage"]["streams"]
+                   == 0, "the HEAD requests' streams uncounted")
+        assert ns not in readers(broker)
+        stream = subscribe(broker.url, ns, "*").wait_open()
+        put(admin, ns, "k", 1)
+        stream.wait_key("k", 1)
+
+
 def test_stream_survives_a_redis_restart(
     own_redis: OwnRedis, own_broker: Broker, subscribe: Callable[..., Stream], ns: str
 ) -> None:
