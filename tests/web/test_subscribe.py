@@ -785,6 +785,21 @@ def own_broker(own_redis: OwnRedis) -> Iterator[Broker]:
     handle.stop()
 
 
+def three_versions_followed(broker: Broker, client: httpx.Client,
+                            subscribe: Callable[..., Stream], ns: str) -> list[str]:
+    """Versions 1 to 3 of `k` written while a stream follows `ns`: the cursors it got."""
+    everything = subscribe(broker.url, ns, "*").wait_open()
+    for n in range(1, 4):
+        put(client, ns, "k", n)
+    everything.wait_key("k", 3)
+    return [str(e.id) for e in everything.changes()]
+
+
+def position_of(cursor: str) -> str:
+    """The change-log position of a one-namespace cursor `ns:ms-seq[~check]`."""
+    return cursor.split(":", 1)[1].split("~")[0]
+
+
 def test_a_cursor_from_a_replaced_history_gets_a_reset_and_the_changes_it_missed(
     broker_factory: Callable[..., Broker], subscribe: Callable[..., Stream], redis_url: str,
     ns: str
@@ -793,14 +808,10 @@ def test_a_cursor_from_a_replaced_history_gets_a_reset_and_the_changes_it_missed
     to a replica that lacked the newest changes) is not skipped past: `reset` with cause
     `replaced`, then the changes the new history holds after the newest change both share."""
     broker = broker_factory("redis")
-    everything = subscribe(broker.url, ns, "*").wait_open()
     with broker.client() as client, redis.Redis.from_url(redis_url) as store:
-        for n in range(1, 4):
-            put(client, ns, "k", n)
-        everything.wait_key("k", 3)
-        ids = [str(e.id) for e in everything.changes()]
+        ids = three_versions_followed(broker, client, subscribe, ns)
         # The new primary never had version 3, and took another write since.
-        store.xdel(layout.changelog(ns), ids[2].split(":", 1)[1].split("~")[0])
+        store.xdel(layout.changelog(ns), position_of(ids[2]))
         put(client, ns, "other", "kept")
         resumed = subscribe(broker.url, ns, "*", last_event_id=ids[2])
         resumed.wait_key("other", 1)
@@ -835,14 +846,10 @@ def test_a_cursor_whose_id_another_history_holds_gets_a_reset_at_once(
     (cause `replaced`) and goes on with the new history, from the newest change both share.
     The same cursor without its check (as brokers issued before checks) still resumes."""
     writer, reader = broker_factory("redis"), broker_factory("redis")
-    everything = subscribe(writer.url, ns, "*").wait_open()
     with writer.client() as client, redis.Redis.from_url(redis_url) as store:
-        for n in range(1, 4):
-            put(client, ns, "k", n)
-        everything.wait_key("k", 3)
-        ids = [str(e.id) for e in everything.changes()]
+        ids = three_versions_followed(writer, client, subscribe, ns)
         assert all("~" in i for i in ids), ids  # every id carries its record's check
-        replace_history_after(store, ns, ids[2].split(":", 1)[1].split("~")[0], "other")
+        replace_history_after(store, ns, position_of(ids[2]), "other")
         resumed = subscribe(reader.url, ns, "*", last_event_id=ids[2])
         resumed.wait_key("other", 1)
         reset, kept = resumed.events[:2]
