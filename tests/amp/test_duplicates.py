@@ -149,7 +149,7 @@ def test_two_processes_creating_while_cells_are_patched_keep_each_vector_current
                                      MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS="3600",
                                      MEMP_AMP_EMBED_INTERVAL_SECONDS="0.5")
     one, two = Amp(first.url, ns), Amp(second.url, ns)
-    store = redis.Redis.from_url(redis_url, decode_responses=True)
+    store: Any = redis.Redis.from_url(redis_url, decode_responses=True)  # str replies
     owner = f"u-{uuid.uuid4().hex[:8]}"
     prefix = f"cells/user/{owner}/"
     try:
@@ -198,7 +198,7 @@ def test_two_processes_creating_while_cells_are_patched_keep_each_vector_current
             entry = store.hmget(layout.entry(ns, prefix + cell_id), "ver", "val")
             vector = store.hmget(layout.amp_vector(ns, cell_id), "ver", "digest")
             text = json.loads(entry[1])["content"]["text"]
-            return vector == [entry[0], text_digest(text)]
+            return bool(vector == [entry[0], text_digest(text)])
 
         wait_until(lambda: all(current(cell_id) for cell_id in owned),
                    "every cell's vector of its current version and text")
