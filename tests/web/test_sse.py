@@ -13,9 +13,14 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 from sse_starlette.sse import EventSourceResponse
+from starlette.middleware.cors import CORSMiddleware
 from starlette.types import Message
 
-from broker.runtime.metrics import Metrics
+from broker.app import create_app
+from broker.runtime.logs import RequestIdMiddleware
+from broker.runtime.metrics import Metrics, MetricsMiddleware
+from broker.runtime.settings import Settings
+from broker.web.http import InternalErrorMiddleware
 from broker.web.sse import SERVER_SEND, EventStreamResponse, SendWatchdog
 
 pytestmark = pytest.mark.fast  # in-process, no redis-server: `pytest -m fast`
@@ -95,3 +100,15 @@ def test_events_go_to_the_servers_send_and_the_start_and_end_through_the_middlew
         {"type": "http.response.body", "body": b"event: a\n\n", "more_body": True},
         {"type": "http.response.body", "body": b"event: b\n\n", "more_body": True},
     ]
+
+
+def test_every_middleware_only_looks_at_a_responses_start() -> None:
+    """A stream's events go past the middleware (broker/web/sse.py), which is sound only while
+    every middleware wraps `send` to look at (or add to) the response's start alone: request
+    id and access line, CORS headers, the 500 answer before a start, the request metrics. A
+    new one that reads or rewrites bodies (compression, byte counts) would be skipped by every
+    event: this list is to change only with a look at that."""
+    settings = Settings.from_env(environ={}, admin_key="k" * 32, cors_origins="https://a.example")
+    app = create_app(settings)
+    assert [m.cls for m in app.user_middleware] == [
+        RequestIdMiddleware, CORSMiddleware, InternalErrorMiddleware, MetricsMiddleware]
