@@ -8,6 +8,7 @@ import tomllib
 from collections.abc import AsyncIterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -110,5 +111,6 @@ def test_every_middleware_only_looks_at_a_responses_start() -> None:
     event: this list is to change only with a look at that."""
     settings = Settings.from_env(environ={}, admin_key="k" * 32, cors_origins="https://a.example")
     app = create_app(settings)
-    assert [m.cls for m in app.user_middleware] == [
+    classes: list[Any] = [m.cls for m in app.user_middleware]
+    assert classes == [
         RequestIdMiddleware, CORSMiddleware, InternalErrorMiddleware, MetricsMiddleware]
