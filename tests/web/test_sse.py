@@ -113,4 +113,8 @@ def test_every_middleware_only_looks_at_a_responses_start() -> None:
     app = create_app(settings)
     classes: list[Any] = [m.cls for m in app.user_middleware]
     assert classes == [
-        RequestIdMiddleware, CORSMiddleware, InternalErrorMiddleware, MetricsMiddleware]
+        RequestIdMiddleware,
+        CORSMiddleware,
+        InternalErrorMiddleware,
+        MetricsMiddleware,
+    ]
