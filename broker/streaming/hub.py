@@ -346,9 +346,10 @@ class Hub:
             reader.subscribers.discard(subscriber)
             if not reader.subscribers:
                 # Also flagged: on Python 3.11 a cancel can be swallowed inside redis-py.
+                # Forgotten first: a stopped reader must never take new subscribers.
                 reader.stopped = True
-                self.supervisor.stop_soon(reader.task)
                 del self.readers[namespace]
+                self.supervisor.stop_soon(reader.task)
 
     def position(self, namespace: str) -> Mark | None:
         """How far this process's reader of `namespace` has offered changes (None: no reader).

@@ -127,10 +127,12 @@ class EventStream:
             raise
 
     def close(self) -> None:
-        """Leave the hub (idempotent)."""
-        self.hub.leave(self.subscriber)
-        self._count()
-        self.on_close()
+        """Leave the hub (idempotent); `on_close` runs even if leaving failed."""
+        try:
+            self.hub.leave(self.subscriber)
+            self._count()
+        finally:
+            self.on_close()
 
     def _count(self) -> None:
         """Add the changes filtered out and conflated since last time to the metrics."""

@@ -1,23 +1,39 @@
 """`near_duplicates` on a create's reply: the same owner's cells that mean nearly the same, that
 the agent may read and that are active or stale; null when the embedder could make the write
-wait (not the builtin one, or not loaded)."""
+wait (not the builtin one, or not loaded); two processes creating and patching at once."""
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
+import redis
 
-from tests.support.amp import NO_BACKGROUND_RUNS, Amp, created, started_amp
-from tests.support.brokers import BACKENDS, start_broker
+from broker.amp.embedding import text_digest
+from broker.storage import layout
+from tests.support.amp import (
+    NO_BACKGROUND_RUNS,
+    Amp,
+    created,
+    run_threads,
+    started_amp,
+)
+from tests.support.brokers import BACKENDS, BrokerProcess, start_broker
 from tests.support.waiting import wait_until
 
 CAT = "Ana has a grey cat named Nube who hates the vacuum cleaner"
 SAME_CAT = "Ana's grey cat Nube hates the vacuum cleaner"
 CAR = "Ana's car is a blue Toyota Corolla from 2016"
+# A restatement long enough (near the 64 KiB a text may hold) that making its vector takes a
+# while (~20 ms): a patch has time to land between a create's write and the storing of its
+# vector.
+LONG_SAME_CAT = " ".join([SAME_CAT] * 1400)
 OTHERS = ["Ana drives a blue 2016 Toyota Corolla", "Ana works night shifts on Tuesdays"]
 
 
@@ -114,3 +130,80 @@ def test_without_the_builtin_embedder_near_duplicates_is_null(redis_url: str) ->
             assert response.json()["near_duplicates"] is None
     finally:
         broker.stop()
+
+
+def test_two_processes_creating_while_cells_are_patched_keep_each_vector_current(
+        broker_processes: Callable[..., list[BrokerProcess]], redis_url: str, ns: str) -> None:
+    """Two broker processes on one Redis create restatements of one owner's cell at once,
+    while a third client patches each new cell as soon as the index holds it (before its
+    create may have stored its vector). Every create lists near duplicates (the restated cell
+    is always there to list), only the owner's cells; once the embedder loops settle, every
+    cell's vector is of its entry's current version and text: a create's vector, made before
+    a patch, never overwrites the patch's nor takes the patched cell off the embedder loop's
+    list."""
+    if "redis" not in BACKENDS:
+        pytest.skip("two broker processes share one Redis")
+    # The embedder loops run seldom, so a patched cell still waits for them when the create's
+    # late vector comes.
+    first, second = broker_processes(2, MEMP_AMP_NAMESPACE=ns,
+                                     MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS="3600",
+                                     MEMP_AMP_EMBED_INTERVAL_SECONDS="0.5")
+    one, two = Amp(first.url, ns), Amp(second.url, ns)
+    store: Any = redis.Redis.from_url(redis_url, decode_responses=True)  # str replies
+    owner = f"u-{uuid.uuid4().hex[:8]}"
+    prefix = f"cells/user/{owner}/"
+    try:
+        cat = one.create(CAT, owner=owner)
+        embedded(one, owner, 1)
+        embedded(two, owner, 1)  # each process has its model loaded: near duplicates are on
+        replies: list[dict[str, Any]] = []
+        done = threading.Event()
+        patched: set[str] = set()
+
+        def creator(amp: Amp) -> None:
+            for _ in range(12):
+                response = create(amp, LONG_SAME_CAT, owner)
+                assert response.status_code == 201, response.text
+                replies.append(response.json())
+
+        def patcher() -> None:
+            while True:
+                finished = done.is_set()
+                for key in store.zrangebylex(layout.index(ns), f"[{prefix}", f"[{prefix}\xff"):
+                    cell_id = key.rsplit("/", 1)[1]
+                    if cell_id in patched or cell_id == cat["id"]:
+                        continue
+                    patched.add(cell_id)
+                    answer = two.patch(cell_id, {"content": {"text": f"{CAR} ({cell_id})"}})
+                    assert answer.status_code == 200, answer.text
+                if finished:
+                    return
+                time.sleep(0.001)
+
+        patching = threading.Thread(target=patcher)
+        patching.start()
+        try:
+            run_threads([threading.Thread(target=creator, args=(amp,)) for amp in (one, two)])
+        finally:
+            done.set()
+            patching.join(timeout=60)
+        assert not patching.is_alive()
+        assert len(replies) == 24 and patched == {r["id"] for r in replies}
+        owned = {key.rsplit("/", 1)[1] for key in one.owner_keys(owner)}
+        for reply in replies:
+            listed = [d["id"] for d in reply["near_duplicates"]]
+            assert listed and set(listed) <= owned - {reply["id"]}, reply["near_duplicates"]
+
+        def current(cell_id: str) -> bool:
+            entry = store.hmget(layout.entry(ns, prefix + cell_id), "ver", "val")
+            vector = store.hmget(layout.amp_vector(ns, cell_id), "ver", "digest")
+            text = json.loads(entry[1])["content"]["text"]
+            return bool(vector == [entry[0], text_digest(text)])
+
+        wait_until(lambda: all(current(cell_id) for cell_id in owned),
+                   "every cell's vector of its current version and text")
+        assert not store.sismember(layout.amp_unembedded(ns), cat["id"])
+    finally:
+        one.close()
+        two.close()
+        store.close()

@@ -20,7 +20,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 
 from broker.mcp.resources import entry_uri, parse_uri
 from broker.mcp.tools import TOOLS
-from tests.support.brokers import ADMIN_KEY, Broker
+from tests.support.brokers import ADMIN_KEY, BACKENDS, Broker, BrokerProcess
 from tests.support.mcp import (
     LEGACY_SUBSCRIBE,
     WAIT,
@@ -427,6 +427,52 @@ def test_amp_merge_merges_one_owners_cells_and_refuses_bad_sources_whole(broker:
         left = admin.post("/amp/memories/search", headers={"X-AMP-Agent-ID": agent_id},
                           json={"owner_id": owner, "owner_type": "user"})
         assert sorted(hit["cell"]["id"] for hit in left.json()["results"]) == ids
+
+
+def test_amp_merge_on_two_processes_at_once_archives_each_source_once(
+        broker_processes: Callable[..., list[BrokerProcess]], ns: str) -> None:
+    """Two broker processes on one Redis get amp_merge calls over MCP at once for overlapping
+    sources: one merge is made, the other is refused with write_conflict naming an archived
+    source, and each source is archived once, by the merge that won."""
+    if "redis" not in BACKENDS:
+        pytest.skip("two broker processes share one Redis")
+    first, second = broker_processes(2, MEMP_AMP_NAMESPACE=ns,
+                                     MEMP_AMP_LIFECYCLE_INTERVAL_SECONDS="3600")
+    with httpx.Client(base_url=first.url, timeout=WAIT,
+                      headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as admin:
+        made = admin.post("/v1/agents", json={"name": "merger", "namespace": ns})
+        assert made.status_code == 201, made.text
+        token = made.json()["credentials"]["api_key"]
+
+        def archived(owner: str, cell_id: str) -> int:
+            """How many stored versions of the owner's cell archive it."""
+            key = f"cells/user/{owner}/{cell_id}"
+            versions = admin.get(f"/v1/namespaces/{ns}/history/{key}", params={"limit": 100})
+            assert versions.status_code == 200, versions.text
+            return sum(v["value"]["lifecycle"]["status"] == "archived"
+                       for v in versions.json()["versions"] if v.get("value"))
+
+        for round_ in range(5):
+            owner = f"u-{ns}-{round_}"
+            outcome: dict[str, Any] = {}
+
+            async def main(owner: str = owner, outcome: dict[str, Any] = outcome) -> None:
+                async with connect(first, token) as one, connect(second, token) as two:
+                    ids = [(await call(one, "amp_remember", text=f"Ana likes tea, note {n}",
+                                       owner_id=owner))["id"] for n in range(3)]
+                    outcome["ids"] = ids
+                    outcome["results"] = await asyncio.gather(
+                        one.call_tool("amp_merge", {"ids": ids[:2], "text": "merged"}),
+                        two.call_tool("amp_merge", {"ids": ids[1:], "text": "merged"}))
+
+            run(main())
+            ids, results = outcome["ids"], outcome["results"]
+            assert sorted(r.is_error for r in results) == [False, True], results
+            won = next(r.structured_content for r in results if not r.is_error)
+            lost = next(r.structured_content["error"] for r in results if r.is_error)
+            assert (lost["code"], lost["details"]["status"]) == ("write_conflict", "archived")
+            merged_from = won["provenance"]["source_ref"].split(",")
+            assert [archived(owner, i) for i in ids] == [int(i in merged_from) for i in ids]
 
 
 @pytest.mark.parametrize(("uri", "namespace", "key", "pattern"), [

@@ -226,6 +226,27 @@ async def next_change(sub: Subscriber) -> Change | None:
     return await asyncio.wait_for(sub.queue.get(), timeout=10)
 
 
+async def next_delivery(sub: Subscriber) -> Change:
+    """The next change queued, past any nudges."""
+    item = await next_change(sub)
+    while item is None:  # nudges
+        item = await next_change(sub)
+    return item
+
+
+async def following_two_versions(client: Any, changelog: ChangeLog
+                                 ) -> tuple[Hub, Subscriber, str, str]:
+    """A hub whose reader of `a` read versions 1 and 2 of `k`: the hub, its one subscriber,
+    and the two changes' positions."""
+    hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
+    sub = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""))
+    await hub.join(sub)
+    shared = await log_change(client, "a", "k", 1)
+    deposed = await log_change(client, "a", "k", 2)
+    await wait_for(lambda: hub.readers["a"].position == deposed, "the reader to catch up")
+    return hub, sub, shared, deposed
+
+
 def test_one_reader_per_namespace_stopped_after_its_last_subscriber() -> None:
     async def scenario(client: Any, changelog: ChangeLog) -> None:
         hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
@@ -269,9 +290,7 @@ def test_reader_resets_subscribers_when_the_log_is_recreated() -> None:
         await asyncio.sleep(0.002)
         await log_change(client, "a", "k", 1)
         await wait_for(lambda: "a" in sub.resets, "the reset flag")
-        item = await next_change(sub)
-        while item is None:  # nudges
-            item = await next_change(sub)
+        item = await next_delivery(sub)
         assert (item.key, item.version) == ("k", 1)
         await wait_for(lambda: hub.readers["a"].position == item.position, "the reader to follow")
         await hub.close()
@@ -285,12 +304,7 @@ def test_reader_resets_subscribers_when_a_failover_replaced_the_history() -> Non
     what it queued from the old history, and delivers the new history's changes from the
     newest one both share."""
     async def scenario(client: Any, changelog: ChangeLog) -> None:
-        hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
-        sub = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""))
-        await hub.join(sub)
-        shared = await log_change(client, "a", "k", 1)
-        deposed = await log_change(client, "a", "k", 2)
-        await wait_for(lambda: hub.readers["a"].position == deposed, "the reader to catch up")
+        hub, sub, shared, deposed = await following_two_versions(client, changelog)
         got = [await next_change(sub) for _ in range(2)]
         assert [c.version if c else None for c in got] == [1, 2]
         # The failover: the new primary lacks version 2 and took another write meanwhile.
@@ -298,9 +312,7 @@ def test_reader_resets_subscribers_when_a_failover_replaced_the_history() -> Non
         kept = await log_change(client, "a", "other", 1)
         await wait_for(lambda: "a" in sub.resets, "the reset flag")
         assert (sub.resets["a"].cause, sub.resets["a"].resume) == (REPLACED, shared)
-        item = await next_change(sub)
-        while item is None:  # nudges
-            item = await next_change(sub)
+        item = await next_delivery(sub)
         assert (item.key, item.version, item.position) == ("other", 1, kept)
         await hub.close()
 
@@ -326,18 +338,11 @@ def test_reader_resets_when_another_record_of_the_same_key_holds_its_position() 
     deposed primary's version 2, the new primary's own version 2 under the same id): the
     record's check tells them apart, and the stream resets instead of going on silently."""
     async def scenario(client: Any, changelog: ChangeLog) -> None:
-        hub = Hub(changelog, block_ms=50, ready_timeout=5, supervisor=Supervisor())
-        sub = Subscriber({"a": [compile_pattern("*")]}, 10, Viewer(""))
-        await hub.join(sub)
-        shared = await log_change(client, "a", "k", 1)
-        deposed = await log_change(client, "a", "k", 2)
-        await wait_for(lambda: hub.readers["a"].position == deposed, "the reader to catch up")
+        hub, sub, shared, deposed = await following_two_versions(client, changelog)
         await rewrite_last(client, "a", "k", 2)
         await wait_for(lambda: "a" in sub.resets, "the reset flag")
         assert (sub.resets["a"].cause, sub.resets["a"].resume) == (REPLACED, shared)
-        replaced = await next_change(sub)  # what was queued from the old history is dropped
-        while replaced is None:  # nudges
-            replaced = await next_change(sub)
+        replaced = await next_delivery(sub)  # what was queued from the old history is dropped
         assert (replaced.position, replaced.key, replaced.version) == (deposed, "k", 2)
         await wait_for(lambda: hub.readers["a"].check == replaced.check, "the reader to follow")
         await hub.close()

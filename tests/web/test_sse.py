@@ -8,14 +8,20 @@ import tomllib
 from collections.abc import AsyncIterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 from sse_starlette.sse import EventSourceResponse
+from starlette.middleware.cors import CORSMiddleware
 from starlette.types import Message
 
-from broker.runtime.metrics import Metrics
+from broker.app import create_app
+from broker.runtime.logs import RequestIdMiddleware
+from broker.runtime.metrics import Metrics, MetricsMiddleware
+from broker.runtime.settings import Settings
+from broker.web.http import InternalErrorMiddleware
 from broker.web.sse import SERVER_SEND, EventStreamResponse, SendWatchdog
 
 pytestmark = pytest.mark.fast  # in-process, no redis-server: `pytest -m fast`
@@ -94,4 +100,21 @@ def test_events_go_to_the_servers_send_and_the_start_and_end_through_the_middlew
     assert past == [
         {"type": "http.response.body", "body": b"event: a\n\n", "more_body": True},
         {"type": "http.response.body", "body": b"event: b\n\n", "more_body": True},
+    ]
+
+
+def test_every_middleware_only_looks_at_a_responses_start() -> None:
+    """A stream's events go past the middleware (broker/web/sse.py), which is sound only while
+    every middleware wraps `send` to look at (or add to) the response's start alone: request
+    id and access line, CORS headers, the 500 answer before a start, the request metrics. A
+    new one that reads or rewrites bodies (compression, byte counts) would be skipped by every
+    event: this list is to change only with a look at that."""
+    settings = Settings.from_env(environ={}, admin_key="k" * 32, cors_origins="https://a.example")
+    app = create_app(settings)
+    classes: list[Any] = [m.cls for m in app.user_middleware]
+    assert classes == [
+        RequestIdMiddleware,
+        CORSMiddleware,
+        InternalErrorMiddleware,
+        MetricsMiddleware,
     ]

@@ -328,6 +328,10 @@ def refused(url: str, params: list[tuple[str, str]], headers: dict[str, str]
                  "invalid_request", id="cursor-check-huge"),
     pytest.param([("namespace", "{ns}")], {"Last-Event-ID": "{ns}:1-0~0A1B2C3D"}, 400,
                  "invalid_request", id="cursor-check-upper-case"),
+    pytest.param([("namespace", "{ns}")], {"Last-Event-ID": "{ns}:1-0~"}, 400,
+                 "invalid_request", id="cursor-tilde-without-check"),
+    pytest.param([("namespace", "{ns}")], {"Last-Event-ID": "{ns}:1-0~0a1b2c3"}, 400,
+                 "invalid_request", id="cursor-check-short"),
 ])
 def test_bad_subscriptions_are_refused(
     broker: Broker, ns: str, query: list[tuple[str, str]], headers: dict[str, str], status: int,
@@ -781,6 +785,21 @@ def own_broker(own_redis: OwnRedis) -> Iterator[Broker]:
     handle.stop()
 
 
+def three_versions_followed(broker: Broker, client: httpx.Client,
+                            subscribe: Callable[..., Stream], ns: str) -> list[str]:
+    """Versions 1 to 3 of `k` written while a stream follows `ns`: the cursors it got."""
+    everything = subscribe(broker.url, ns, "*").wait_open()
+    for n in range(1, 4):
+        put(client, ns, "k", n)
+    everything.wait_key("k", 3)
+    return [str(e.id) for e in everything.changes()]
+
+
+def position_of(cursor: str) -> str:
+    """The change-log position of a one-namespace cursor `ns:ms-seq[~check]`."""
+    return cursor.split(":", 1)[1].split("~")[0]
+
+
 def test_a_cursor_from_a_replaced_history_gets_a_reset_and_the_changes_it_missed(
     broker_factory: Callable[..., Broker], subscribe: Callable[..., Stream], redis_url: str,
     ns: str
@@ -789,14 +808,10 @@ def test_a_cursor_from_a_replaced_history_gets_a_reset_and_the_changes_it_missed
     to a replica that lacked the newest changes) is not skipped past: `reset` with cause
     `replaced`, then the changes the new history holds after the newest change both share."""
     broker = broker_factory("redis")
-    everything = subscribe(broker.url, ns, "*").wait_open()
     with broker.client() as client, redis.Redis.from_url(redis_url) as store:
-        for n in range(1, 4):
-            put(client, ns, "k", n)
-        everything.wait_key("k", 3)
-        ids = [str(e.id) for e in everything.changes()]
+        ids = three_versions_followed(broker, client, subscribe, ns)
         # The new primary never had version 3, and took another write since.
-        store.xdel(layout.changelog(ns), ids[2].split(":", 1)[1].split("~")[0])
+        store.xdel(layout.changelog(ns), position_of(ids[2]))
         put(client, ns, "other", "kept")
         resumed = subscribe(broker.url, ns, "*", last_event_id=ids[2])
         resumed.wait_key("other", 1)
@@ -831,14 +846,10 @@ def test_a_cursor_whose_id_another_history_holds_gets_a_reset_at_once(
     (cause `replaced`) and goes on with the new history, from the newest change both share.
     The same cursor without its check (as brokers issued before checks) still resumes."""
     writer, reader = broker_factory("redis"), broker_factory("redis")
-    everything = subscribe(writer.url, ns, "*").wait_open()
     with writer.client() as client, redis.Redis.from_url(redis_url) as store:
-        for n in range(1, 4):
-            put(client, ns, "k", n)
-        everything.wait_key("k", 3)
-        ids = [str(e.id) for e in everything.changes()]
+        ids = three_versions_followed(writer, client, subscribe, ns)
         assert all("~" in i for i in ids), ids  # every id carries its record's check
-        replace_history_after(store, ns, ids[2].split(":", 1)[1].split("~")[0], "other")
+        replace_history_after(store, ns, position_of(ids[2]), "other")
         resumed = subscribe(reader.url, ns, "*", last_event_id=ids[2])
         resumed.wait_key("other", 1)
         reset, kept = resumed.events[:2]
@@ -855,6 +866,92 @@ def test_a_cursor_whose_id_another_history_holds_gets_a_reset_at_once(
         put(client, ns, "later", 1)
         plain.wait_key("later", 1)
         assert [e.data["key"] for e in plain.events] == ["later"]
+
+
+def test_cursor_checks_of_other_namespaces_are_resets_or_ignored_and_show_nothing_of_them(
+    broker: Broker, subscribe: Callable[..., Stream], ns: str
+) -> None:
+    """Hostile checks: a cursor whose position is this namespace's but whose check is of
+    another namespace's record (spliced in) tells a different record there: `reset`
+    (replaced), then this namespace's changes. A cursor naming, besides, a namespace the
+    caller may not subscribe to is answered alike whether its check is that namespace's true
+    one or a made-up one: it is not followed, and nothing of it is sent."""
+    other = f"{ns}-other"
+    with broker.client() as admin:
+        put(admin, ns, "before", 1)  # a record before the cursor's: its history goes on
+        put(admin, ns, "k", 1)
+        put(admin, other, "secret", 1)
+        token = create_key(admin, [{"namespace": ns, "permissions": ["read", "subscribe"]}])
+    mine = subscribe(broker.url, ns, "*", last_event_id=f"{ns}:0-0")
+    theirs = subscribe(broker.url, other, "*", last_event_id=f"{other}:0-0")
+    own_id = str(mine.wait_key("k", 1).id)
+    other_id = str(theirs.wait_key("secret", 1).id)
+    position, check = own_id.split(":", 1)[1].split("~")
+    other_check = other_id.split("~")[1]
+    assert other_check != check
+
+    spliced = subscribe(broker.url, ns, "*", last_event_id=f"{ns}:{position}~{other_check}",
+                        token=token)
+    reset = spliced.wait_event(lambda e: e.event == "reset", "the reset")
+    assert reset.data["cause"] == "replaced", reset
+    spliced.wait_key("k", 1)
+    cursors = [f"{own_id},{other_id}", f"{own_id},{other_id.split('~')[0]}~00000000"]
+    resumed = [subscribe(broker.url, ns, "*", last_event_id=c, token=token).wait_open()
+               for c in cursors]
+    with broker.client() as admin:
+        put(admin, ns, "k", 2)
+    for stream in (spliced, *resumed):
+        stream.wait_key("k", 2)
+    seen = [[(e.event, e.id, e.data) for e in stream.events] for stream in resumed]
+    assert seen[0] == seen[1] and [e for e, _, _ in seen[0]] == ["put"], seen
+    for stream in (spliced, *resumed):
+        assert all(other not in str(e.id) and "secret" not in json.dumps(e.data)
+                   for e in stream.events), stream.events
+
+
+def test_a_stream_keeps_what_the_middleware_adds_to_its_start(
+    broker_factory: Callable[..., Broker], ns: str
+) -> None:
+    """A stream's events go to the server's send past the middleware; its start still passes
+    through every one: the CORS headers for an allowed origin and the request id (whose
+    middleware writes the access line then) are on it, and the events follow."""
+    origin = "https://app.example"
+    broker = broker_factory("embedded", cors_origins=origin)
+    stream = Stream(f"{broker.url}/v1/subscribe", [("namespace", ns), ("pattern", "*")],
+                    {"Authorization": f"Bearer {ADMIN_KEY}", "Origin": origin,
+                     "X-Request-ID": "stream-start-1"}).wait_open()
+    try:
+        assert stream.headers is not None
+        assert stream.headers["access-control-allow-origin"] == origin
+        assert "x-request-id" in stream.headers["access-control-expose-headers"].lower()
+        assert stream.headers["x-request-id"] == "stream-start-1"
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        with broker.client() as client:
+            for n in (1, 2):
+                put(client, ns, "k", n)
+        stream.wait_key("k", 2)
+    finally:
+        stream.close()
+
+
+def test_a_head_request_leaves_no_stream_behind_and_later_streams_get_changes(
+    broker: Broker, subscribe: Callable[..., Stream], ns: str
+) -> None:
+    """HEAD /v1/subscribe answers the headers alone, and the stream it set up is let go at
+    once on the event loop: the namespace's reader stops and is forgotten (a stream opened
+    next gets its changes), and the stream no longer counts against the namespace."""
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    for _ in range(3):
+        reply = httpx.head(f"{broker.url}/v1/subscribe", params={"namespace": ns},
+                           headers=headers, timeout=WAIT)
+        assert reply.status_code == 200 and reply.content == b""
+    with broker.client() as admin:
+        wait_until(lambda: admin.get(f"/v1/namespaces/{ns}/usage").json()["usage"]["streams"]
+                   == 0, "the HEAD requests' streams uncounted")
+        assert ns not in readers(broker)
+        stream = subscribe(broker.url, ns, "*").wait_open()
+        put(admin, ns, "k", 1)
+        stream.wait_key("k", 1)
 
 
 def test_stream_survives_a_redis_restart(

@@ -72,7 +72,10 @@ async def subscribe(request: Request) -> Response:
     guard: StreamGuard = state.stream_guard
     guard.watch(stream.subscriber, principal)
 
-    def close() -> None:
+    async def close() -> None:
+        """After the response, on the event loop (a plain function would run in a worker
+        thread, where the hub cannot stop a reader): also the only close of a stream whose
+        content never started, as a HEAD request's."""
         guard.forget(stream.subscriber)
         stream.close()  # drops the lease
 
