@@ -76,10 +76,14 @@ class ProposalStore:
         keys = [*self._keys(namespace, key, fields["id"], request), *gate.keys]
         args = [*self.entries.write_args(namespace, key, request), *PROPOSE.pack(**fields),
                 *gate.args]
-        raw = await self.backend.call(self._propose, keys, args, durable=True)
+        # Under a message id the script replays its first reply: safe to send again.
+        replayable = bool(request.message_id)
+        raw = await self.backend.call(self._propose, keys, args, durable=True,
+                                      replayable=replayable)
         if text(raw[0]) == "uncounted":
             await self.entries.fair_share.recount(namespace)
-            raw = await self.backend.call(self._propose, keys, args, durable=True)
+            raw = await self.backend.call(self._propose, keys, args, durable=True,
+                                          replayable=replayable)
         return text(raw[0]), text(raw[1])
 
     async def decide(self, namespace: str, key: str, request: WriteRequest, gate: Gate,

@@ -20,13 +20,6 @@ from tests.support.waiting import wait_until
 
 
 @pytest.fixture
-def relay(private_redis: RedisServer) -> Iterator[RelayProxy]:
-    proxy = RelayProxy(private_redis.port)
-    yield proxy
-    proxy.close()
-
-
-@pytest.fixture
 def relayed_broker(relay: RelayProxy) -> Iterator[Broker]:
     handle = start_broker("redis", relay.url)
     yield handle
