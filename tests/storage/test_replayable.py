@@ -134,3 +134,47 @@ def test_a_write_whose_connection_redis_kills_is_sent_again(private_redis: Redis
     assert len(replies) == 1 and replies[0].status_code == 201, replies
     assert replies[0].json()["version"] == 1
     assert versions_written(private_redis, ns, "k") == [1]
+
+
+@pytest.mark.parametrize(
+    "answered",
+    [
+        pytest.param(False, id="closed-before-redis-ran-it"),
+        pytest.param(True, id="closed-after-redis-ran-it"),
+    ],
+)
+def test_a_batch_message_and_a_proposal_with_message_ids_are_sent_again(
+    relay: RelayProxy,
+    relayed_broker: Broker,
+    private_redis: RedisServer,
+    answered: bool,
+) -> None:
+    """A `memory.put` in a `/v1/messages` batch is the same write; a put asking for approval
+    stores a proposal, whose script replays its first reply under the message id too."""
+    ns = f"replay-{uuid.uuid4().hex[:8]}"
+    with relayed_broker.client() as client:
+        warm_up(client, ns)
+        probe = f"probe-{uuid.uuid4().hex}"
+        relay.cut_on(probe.encode(), answered=answered)
+        batch = [
+            {"memp": "1.0", "type": "memory.put", "id": f"m-{n}-{probe}", "namespace": ns,
+             "key": key, "value": value}
+            for n, (key, value) in enumerate((("a", 1), ("b", probe)))
+        ]
+        reply = client.post("/v1/messages", json=batch)
+        assert relay.cuts == 1
+        assert reply.status_code == 200, reply.text
+        assert [r["type"] for r in reply.json()] == ["ack", "ack"], reply.text
+        assert versions_written(private_redis, ns, "b") == [1]
+
+        probe = f"probe-{uuid.uuid4().hex}"
+        relay.cut_on(probe.encode(), answered=answered)
+        headers = {"Idempotency-Key": probe}
+        body = {"value": probe, "approval_required": True}
+        proposed = client.put(entry_url(ns, "c"), json=body, headers=headers)
+        assert relay.cuts == 2
+        assert proposed.status_code == 202, proposed.text
+        with redis.Redis.from_url(private_redis.url) as store:
+            assert store.zcard(layout.proposals(ns)) == 1  # proposed once
+        again = client.put(entry_url(ns, "c"), json=body, headers=headers)
+        assert (again.status_code, again.json()) == (202, proposed.json())
