@@ -23,5 +23,7 @@ def blocks(namespace: str, *, kept: bool = True) -> tuple[list[Any], list[Any]]:
     """A call's SENT_KEYS and SENT blocks: a fresh key for its reply, or (not `kept`, a call
     sent once) none kept."""
     token = uuid.uuid4().hex if kept else "-"
-    return (SENT_KEYS.pack(reply=layout.sent_reply(namespace, token)),
-            SENT.pack(window_ms=WINDOW_MS if kept else 0))
+    return (
+        SENT_KEYS.pack(reply=layout.sent_reply(namespace, token)),
+        SENT.pack(window_ms=WINDOW_MS if kept else 0),
+    )

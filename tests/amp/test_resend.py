@@ -27,8 +27,12 @@ ANSWERED = [
 def amp(relay: RelayProxy) -> Iterator[Amp]:
     """An AMP broker whose Redis connections go through the relay."""
     namespace = f"a-{uuid.uuid4().hex[:10]}"
-    broker = start_broker("redis", relay.url, amp_namespace=namespace,
-                          amp_lifecycle_interval_seconds=NO_BACKGROUND_RUNS)
+    broker = start_broker(
+        "redis",
+        relay.url,
+        amp_namespace=namespace,
+        amp_lifecycle_interval_seconds=NO_BACKGROUND_RUNS,
+    )
     client = Amp(broker.url, namespace, app=broker.app)
     try:
         yield client
@@ -49,8 +53,9 @@ def versions(store: RedisServer, amp: Amp, owner: str) -> dict[str, list[int]]:
     return found
 
 
-def cut_under(relay: RelayProxy, answered: bool, send: Callable[[str], httpx.Response]
-              ) -> httpx.Response:
+def cut_under(
+    relay: RelayProxy, answered: bool, send: Callable[[str], httpx.Response]
+) -> httpx.Response:
     """`send(probe)` with the connection carrying the write that holds `probe` cut under it."""
     probe = f"probe{uuid.uuid4().hex}"  # only the write under test carries it to Redis
     relay.cut_on(probe.encode(), answered=answered)
@@ -70,9 +75,17 @@ def test_a_create_is_sent_again_and_applied_once(
     relay: RelayProxy, amp: Amp, private_redis: RedisServer, answered: bool
 ) -> None:
     owner = new_owner(amp)
-    reply = cut_under(relay, answered, lambda probe: amp.post_cell(
-        {"type": "semantic", "content": {"text": f"the user said {probe}"},
-         "identity": {"owner_id": owner, "owner_type": "user"}}))
+    reply = cut_under(
+        relay,
+        answered,
+        lambda probe: amp.post_cell(
+            {
+                "type": "semantic",
+                "content": {"text": f"the user said {probe}"},
+                "identity": {"owner_id": owner, "owner_type": "user"},
+            }
+        ),
+    )
     assert reply.status_code == 201, reply.text
     assert versions(private_redis, amp, owner) == {cell_key(reply.json()): [1]}
     assert amp.stored(reply.json())["content"] == reply.json()["content"]
@@ -84,8 +97,11 @@ def test_a_patch_is_sent_again_and_applied_once(
 ) -> None:
     owner = new_owner(amp)
     cell = amp.create("the user likes tea", owner=owner)
-    reply = cut_under(relay, answered, lambda probe: amp.patch(
-        cell["id"], {"content": {"text": f"the user likes {probe}"}}))
+    reply = cut_under(
+        relay,
+        answered,
+        lambda probe: amp.patch(cell["id"], {"content": {"text": f"the user likes {probe}"}}),
+    )
     assert reply.status_code == 200, reply.text
     assert versions(private_redis, amp, owner) == {cell_key(cell): [1, 2]}
     assert amp.stored(cell)["content"]["text"] == reply.json()["content"]["text"]
@@ -97,9 +113,15 @@ def test_a_merge_and_a_delete_are_sent_again_and_applied_once(
 ) -> None:
     owner = new_owner(amp)
     sources = [amp.create(f"Ana likes tea, note {n}", owner=owner) for n in range(2)]
-    merged = cut_under(relay, answered, lambda probe: amp.http.post(
-        "/amp/memories/merge", json={"ids": [c["id"] for c in sources], "text": probe},
-        headers={"X-AMP-Agent-ID": "agent-1"}))
+    merged = cut_under(
+        relay,
+        answered,
+        lambda probe: amp.http.post(
+            "/amp/memories/merge",
+            json={"ids": [c["id"] for c in sources], "text": probe},
+            headers={"X-AMP-Agent-ID": "agent-1"},
+        ),
+    )
     assert merged.status_code == 201, merged.text
     expected = {cell_key(merged.json()): [1], **{cell_key(c): [1, 2] for c in sources}}
     assert versions(private_redis, amp, owner) == expected

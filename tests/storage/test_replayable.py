@@ -157,8 +157,14 @@ def test_a_batch_message_and_a_proposal_with_message_ids_are_sent_again(
         probe = f"probe-{uuid.uuid4().hex}"
         relay.cut_on(probe.encode(), answered=answered)
         batch = [
-            {"memp": "1.0", "type": "memory.put", "id": f"m-{n}-{probe}", "namespace": ns,
-             "key": key, "value": value}
+            {
+                "memp": "1.0",
+                "type": "memory.put",
+                "id": f"m-{n}-{probe}",
+                "namespace": ns,
+                "key": key,
+                "value": value,
+            }
             for n, (key, value) in enumerate((("a", 1), ("b", probe)))
         ]
         reply = client.post("/v1/messages", json=batch)
