@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ from tests.support.amp import NO_BACKGROUND_RUNS, Amp, cell_key
 from tests.support.brokers import RedisServer, start_broker
 from tests.support.relay import RelayProxy
 
+AGENT = {"X-AMP-Agent-ID": "agent-1"}
 ANSWERED = [
     pytest.param(False, id="closed-before-redis-ran-it"),
     pytest.param(True, id="closed-after-redis-ran-it"),
@@ -111,17 +113,16 @@ def test_a_patch_is_sent_again_and_applied_once(
 def test_a_merge_and_a_delete_are_sent_again_and_applied_once(
     relay: RelayProxy, amp: Amp, private_redis: RedisServer, answered: bool
 ) -> None:
+    def merge(cells: list[dict[str, Any]], text: str) -> httpx.Response:
+        body = {"ids": [c["id"] for c in cells], "text": text}
+        return amp.http.post("/amp/memories/merge", json=body, headers=AGENT)
+
+    # A first merge, so that Redis knows the script (NOSCRIPT is an answer too).
+    warm = [amp.create(f"Bo likes coffee, note {n}", owner="warm") for n in range(2)]
+    assert merge(warm, "Bo likes coffee").status_code == 201
     owner = new_owner(amp)
     sources = [amp.create(f"Ana likes tea, note {n}", owner=owner) for n in range(2)]
-    merged = cut_under(
-        relay,
-        answered,
-        lambda probe: amp.http.post(
-            "/amp/memories/merge",
-            json={"ids": [c["id"] for c in sources], "text": probe},
-            headers={"X-AMP-Agent-ID": "agent-1"},
-        ),
-    )
+    merged = cut_under(relay, answered, lambda probe: merge(sources, probe))
     assert merged.status_code == 201, merged.text
     expected = {cell_key(merged.json()): [1], **{cell_key(c): [1, 2] for c in sources}}
     assert versions(private_redis, amp, owner) == expected
