@@ -33,6 +33,7 @@ from tests.support.brokers import (
     start_broker,
     worker_database,
 )
+from tests.support.relay import RelayProxy
 from tests.support.streams import Stream
 from tests.support.topologies import Credentials, RedisCluster, RedisSentinel, TlsRedis
 
@@ -130,6 +131,14 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def relay(private_redis: RedisServer) -> Iterator[RelayProxy]:
+    """A relay to the test's own Redis (`relay.url`) that the test can cut or reset."""
+    proxy = RelayProxy(private_redis.port)
+    yield proxy
+    proxy.close()
 
 
 @pytest.fixture(params=BACKENDS)

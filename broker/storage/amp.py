@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from broker.storage import layout, scripts
+from broker.storage import layout, resend, scripts
 from broker.storage.amp_status import (
     CELL_STATUS,
     STATUS_CALL,
@@ -153,9 +153,9 @@ class CellIndexStore:
         self._touch = scripts.register(client, ["amp_common.lua", "amp_touch.lua"],
                                        [CELL_TOUCH_KEYS, CELL_TOUCH])
         self._commit = scripts.register(
-            client, [*WRITE_FILES, "amp_index.lua", "amp_commit.lua"],
-            [CELL_INDEX_KEYS, NAMESPACE_KEYS, GATE_KEYS, ENTRY_KEYS, CELL_PREFIXES, GATE, CHANGE,
-             WRITE, CELL_UPDATE])
+            client, [*WRITE_FILES, *resend.FILES, "amp_index.lua", "amp_commit.lua"],
+            [resend.SENT_KEYS, resend.SENT, CELL_INDEX_KEYS, NAMESPACE_KEYS, GATE_KEYS,
+             ENTRY_KEYS, CELL_PREFIXES, GATE, CHANGE, WRITE, CELL_UPDATE])
         self._status = scripts.register(
             client, [*COMMON_FILES, "amp_index.lua", "amp_status.lua"],
             [CELL_INDEX_KEYS, STATUS_KEYS, ENTRY_KEYS, CELL_PREFIXES, STATUS_CALL, CELL_STATUS])
@@ -263,7 +263,9 @@ class CellIndexStore:
         if not changes:
             return []
         await self.entries.note_namespace(self.namespace)
-        replies = await self.backend.run(self._commit_calls(changes, gate), durable=True)
+        # Each call keeps its first reply for a second sending: safe to send again.
+        replies = await self.backend.run(self._commit_calls(changes, gate, kept=True),
+                                         durable=True, replayable=True)
         return self._commit_verdicts(changes, replies)
 
     async def change_status(self, changes: Sequence[StatusChange], now: int, agent: str,
@@ -288,14 +290,17 @@ class CellIndexStore:
         return [v == b"ok" for call in replies[:len(calls)] for v in call]
 
     def _commit_calls(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],
-                      gate: Gate | None = None) -> list[ScriptCall]:
-        """amp_commit.lua's calls for the changes, every write held to `gate` (none: open)."""
+                      gate: Gate | None = None, *, kept: bool = False) -> list[ScriptCall]:
+        """amp_commit.lua's calls for the changes, every write held to `gate` (none: open);
+        `kept` calls keep their first reply for a second sending (storage/resend.py)."""
         ns = self.namespace
         gate = gate or open_gate(ns)
         calls: list[ScriptCall] = []
         for at in range(0, len(changes), COMMIT_CHUNK):
-            keys: list[Any] = [*self._index_keys, *self._namespace_keys, *gate.keys]
-            args: list[Any] = [*self._prefixes, *gate.args]
+            sent_keys, sent = resend.blocks(ns, kept=kept)
+            keys: list[Any] = [*sent_keys, *self._index_keys, *self._namespace_keys,
+                               *gate.keys]
+            args: list[Any] = [*sent, *self._prefixes, *gate.args]
             for update, request in changes[at:at + COMMIT_CHUNK]:
                 args += CHANGE.pack(writes="0" if request is None else "1")
                 if request is not None:

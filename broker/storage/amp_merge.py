@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from broker.storage import layout, scripts
+from broker.storage import layout, resend, scripts
 from broker.storage.amp import (
     CELL_INDEX_KEYS,
     CELL_PREFIXES,
@@ -36,9 +36,9 @@ class CellMergeStore:
     def __init__(self, index: CellIndexStore) -> None:
         self.index = index
         self._script = scripts.register(
-            index.redis, [*WRITE_FILES, "amp_index.lua", "amp_merge.lua"],
-            [CELL_INDEX_KEYS, NAMESPACE_KEYS, GATE_KEYS, ENTRY_KEYS, CELL_PREFIXES, GATE, WRITE,
-             CELL_UPDATE, STATUS_CALL, CELL_STATUS])
+            index.redis, [*WRITE_FILES, *resend.FILES, "amp_index.lua", "amp_merge.lua"],
+            [resend.SENT_KEYS, resend.SENT, CELL_INDEX_KEYS, NAMESPACE_KEYS, GATE_KEYS,
+             ENTRY_KEYS, CELL_PREFIXES, GATE, WRITE, CELL_UPDATE, STATUS_CALL, CELL_STATUS])
 
     async def merge(self, update: IndexUpdate, request: WriteRequest,
                     sources: Sequence[StatusChange], gate: Gate) -> MergeVerdict:
@@ -47,12 +47,13 @@ class CellMergeStore:
         version it was read at and the gate admits the write."""
         index, ns = self.index, self.index.namespace
         index_keys, prefixes, update_args = index.blocks(update)
-        keys = [*index_keys, *NAMESPACE_KEYS.pack(
+        sent_keys, sent = resend.blocks(ns)
+        keys = [*sent_keys, *index_keys, *NAMESPACE_KEYS.pack(
             index=layout.index(ns), ttl=layout.expiries(ns), log=layout.changelog(ns),
             meta=layout.meta(ns), usage=layout.usage(ns), audit=layout.audit(ns)),
             *gate.keys, *ENTRY_KEYS.pack(entry=layout.entry(ns, update.key),
                                          history=layout.history(ns, update.key))]
-        args = [*prefixes, *gate.args, *index.entries.write_args(ns, update.key, request),
+        args = [*sent, *prefixes, *gate.args, *index.entries.write_args(ns, update.key, request),
                 *update_args, *STATUS_CALL.pack(
                     now=request.now, agent=request.agent_id,
                     history_limit=index.entries.history_limit,
@@ -62,7 +63,9 @@ class CellMergeStore:
                                     history=layout.history(ns, change.key))
             args += change.args()
         await index.entries.note_namespace(ns)
-        reply = await index.backend.call(self._script, keys, args, durable=True)
+        # The call keeps its first reply for a second sending: safe to send again.
+        reply = await index.backend.call(self._script, keys, args, durable=True,
+                                         replayable=True)
         verdict = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
         if verdict == "ok":
             return MergeVerdict(ok=True)

@@ -224,3 +224,9 @@ def amp_vector_log(namespace: str) -> str:
 def amp_unembedded(namespace: str) -> str:
     """Set of cells whose text changed (or that went away) and whose vector is not yet in line."""
     return f"{_ns(namespace)}:amp:unembedded"
+
+
+def sent_reply(namespace: str, token: str) -> str:
+    """The first reply of one script call the broker may send twice (storage/resend.py), kept
+    for a minute so that a second sending gets it instead of running again."""
+    return f"{_ns(namespace)}:sent:{token}"

@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from broker.storage import layout, scripts
+from redis.commands.core import AsyncScript
+
+from broker.storage import layout, resend, scripts
 from broker.storage.amp import CELL_INDEX_KEYS, CELL_PREFIXES, CELL_UPDATE, CellBlocks
 from broker.storage.client import Backend, text
 from broker.storage.entries import WRITE, WRITE_FILES, WRITE_KEYS, EntryStore
@@ -46,14 +48,15 @@ class ProposalStore:
         self._propose = scripts.register(client, [*_FILES, "propose.lua"],
                                          [WRITE_KEYS, PROPOSAL_KEYS, GATE_KEYS, WRITE, PROPOSE,
                                           GATE])
-        self._decide = scripts.register(client, [*_FILES, "proposal_decide.lua"],
-                                        [WRITE_KEYS, PROPOSAL_KEYS, GATE_KEYS, WRITE, DECIDE,
-                                         GATE])
+        self._decide = scripts.register(
+            client, [*_FILES, *resend.FILES, "proposal_decide.lua"],
+            [resend.SENT_KEYS, resend.SENT, WRITE_KEYS, PROPOSAL_KEYS, GATE_KEYS, WRITE, DECIDE,
+             GATE])
         self._decide_cell = scripts.register(
-            client, [*WRITE_FILES, "delete_entry.lua", "amp_index.lua", "proposal_common.lua",
-                     "proposal_decide_cell.lua"],
-            [WRITE_KEYS, PROPOSAL_KEYS, GATE_KEYS, CELL_INDEX_KEYS, WRITE, DECIDE, GATE,
-             CELL_PREFIXES, CELL_UPDATE])
+            client, [*WRITE_FILES, *resend.FILES, "delete_entry.lua", "amp_index.lua",
+                     "proposal_common.lua", "proposal_decide_cell.lua"],
+            [resend.SENT_KEYS, resend.SENT, WRITE_KEYS, PROPOSAL_KEYS, GATE_KEYS,
+             CELL_INDEX_KEYS, WRITE, DECIDE, GATE, CELL_PREFIXES, CELL_UPDATE])
         self._purge = scripts.register(client, ["proposal_purge.lua"], [PURGE_KEYS, PURGE])
         self._adopt = scripts.register(client, ["proposal_adopt.lua"], [PURGE_KEYS, ADOPT])
 
@@ -76,10 +79,14 @@ class ProposalStore:
         keys = [*self._keys(namespace, key, fields["id"], request), *gate.keys]
         args = [*self.entries.write_args(namespace, key, request), *PROPOSE.pack(**fields),
                 *gate.args]
-        raw = await self.backend.call(self._propose, keys, args, durable=True)
+        # Under a message id the script replays its first reply: safe to send again.
+        replayable = bool(request.message_id)
+        raw = await self.backend.call(self._propose, keys, args, durable=True,
+                                      replayable=replayable)
         if text(raw[0]) == "uncounted":
             await self.entries.fair_share.recount(namespace)
-            raw = await self.backend.call(self._propose, keys, args, durable=True)
+            raw = await self.backend.call(self._propose, keys, args, durable=True,
+                                          replayable=replayable)
         return text(raw[0]), text(raw[1])
 
     async def decide(self, namespace: str, key: str, request: WriteRequest, gate: Gate,
@@ -97,15 +104,23 @@ class ProposalStore:
             index_keys, prefixes, update = cell
             keys, args, script = [*keys, *index_keys], [*args, *prefixes, *update], \
                 self._decide_cell
-        raw = await self.backend.call(script, keys, args, durable=True)
+        raw = await self._sent(namespace, script, keys, args)
         verdict = text(raw[0])
         if verdict == "uncounted":
             await self.entries.fair_share.recount(namespace)
         elif not (verdict == "quota_exceeded"
                   and await self.entries.expire_due(namespace, request.now, 1000)):
             return verdict, text(raw[1])
-        raw = await self.backend.call(script, keys, args, durable=True)
+        raw = await self._sent(namespace, script, keys, args)
         return text(raw[0]), text(raw[1])
+
+    async def _sent(self, namespace: str, script: AsyncScript, keys: list[Any],
+                    args: list[Any]) -> Any:
+        """A decision's call, which keeps its first reply for a second sending (a key of its
+        own: storage/resend.py), so it is safe to send again."""
+        sent_keys, sent = resend.blocks(namespace)
+        return await self.backend.call(script, [*sent_keys, *keys], [*sent, *args],
+                                       durable=True, replayable=True)
 
     def _purge_keys(self, namespace: str) -> list[Any]:
         return PURGE_KEYS.pack(all=layout.proposals(namespace),

@@ -4,7 +4,6 @@ and the pool replaces connections the server or the network dropped before sendi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,13 +36,6 @@ def test_packing_matches_redis_py(args: tuple[Any, ...]) -> None:
 
 
 # ---- the pool: connections the server dropped are replaced before anything is sent ----
-
-
-@pytest.fixture
-def relay(private_redis: RedisServer) -> Iterator[RelayProxy]:
-    proxy = RelayProxy(private_redis.port)
-    yield proxy
-    proxy.close()
 
 
 async def _pooled_client(url: str, **options: Any) -> tuple[aioredis.Redis, int]:

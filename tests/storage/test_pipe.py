@@ -11,7 +11,6 @@ import contextlib
 import gc
 import socket
 import warnings
-from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -23,13 +22,6 @@ from broker.storage.client import Backend
 from broker.storage.pipe import AutoPipeline
 from tests.support.brokers import RedisServer
 from tests.support.relay import RelayProxy
-
-
-@pytest.fixture
-def relay(private_redis: RedisServer) -> Iterator[RelayProxy]:
-    proxy = RelayProxy(private_redis.port)
-    yield proxy
-    proxy.close()
 
 
 def _run(main: object) -> None:

@@ -20,13 +20,6 @@ from tests.support.waiting import wait_until
 
 
 @pytest.fixture
-def relay(private_redis: RedisServer) -> Iterator[RelayProxy]:
-    proxy = RelayProxy(private_redis.port)
-    yield proxy
-    proxy.close()
-
-
-@pytest.fixture
 def relayed_broker(relay: RelayProxy) -> Iterator[Broker]:
     handle = start_broker("redis", relay.url)
     yield handle
@@ -38,10 +31,15 @@ def entry_url(ns: str, key: str) -> str:
 
 
 def versions_written(store: RedisServer, ns: str, key: str) -> list[int]:
-    """The versions of `key` the change log holds: one per write applied."""
+    """The versions of `key` the change log holds: one per write applied (a proposal's own
+    records carry no version)."""
     with redis.Redis.from_url(store.url) as client:
         records = client.xrange(layout.changelog(ns))
-    return [int(fields[b"ver"]) for _, fields in records if fields[b"key"] == key.encode()]
+    return [
+        int(fields[b"ver"])
+        for _, fields in records
+        if fields.get(b"key") == key.encode() and b"ver" in fields
+    ]
 
 
 def warm_up(client: httpx.Client, ns: str) -> None:
@@ -141,3 +139,95 @@ def test_a_write_whose_connection_redis_kills_is_sent_again(private_redis: Redis
     assert len(replies) == 1 and replies[0].status_code == 201, replies
     assert replies[0].json()["version"] == 1
     assert versions_written(private_redis, ns, "k") == [1]
+
+
+@pytest.mark.parametrize(
+    "answered",
+    [
+        pytest.param(False, id="closed-before-redis-ran-it"),
+        pytest.param(True, id="closed-after-redis-ran-it"),
+    ],
+)
+def test_a_batch_message_and_a_proposal_with_message_ids_are_sent_again(
+    relay: RelayProxy,
+    relayed_broker: Broker,
+    private_redis: RedisServer,
+    answered: bool,
+) -> None:
+    """A `memory.put` in a `/v1/messages` batch is the same write; a put asking for approval
+    stores a proposal, whose script replays its first reply under the message id too."""
+    ns = f"replay-{uuid.uuid4().hex[:8]}"
+    with relayed_broker.client() as client:
+        warm_up(client, ns)
+        probe = f"probe-{uuid.uuid4().hex}"
+        relay.cut_on(probe.encode(), answered=answered)
+        batch = [
+            {
+                "memp": "1.0",
+                "type": "memory.put",
+                "id": f"m-{n}-{probe}",
+                "namespace": ns,
+                "key": key,
+                "value": value,
+            }
+            for n, (key, value) in enumerate((("a", 1), ("b", probe)))
+        ]
+        reply = client.post("/v1/messages", json=batch)
+        assert relay.cuts == 1
+        assert reply.status_code == 200, reply.text
+        assert [r["type"] for r in reply.json()] == ["ack", "ack"], reply.text
+        assert versions_written(private_redis, ns, "b") == [1]
+
+        # A first proposal, so that Redis knows the script (NOSCRIPT is an answer too).
+        warm = client.put(entry_url(ns, "w"), json={"value": 0, "approval_required": True})
+        assert warm.status_code == 202, warm.text
+        probe = f"probe-{uuid.uuid4().hex}"
+        relay.cut_on(probe.encode(), answered=answered)
+        headers = {"Idempotency-Key": probe}
+        body = {"value": probe, "approval_required": True}
+        proposed = client.put(entry_url(ns, "c"), json=body, headers=headers)
+        assert relay.cuts == 2
+        assert proposed.status_code == 202, proposed.text
+        with redis.Redis.from_url(private_redis.url) as store:
+            assert store.zcard(layout.proposals(ns)) == 2  # proposed once, beside the first
+        again = client.put(entry_url(ns, "c"), json=body, headers=headers)
+        assert (again.status_code, again.json()) == (202, proposed.json())
+
+
+@pytest.mark.parametrize(
+    "answered",
+    [
+        pytest.param(False, id="closed-before-redis-ran-it"),
+        pytest.param(True, id="closed-after-redis-ran-it"),
+    ],
+)
+def test_an_approval_is_sent_again_and_applied_once(
+    relay: RelayProxy,
+    relayed_broker: Broker,
+    private_redis: RedisServer,
+    answered: bool,
+) -> None:
+    """A decision takes no message id: its call keeps its first reply under a key of its own
+    (broker/storage/resend.py), which answers a second sending."""
+    ns = f"replay-{uuid.uuid4().hex[:8]}"
+    with relayed_broker.client() as client:
+        warm_up(client, ns)
+        config = {"allow_self_approval": True}
+        assert client.put(f"/v1/namespaces/{ns}/config", json=config).status_code == 200
+
+        def approve(key: str, value: str) -> httpx.Response:
+            body = {"value": value, "approval_required": True}
+            proposed = client.put(entry_url(ns, key), json=body)
+            assert proposed.status_code == 202, proposed.text
+            if value.startswith("probe-"):
+                relay.cut_on(value.encode(), answered=answered)
+            return client.post(f"/v1/namespaces/{ns}/proposals/{proposed.json()['id']}/approve")
+
+        # A first approval, so that Redis knows the script (NOSCRIPT is an answer too).
+        assert approve("w", "warm").status_code == 200
+        probe = f"probe-{uuid.uuid4().hex}"  # the proposed value: the approval writes it
+        approved = approve("c", probe)
+        assert relay.cuts == 1
+        assert approved.status_code == 200, approved.text
+        assert versions_written(private_redis, ns, "c") == [1]  # applied once
+        assert client.get(entry_url(ns, "c")).json()["value"] == probe

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import threading
 import time
@@ -21,6 +22,7 @@ import httpx
 import pytest
 from redis.commands.core import AsyncScript
 
+from broker.storage import layout
 from broker.storage.client import STORE_DOWN, Backend
 from tests.support.brokers import (
     ADMIN_KEY,
@@ -646,6 +648,55 @@ def test_every_client_follows_the_sentinels_announcement_without_a_command(
         heir = set(topology.reported_primaries())
         topology.primary = next(p for p in topology.data if p.port in heir)
         topology.wait_ready()
+
+
+def test_a_write_in_flight_across_a_sentinel_failover_is_sent_again_to_the_new_primary(
+        fresh_sentinel: RedisSentinel, ns: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A put with a message id sent to a primary that then stops (SIGSTOP) until the sentinels
+    promote its replica: the broker follows the announcement while the write is in flight, and
+    once the deposed node answers (or drops the connection as the sentinels demote it) sends
+    the write once more, to the new primary, where it is applied once and answered `201`.
+    `MEMP_WRITE_REPLICAS=0`: the new primary has no replica until the old one resyncs, and
+    this test is about the second sending, not about replicas' confirmations."""
+    topology = fresh_sentinel
+    topology.wait_ready()
+    # Redis's answer may take the whole failover: no timeout may end the write first.
+    broker = start_broker("redis", topology.url, write_replicas=0, redis_timeout_seconds=60)
+    pool: Any = broker.app.state.services.storage.backend.redis.connection_pool
+    replies: list[httpx.Response] = []
+    paused: RedisProcess | None = None
+    try:
+        with httpx.Client(base_url=broker.url, headers=broker.admin_headers,
+                          timeout=90) as client:
+            assert put(client, ns, "warm", 0).status_code == 201  # caches and pool warm
+            epoch = pool.epoch
+            caplog.set_level(logging.INFO, logger="memp.store")
+            paused = topology.pause_primary()
+            writer = threading.Thread(target=lambda: replies.append(client.put(
+                f"/v1/namespaces/{ns}/memory/k", json={"value": "v"},
+                headers={"Idempotency-Key": "m-1"})))
+            writer.start()
+            topology.wait_failover()
+            wait_until(lambda: pool.epoch > epoch, "the broker following the failover", WAIT)
+            paused.process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+            paused = None
+            writer.join(timeout=WAIT)
+            assert len(replies) == 1, "the write did not finish"
+            assert replies[0].status_code == 201, replies[0].text
+            assert replies[0].json()["version"] == 1
+            # It was in flight across the move, and sent again.
+            assert any("under a replayable write" in r.getMessage() for r in caplog.records)
+            topology.wait_ready()  # the deposed node resynced: only the new history is left
+            with topology.primary.client() as data:
+                log = data.xrange(layout.changelog(ns))
+            assert [f["ver"] for _, f in log if f.get("key") == "k"] == ["1"]  # applied once
+            again = client.put(f"/v1/namespaces/{ns}/memory/k", json={"value": "v"},
+                               headers={"Idempotency-Key": "m-1"})
+            assert (again.status_code, again.json()) == (201, replies[0].json())
+    finally:
+        if paused is not None and paused.process is not None:
+            paused.process.send_signal(signal.SIGCONT)
+        broker.stop()
 
 
 def test_a_topology_reset_under_load_closes_no_connection_into_a_500(

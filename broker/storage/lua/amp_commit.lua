@@ -1,17 +1,26 @@
 -- AMP: write cells and update their indexes, in one call (see put_entry.lua, amp_index.lua).
--- KEYS: read_cell_index_keys, read_namespace_keys, read_gate_keys, then read_entry_keys per
---   write, in order.
--- ARGV: read_cell_prefixes, read_gate (what each write is held to: gate.lua; an open gate for
+-- KEYS: read_sent_keys, read_cell_index_keys, read_namespace_keys, read_gate_keys, then
+--   read_entry_keys per write, in order.
+-- ARGV: read_sent (resend.lua: a second sending of the call gets its first reply),
+--   read_cell_prefixes, read_gate (what each write is held to: gate.lua; an open gate for
 --   the lifecycle engine), then per cell: read_change (whether it writes), its write
 --   (read_write) when it does, and its index update (read_cell_update).
 -- A cell's index update applies only when its write succeeded. Returns each write's verdict
 -- ('ok', 'precondition_failed', ...; a refusal by the gate as {verdict, its encoded details}).
-local x, key_at = read_cell_index_keys(KEYS, 1)
+local sk, key_at = read_sent_keys(KEYS, 1)
+local s, at = read_sent(ARGV, 1)
+local first = sent_before(sk, s)
+if first then
+  return first
+end
+local x
+x, key_at = read_cell_index_keys(KEYS, key_at)
 local ns
 ns, key_at = read_namespace_keys(KEYS, key_at)
 local gk
 gk, key_at = read_gate_keys(KEYS, key_at)
-local p, at = read_cell_prefixes(ARGV, 1)
+local p
+p, at = read_cell_prefixes(ARGV, at)
 local g
 g, at = read_gate(ARGV, at)
 local gated = g.cost ~= '0' or g.max_keys ~= '' or g.max_bytes ~= ''
@@ -46,4 +55,4 @@ end
 if log_maxlen then
   trim_excess(ns.log, ns.meta, log_maxlen)
 end
-return verdicts
+return keep_reply(sk, s, verdicts)

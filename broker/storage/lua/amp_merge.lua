@@ -3,19 +3,27 @@
 -- audit records), all in this one call or nothing. Every source is first checked to be still
 -- at the version the merge was decided from, so two merges of overlapping sets, on any broker
 -- process, cannot both archive the same source: the second finds it changed.
--- KEYS: read_cell_index_keys, read_namespace_keys, read_gate_keys, read_entry_keys of the new
---   cell, then read_entry_keys per source, in order.
--- ARGV: read_cell_prefixes, read_gate (what the new cell's write is held to), the new cell's
+-- KEYS: read_sent_keys, read_cell_index_keys, read_namespace_keys, read_gate_keys,
+--   read_entry_keys of the new cell, then read_entry_keys per source, in order.
+-- ARGV: read_sent (resend.lua: a second sending of the call gets its first reply),
+--   read_cell_prefixes, read_gate (what the new cell's write is held to), the new cell's
 --   write (read_write) and index update (read_cell_update), read_status_call, then
 --   read_cell_status per source (see amp_status.lua).
 -- Returns {'ok'}; {'changed', id} when a source is no longer the version decided from;
 -- {verdict} or {verdict, its encoded details} when the new cell's write is refused.
-local x, key_at = read_cell_index_keys(KEYS, 1)
-local ns, gk, e
+local sk, key_at = read_sent_keys(KEYS, 1)
+local s, at = read_sent(ARGV, 1)
+local first = sent_before(sk, s)
+if first then
+  return first
+end
+local x, ns, gk, e
+x, key_at = read_cell_index_keys(KEYS, key_at)
 ns, key_at = read_namespace_keys(KEYS, key_at)
 gk, key_at = read_gate_keys(KEYS, key_at)
 e, key_at = read_entry_keys(KEYS, key_at)
-local p, at = read_cell_prefixes(ARGV, 1)
+local p
+p, at = read_cell_prefixes(ARGV, at)
 local g, a, u, call
 g, at = read_gate(ARGV, at)
 a, at = read_write(ARGV, at)
@@ -30,7 +38,7 @@ while at <= #ARGV do
   c, at = read_cell_status(ARGV, at)
   if redis.call('HGET', se.entry, 'ver') ~= c.version
       or (c.exp ~= '' and tonumber(c.exp) <= now) then
-    return {'changed', c.id}
+    return keep_reply(sk, s, {'changed', c.id})
   end
   sources[#sources + 1] = {se, c}
 end
@@ -44,7 +52,8 @@ if g.cost ~= '0' or g.max_keys ~= '' or g.max_bytes ~= '' then
 end
 local status, entry = put(ctx, a)
 if status ~= 'ok' then
-  return REFUSED[status] and {status, cjson.encode({status, entry})} or {status}
+  return keep_reply(sk, s, REFUSED[status] and {status, cjson.encode({status, entry})}
+    or {status})
 end
 index_cell(x, p, u, entry.ver)
 
@@ -78,4 +87,4 @@ flush_sets(held)
 count_bytes(sctx, grown)
 audit_flush(sctx.meta_key, sctx.audit_chain)
 trim_excess(ns.log, ns.meta, sctx.log_maxlen)
-return {'ok'}
+return keep_reply(sk, s, {'ok'})
