@@ -232,16 +232,31 @@ class Backend:
         return self._connect()
 
     async def ping(self) -> bool:
-        """Whether the store answers; on a Cluster, whether every primary does (a failed
-        ping refreshes the topology, so a finished failover is seen at once)."""
+        """Whether the store answers. On a Cluster: True when every primary answers, False
+        when only some do (a shard failing over: the other shards' keys are still served),
+        the error when none does; a failed ping refreshes the topology, so a finished
+        failover is seen at once."""
         if not self.cluster:
             return bool(await self.redis.ping())
         cluster = cast(RedisCluster, self.redis)
+        primaries = cluster.get_primaries()
         try:
-            return bool(await cluster.ping(target_nodes=RedisCluster.PRIMARIES))
+            if not primaries:  # no topology yet: the client discovers it
+                return bool(await cluster.ping(target_nodes=RedisCluster.PRIMARIES))
+            replies = await asyncio.gather(*(cluster.ping(target_nodes=node)
+                                             for node in primaries), return_exceptions=True)
         except (RedisConnectionError, RedisTimeoutError, ClusterError):
             await refresh(cluster)
             raise
+        failed = [r for r in replies if isinstance(r, BaseException)]
+        for exc in failed:
+            if not isinstance(exc, (RedisConnectionError, RedisTimeoutError, ClusterError)):
+                raise exc
+        if failed:
+            await refresh(cluster)
+            if len(failed) == len(replies):
+                raise failed[0]
+        return not failed
 
     async def close(self) -> None:
         if self.pipe is not None:

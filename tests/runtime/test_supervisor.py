@@ -292,8 +292,8 @@ def test_the_lifespan_runs_every_loop_under_the_supervisor(
     names = {task.get_name() for task in tasks} - {"stream recheck"}
     assert names == {"expiry sweeper", "last-seen flusher", "invalidation listener",
                      "stream guard", "AMP lifecycle engine", "AMP term poster",
-                     "AMP embedder", "SSE send watchdog", "store watch", "governance sweeper",
-                     "stream lease renewer"}
+                     "AMP embedder", "AMP vector index", "SSE send watchdog", "store watch",
+                     "governance sweeper", "stream lease renewer"}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -428,6 +428,30 @@ class Load:
             thread.join(timeout=30)
 
 
+class Readiness(threading.Thread):
+    """Polls a broker's /readyz every 0.1 s while in use: (status, whether `degraded`)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.replies: list[tuple[int, bool]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=10) as client:
+            while not self.stop.wait(0.1):
+                reply = client.get("/readyz")
+                self.replies.append((reply.status_code, "degraded" in reply.json()))
+
+    def __enter__(self) -> Readiness:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.join(timeout=30)
+
+
 def _kill_and_watch(topology: Topology, doomed_space: str) -> float:
     """SIGKILL the primary that serves `doomed_space`; the seconds until a replica took over."""
     if isinstance(topology, RedisCluster):
@@ -454,7 +478,8 @@ def test_a_killed_primary_loses_no_acknowledged_write_and_recovers_quickly(
         with Load([first.url, second.url], spaces) as load:
             time.sleep(1.5)  # writes acknowledged before the kill, to count afterwards
             killed_at = time.monotonic()
-            promoted_after = _kill_and_watch(topology, doomed)
+            with Readiness(first.url) as readiness:
+                promoted_after = _kill_and_watch(topology, doomed)
             promoted_at = killed_at + promoted_after
             # Until the killed shard takes writes again, then a second more of load.
             load.wait_for(doomed, promoted_at, (200, 201, APPLIED), 10)
@@ -477,6 +502,10 @@ def test_a_killed_primary_loses_no_acknowledged_write_and_recovers_quickly(
             refused = [(s, t - killed_at) for status, t, s, *_ in load.outcomes
                        if s in healthy and status == 503]
             assert not refused, refused
+            # ... and the broker stayed ready, saying which part was not, so a load balancer
+            # checking /readyz kept it in rotation for the healthy shards.
+            assert {status for status, _ in readiness.replies} == {200}, readiness.replies
+            assert any(degraded for _, degraded in readiness.replies), readiness.replies
         served = [t for status, t, space, *_ in load.outcomes
                   if space == doomed and t > promoted_at and status in (200, 201, APPLIED)]
         assert served, "the killed shard took no write after the promotion"

@@ -300,6 +300,17 @@ def wait_until_promoted(state: dict[str, Any], namespace: str, killed: int) -> N
     raise AssertionError(f"no replica took over from port {killed}")
 
 
+def read_through_503s(client: httpx.Client, path: str) -> dict[str, Any]:
+    """GET `path` as the SDKs do, retrying a 503 (HAProxy's while its health checks still
+    count a broker out after a failover, or a broker's own) for up to 30 s."""
+    deadline = time.monotonic() + 30
+    while True:
+        reply = client.get(path)
+        if reply.status_code != 503 or time.monotonic() > deadline:
+            return dict(reply.json())
+        time.sleep(0.2)
+
+
 def check_status_names_roles_and_the_failover(state: dict[str, Any], run_dir: Path) -> None:
     """`status` shows each data node's role, as the node says it, and the exact command that
     fails a primary over."""
@@ -392,7 +403,7 @@ def test_local_keeps_every_acknowledged_write_and_stream_through_failures(
     with httpx.Client(base_url=state["url"], timeout=10,
                       headers={"Authorization": f"Bearer {admin_key}"}) as client:
         for index, key in enumerate(writer.acknowledged):
-            entry = client.get(f"/v1/namespaces/{namespace}/memory/{key}").json()
+            entry = read_through_503s(client, f"/v1/namespaces/{namespace}/memory/{key}")
             assert "value" in entry, (key, entry)
             assert entry["value"] == {"i": index} and entry["version"] == 1, entry
     for follower in followers:

@@ -34,12 +34,15 @@ _NOT_READY: tuple[type[Exception], ...] = (*StoreError, OSError)
 async def readyz(request: Request) -> Response:
     storage = services(request).storage
     try:
-        await storage.ping()
+        whole = await storage.ping()
     except _NOT_READY:
         return error_response(unavailable("the store is not reachable"))
     kind = "embedded" if storage.embedded else {"single": "redis"}.get(storage.backend.kind,
                                                                        storage.backend.kind)
-    return json_response({"status": "ready", "store": kind})
+    ready: dict[str, str] = {"status": "ready", "store": kind}
+    if not whole:  # a Cluster shard failing over: still ready for every other shard's keys
+        ready["degraded"] = "a Cluster primary does not answer; its keys get 503 meanwhile"
+    return json_response(ready)
 
 
 async def metrics(request: Request) -> Response:
