@@ -11,13 +11,13 @@ import msgspec
 import numpy as np
 
 from broker.amp.cells import MemoryCell, parse_time
-from broker.amp.embedders import BuiltinEmbedder
+from broker.amp.embedders import BuiltinEmbedder, Vectors
 from broker.amp.embedding import text_digest
 from broker.amp.recall import Recall
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, cell_key, stored_cell
 from broker.core.grammar import glob_match
-from broker.storage.amp_vectors import Standing, VectorWrite
+from broker.storage.amp_vectors import Neighbours, Standing, VectorWrite
 
 log = logging.getLogger("memp.amp")
 # Cosine similarity at or above which two cells are near duplicates. Measured with
@@ -71,23 +71,30 @@ class NearDuplicates:
             return None
 
     async def _find(self, agent: str, cell: MemoryCell) -> list[NearDuplicate]:
-        """One embedding, one call storing it and fetching the owner's vectors, one product
-        scoring them all. A cell that passes THRESHOLD is judged by its index record when its
-        vector, record and entry are of one version, else read and judged by its text."""
+        """One embedding, one call storing it and listing the owner's cells with a vector,
+        one product scoring them all. The owner's vectors come from this process's vector
+        index, each only where it holds the vector of the digest stored (the few it does not
+        hold yet are loaded); while the index is not ready, the call returns them instead. A
+        cell that passes THRESHOLD is judged by its index record when its vector, record and
+        entry are of one version, else read and judged by its text."""
         cells, recall, identity = self.cells, self.recall, cell.identity
         vector = await recall.query_vector(cell.content.text)
-        embedder = recall.embedder
+        embedder, index = recall.embedder, recall.index
         assert embedder is not None  # ready() checked it
-        now = cells.clock()
+        served = index is not None and index.ready and index.model == embedder.model
+        now, digest, data = cells.clock(), text_digest(cell.content.text), vector.tobytes()
         found = await recall.vectors.save_new(
             VectorWrite(cell.id, cell_key(cell), NEW_VERSION, embedder.model,
-                        int(vector.shape[0]), text_digest(cell.content.text),
-                        vector.tobytes()),
-            f"cells/{identity.owner_type}/{identity.owner_id}/", MAX_COMPARED, now)
+                        int(vector.shape[0]), digest, data),
+            f"cells/{identity.owner_type}/{identity.owner_id}/", MAX_COMPARED, now,
+            send=not served)
+        if found.stored and index is not None:
+            index.add_new(cell.id, data, digest)
         if not found.ids:
             return []
-        scores = np.frombuffer(found.vectors, dtype=np.float32).reshape(
-            len(found.ids), -1) @ vector
+        rows = await self._rows(found, vector) if served else \
+            np.frombuffer(found.vectors, dtype=np.float32).reshape(len(found.ids), -1)
+        scores = rows @ vector
         close = [int(i) for i in np.argsort(-scores, kind="stable")[:MAX_LISTED * 2]
                  if scores[i] >= THRESHOLD]
         unsure = [found.ids[at] for at in close if found.standings[at] is None]
@@ -106,6 +113,28 @@ class NearDuplicates:
             if keep:
                 listed.append(NearDuplicate(cell_id, round(float(scores[at]), 4)))
         return listed[:MAX_LISTED]
+
+    async def _rows(self, found: Neighbours, vector: Vectors) -> Vectors:
+        """The vectors of `found`'s cells from the vector index, those it does not hold with
+        the digest stored loaded from Redis; a row left zero (its vector changed since the
+        call, or the index changed model) scores 0, below THRESHOLD."""
+        recall = self.recall
+        assert recall.index is not None and recall.embedder is not None
+        model = recall.embedder.model
+        taken = recall.index.rows(model, found.ids, found.digests)
+        if taken is None or taken[0].shape[1] != vector.shape[0]:
+            rows: Vectors = np.zeros((len(found.ids), vector.shape[0]), dtype=np.float32)
+            missing = list(range(len(found.ids)))
+        else:
+            rows, missing = taken
+        if missing:
+            stored = await recall.vectors.load([found.ids[at] for at in missing])
+            for at in missing:
+                one = stored.get(found.ids[at])
+                if one is not None and one.model == model and \
+                        one.digest == found.digests[at] and len(one.vector) == vector.nbytes:
+                    rows[at] = np.frombuffer(one.vector, dtype=np.float32)
+        return rows
 
 
 def _listable(cell: MemoryCell, agent: str, now: int) -> bool:

@@ -19,7 +19,7 @@ VECTOR_SAVE = Fields("vector_save", ("id", "version", "model", "dims", "digest",
 NEW_VECTOR_KEYS = Fields("new_vector_keys", ("entry", "vector", "unembedded", "index", "log"))
 NEW_VECTOR = Fields("new_vector", ("id", "version", "model", "dims", "digest", "vector",
                                    "vectors", "records", "entries", "owner", "limit", "now",
-                                   "keep"))
+                                   "keep", "send"))
 LOG_KEEP = 200_000  # records of the vector log kept (approximately): a follower that falls
 # further behind than this (or starts) reads every vector again
 
@@ -65,7 +65,8 @@ class Standing:
 class Neighbours:
     """What storing a new cell's vector answered: whether it was stored, and the other cells
     of its owner with a vector of its model and size: their ids, text digests, vectors
-    (float32 bytes, one after another, in the order of `ids`) and standing, None where the
+    (float32 bytes, one after another, in the order of `ids`; empty when not asked for) and
+    standing, None where the
     record might not describe the text the vector was made from (the cell must be read)."""
 
     stored: bool
@@ -122,11 +123,12 @@ class CellVectorStore:
                  for w in writes]
         return sum(int(r) for r in await self.backend.run(calls)) if calls else 0
 
-    async def save_new(self, write: VectorWrite, owner_prefix: str, limit: int, now: int
-                       ) -> Neighbours:
+    async def save_new(self, write: VectorWrite, owner_prefix: str, limit: int, now: int,
+                       send: bool = True) -> Neighbours:
         """Store a new cell's vector (only while its entry is still at `write.version`; the
-        embedder loop then skips it) and fetch the vectors of the other cells among the first
-        `limit` keys under `owner_prefix`, with their standing, in one call."""
+        embedder loop then skips it) and list the other cells among the first `limit` keys
+        under `owner_prefix` with a vector of its model and size, with their standing and
+        (`send`) their vectors, in one call."""
         ns = self.namespace
         reply = await self.backend.call(
             self._save_new,
@@ -138,7 +140,7 @@ class CellVectorStore:
                             dims=write.dims, digest=write.digest, vector=write.vector,
                             vectors=layout.amp_vector(ns, ""), records=layout.amp_cell(ns, ""),
                             entries=layout.entry_prefix(ns), owner=owner_prefix, limit=limit,
-                            now=now, keep=LOG_KEEP))
+                            now=now, keep=LOG_KEEP, send="1" if send else "0"))
         rest = reply[1:]
         return Neighbours(stored=int(reply[0]) == 1, ids=[text(i) for i in rest[0::5]],
                           digests=[text(d) for d in rest[1::5]], vectors=b"".join(rest[2::5]),
