@@ -142,12 +142,13 @@ class NearDuplicates:
         scores = rows @ vector
         close = [int(i) for i in np.argsort(-scores, kind="stable")[:MAX_LISTED * 2]
                  if scores[i] >= THRESHOLD]
-        unsure = [found.ids[at] for at in close if found.standings[at] is None]
+        standings = {at: found.standing(at) for at in close}
+        unsure = [found.ids[at] for at in close if standings[at] is None]
         loaded = await cells.index.load(unsure) if unsure else {}
         now = cells.clock()
         listed: list[NearDuplicate] = []
         for at in close:
-            standing, cell_id = found.standings[at], found.ids[at]
+            standing, cell_id = standings[at], found.ids[at]
             if standing is not None:
                 keep = _standing_listable(standing, agent, now)
             else:

@@ -66,21 +66,28 @@ class Neighbours:
     """What storing a new cell's vector answered: whether it was stored, and the other cells
     of its owner with a vector of its model and size: their ids, text digests, vectors
     (float32 bytes, one after another, in the order of `ids`; empty when not asked for) and
-    standing, None where the
-    record might not describe the text the vector was made from (the cell must be read)."""
+    standing (`standing(at)`), None where the record might not describe the text the vector
+    was made from (the cell must be read)."""
 
     stored: bool
     ids: list[str]
     digests: list[str]
     vectors: bytes
-    standings: list[Standing | None]
+    states: list[bytes]  # as the script answered them, read by `standing` when needed
+    readers: list[bytes]
 
+    def standing(self, at: int) -> Standing | None:
+        """The standing of the cell at `at` in `ids`."""
+        state = self.states[at]
+        if not state:
+            return None
+        status, _, expires = text(state).partition(" ")
+        return Standing(status, int(expires) if expires.isdigit() else None,
+                        text(self.readers[at]).split())
 
-def _standing(state: bytes, readers: bytes) -> Standing | None:
-    if not state:
-        return None
-    status, _, expires = text(state).partition(" ")
-    return Standing(status, int(expires) if expires.isdigit() else None, text(readers).split())
+    @property
+    def standings(self) -> list[Standing | None]:
+        return [self.standing(at) for at in range(len(self.ids))]
 
 
 class CellVectorStore:
@@ -144,8 +151,7 @@ class CellVectorStore:
         rest = reply[1:]
         return Neighbours(stored=int(reply[0]) == 1, ids=[text(i) for i in rest[0::5]],
                           digests=[text(d) for d in rest[1::5]], vectors=b"".join(rest[2::5]),
-                          standings=[_standing(s, r) for s, r in zip(rest[3::5], rest[4::5],
-                                                                      strict=True)])
+                          states=rest[3::5], readers=rest[4::5])
 
     async def drop(self, cell_ids: Sequence[str]) -> None:
         """Remove the vectors of cells that are gone or deleted, and log that they changed."""
