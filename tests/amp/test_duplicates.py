@@ -1,6 +1,7 @@
 """`near_duplicates` on a create's reply: the same owner's cells that mean nearly the same, that
 the agent may read and that are active or stale; null when the embedder could make the write
-wait (not the builtin one, or not loaded)."""
+wait (not the builtin one, or not loaded). The owner's vectors come from the broker's vector
+index where it holds them with the digest stored, else from Redis: the same list either way."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
+from broker.amp.nearest import NearestCells
+from broker.storage import layout
 from tests.support.amp import NO_BACKGROUND_RUNS, Amp, created, started_amp
-from tests.support.brokers import BACKENDS, start_broker
+from tests.support.brokers import BACKENDS, data_client, start_broker
 from tests.support.waiting import wait_until
 
 CAT = "Ana has a grey cat named Nube who hates the vacuum cleaner"
@@ -114,3 +118,66 @@ def test_without_the_builtin_embedder_near_duplicates_is_null(redis_url: str) ->
             assert response.json()["near_duplicates"] is None
     finally:
         broker.stop()
+
+
+def index_of(amp: Amp) -> NearestCells:
+    nearest = amp.app.state.services.amp_recall.index
+    assert isinstance(nearest, NearestCells)
+    return nearest
+
+
+def indexed(amp: Amp, *cell_ids: str) -> bool:
+    """Whether the broker's vector index holds each cell's vector with the digest stored."""
+    store = data_client(amp.app)
+    digests = [(store.hget(layout.amp_vector(amp.namespace, i), "digest") or b"").decode()
+               for i in cell_ids]
+    nearest = index_of(amp)
+    taken = nearest.rows(nearest.model, list(cell_ids), digests)
+    return taken is not None and not taken[1]
+
+
+def listed(response: httpx.Response) -> list[tuple[str, float]]:
+    assert response.status_code == 201, response.text
+    return [(d["id"], d["similarity"]) for d in response.json()["near_duplicates"]]
+
+
+def test_the_index_and_the_stored_vectors_list_the_same(amp: Amp) -> None:
+    owner = f"u-{uuid.uuid4().hex[:8]}"
+    cat = amp.create(CAT, owner=owner)
+    others = [amp.create(text, owner=owner)["id"] for text in OTHERS]
+    embedded(amp, owner, 3)
+    wait_until(lambda: indexed(amp, cat["id"], *others), "the owner's cells indexed")
+    first = create(amp, SAME_CAT, owner)
+    from_index = listed(first)
+    assert [i for i, _ in from_index] == [cat["id"]]
+    nearest = index_of(amp)
+    index, nearest.index = nearest.index, None  # as before the index is read in full
+    try:
+        from_store = listed(create(amp, SAME_CAT, owner))
+    finally:
+        nearest.index = index
+    # The same similarity to the cat's cell; the first restatement (same text) is listed too.
+    assert from_store == [(created(first)["id"], 1.0), *from_index]
+
+
+def test_a_row_not_of_the_stored_vector_is_not_used(amp: Amp) -> None:
+    owner = f"u-{uuid.uuid4().hex[:8]}"
+    cat = amp.create(CAT, owner=owner)
+    car = amp.create(CAR, owner=owner)
+    embedded(amp, owner, 2)
+    wait_until(lambda: indexed(amp, cat["id"], car["id"]), "the owner's cells indexed")
+    expected = listed(create(amp, SAME_CAT, owner))
+    assert [i for i, _ in expected] == [cat["id"]]
+    index = index_of(amp).index
+    assert index is not None
+    # The cat's row now holds the car's vector under an older text's digest, and the car's
+    # row the cat's vector under none: neither is used, both vectors are read from Redis.
+    store = data_client(amp.app)
+    vectors = {i: store.hget(layout.amp_vector(amp.namespace, i), "vec")
+               for i in (cat["id"], car["id"])}
+    index.put(cat["id"], vectors[car["id"]], "an-older-text")
+    index.put(car["id"], vectors[cat["id"]])
+    again = listed(create(amp, SAME_CAT, owner))
+    assert again[1:] == expected and again[0][1] == 1.0
+    assert not np.array_equal(np.frombuffer(vectors[car["id"]], dtype=np.float32),
+                              np.frombuffer(vectors[cat["id"]], dtype=np.float32))
