@@ -69,7 +69,12 @@ class NearDuplicates:
 
     async def create(self, by: Principal, agent: str, body: NewCell) -> CreatedCell:
         """Create the cell and list its near duplicates: the call storing its vector leaves in
-        the same round trip as the cell's write, and runs after it (`CellService.create`)."""
+        the same round trip as the cell's write, and runs after it (`CellService.create`),
+        where calls are pipelined; elsewhere it is sent once the write is done."""
+        if not self.recall.vectors.pipelined:
+            cell = await self.cells.create(by, agent, body)
+            return CreatedCell(**msgspec.structs.asdict(cell),
+                               near_duplicates=await self.find(agent, cell))
         kept: list[_Stored | None] = []
 
         async def beside(cell: MemoryCell) -> None:

@@ -25,7 +25,8 @@ _FOLLOW_BATCH = 1000  # log records read at once
 _WAIT_MS = 1000  # how long one read of the log waits for a record
 # After a read that found records, the next waits this long (s), so that records written
 # meanwhile are read and their vectors loaded together: a process following creates one by
-# one would otherwise spend three round trips per create (bench/README.md, "Recall benchmark").
+# one would otherwise spend three round trips per create (bench/README.md, "Near-duplicate
+# threshold").
 FOLLOW_GAP = 0.1
 REREAD_SECONDS = 600.0
 

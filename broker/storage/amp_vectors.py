@@ -105,6 +105,13 @@ class CellVectorStore:
         self._unembedded = layout.amp_unembedded(namespace)
         self._log = layout.amp_vector_log(namespace)
 
+    @property
+    def pipelined(self) -> bool:
+        """Whether calls issued in one turn of the event loop leave together, in the order
+        issued (the auto-pipelined connection to one server; not on the embedded store or a
+        Cluster)."""
+        return self.backend.pipe is not None
+
     async def take(self, limit: int) -> list[str]:
         """Remove and return up to `limit` cells waiting for their vector."""
         found = await self.redis.spop(self._unembedded, limit)

@@ -181,3 +181,26 @@ def test_a_row_not_of_the_stored_vector_is_not_used(amp: Amp) -> None:
     assert again[1:] == expected and again[0][1] == 1.0
     assert not np.array_equal(np.frombuffer(vectors[car["id"]], dtype=np.float32),
                               np.frombuffer(vectors[cat["id"]], dtype=np.float32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_creates_vector_is_stored_with_the_write(backend: str, redis_url: str) -> None:
+    """The call storing the new cell's vector runs after the cell's write (on one Redis, it
+    leaves in the same round trip): the vector is there when the 201 is, though the background
+    loop here waits an hour."""
+    with started_amp(backend, redis_url, amp_embed_interval_seconds=3600) as slow:
+        owner = f"u-{uuid.uuid4().hex[:8]}"
+        # A search by meaning loads the builtin model (the loop would, but waits an hour).
+        assert slow.search_response(owner_id=owner, query="cats", mode="semantic"
+                                    ).status_code == 200
+        # The process's first write notes its namespace first, a round trip of its own: the
+        # vector's call may then run before the write, and the cell waits for the loop.
+        slow.create(CAR, owner=owner)
+        response = create(slow, CAT, owner)
+        assert response.json()["near_duplicates"] == []
+        cell_id = created(response)["id"]
+        store = data_client(slow.app)
+        assert store.hget(layout.amp_vector(slow.namespace, cell_id), "ver") == b"1"
+        assert not store.sismember(layout.amp_unembedded(slow.namespace), cell_id)
+        again = listed(create(slow, SAME_CAT, owner))
+        assert [i for i, _ in again] == [cell_id]
