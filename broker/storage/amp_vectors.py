@@ -107,10 +107,11 @@ class CellVectorStore:
 
     @property
     def pipelined(self) -> bool:
-        """Whether calls issued in one turn of the event loop leave together, in the order
-        issued (the auto-pipelined connection to one server; not on the embedded store or a
-        Cluster)."""
-        return self.backend.pipe is not None
+        """Whether a cell's write and a call issued after it in the same turn of the event loop
+        leave together, in that order: on the auto-pipelined connection to one server
+        (`redis://`), when writes wait for no replicas (a write that waits goes in a pipeline
+        of its own)."""
+        return self.backend.pipe is not None and not self.backend.replicas
 
     async def take(self, limit: int) -> list[str]:
         """Remove and return up to `limit` cells waiting for their vector."""
