@@ -6,18 +6,21 @@ embedder already in memory (microseconds a sentence), never by calling a service
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import msgspec
 import numpy as np
 
-from broker.amp.cells import MemoryCell, parse_time
-from broker.amp.embedders import BuiltinEmbedder
+from broker.amp.cells import MemoryCell, NewCell, parse_time
+from broker.amp.embedders import BuiltinEmbedder, Vectors
 from broker.amp.embedding import text_digest
 from broker.amp.recall import Recall
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, cell_key, stored_cell
+from broker.core.errors import MempError
 from broker.core.grammar import glob_match
-from broker.storage.amp_vectors import Standing, VectorWrite
+from broker.services.auth import Principal
+from broker.storage.amp_vectors import Neighbours, Standing, VectorWrite
 
 log = logging.getLogger("memp.amp")
 # Cosine similarity at or above which two cells are near duplicates. Measured with
@@ -41,6 +44,17 @@ class CreatedCell(MemoryCell, kw_only=True):
     near_duplicates: list[NearDuplicate] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """A new cell's vector and what storing it answered; `served`: the owner's vectors are
+    to be taken from this process's vector index (the call did not return them)."""
+
+    cell_id: str
+    vector: Vectors
+    found: Neighbours
+    served: bool
+
+
 class NearDuplicates:
     """Finds a new cell's near duplicates among its owner's cells."""
 
@@ -53,48 +67,93 @@ class NearDuplicates:
         embedder = self.recall.embedder
         return isinstance(embedder, BuiltinEmbedder) and embedder.loaded
 
-    async def reply(self, agent: str, cell: MemoryCell) -> CreatedCell:
-        """The create's reply for `cell`, just stored by `agent`."""
-        return CreatedCell(**msgspec.structs.asdict(cell),
-                           near_duplicates=await self.find(agent, cell))
+    async def create(self, by: Principal, agent: str, body: NewCell) -> CreatedCell:
+        """Create the cell and list its near duplicates: the call storing its vector leaves in
+        the same round trip as the cell's write, and runs after it (`CellService.create`),
+        where calls are pipelined; elsewhere it is sent once the write is done."""
+        if not self.recall.vectors.pipelined:
+            cell = await self.cells.create(by, agent, body)
+            return CreatedCell(**msgspec.structs.asdict(cell),
+                               near_duplicates=await self.find(agent, cell))
+        kept: list[_Stored | None] = []
+
+        async def beside(cell: MemoryCell) -> None:
+            kept.append(await self._store(cell))
+
+        ready = self.ready()
+        try:
+            cell = await self.cells.create(by, agent, body, beside if ready else None)
+        except MempError:
+            if kept and kept[0] is not None and kept[0].found.stored:
+                # The id was another cell's (write_conflict): that cell is embedded again
+                # from its own text, over the vector just stored under its id.
+                await self.recall.vectors.requeue([kept[0].cell_id])
+            raise
+        listed = await self._listed(agent, cell, kept[0]) if ready and kept else None
+        return CreatedCell(**msgspec.structs.asdict(cell), near_duplicates=listed)
 
     async def find(self, agent: str, cell: MemoryCell) -> list[NearDuplicate] | None:
-        """Up to MAX_LISTED of the owner's active or stale cells the agent may read, by
-        falling similarity, at or above THRESHOLD; None when not computed (the embedder would
-        make the write wait, or failed: the write stands either way)."""
+        """Store the vector of `cell`, already written by `agent`, and list its near
+        duplicates: up to MAX_LISTED of the owner's active or stale cells the agent may read,
+        by falling similarity, at or above THRESHOLD; None when not computed (the embedder
+        would make the write wait, or failed: the write stands either way)."""
         if not self.ready():
             return None
+        return await self._listed(agent, cell, await self._store(cell))
+
+    async def _store(self, cell: MemoryCell) -> _Stored | None:
+        """One embedding and one call storing it and listing the owner's cells with a vector:
+        with their vectors only while this process's vector index is not ready (else they
+        are taken from it). None when that failed."""
+        recall, identity = self.recall, cell.identity
+        embedder, index = recall.embedder, recall.index
         try:
-            return await self._find(agent, cell)
+            vector = await recall.query_vector(cell.content.text)
+            assert embedder is not None  # ready() checked it
+            served = index is not None and index.ready and index.model == embedder.model
+            digest, data = text_digest(cell.content.text), vector.tobytes()
+            found = await recall.vectors.save_new(
+                VectorWrite(cell.id, cell_key(cell), NEW_VERSION, embedder.model,
+                            int(vector.shape[0]), digest, data),
+                f"cells/{identity.owner_type}/{identity.owner_id}/", MAX_COMPARED,
+                self.cells.clock(), send=not served)
+        except Exception:
+            log.warning("near duplicates of cell %s not computed", cell.id, exc_info=True)
+            return None
+        if found.stored and index is not None:
+            index.add_new(cell.id, data, digest)
+        return _Stored(cell.id, vector, found, served)
+
+    async def _listed(self, agent: str, cell: MemoryCell, stored: _Stored | None
+                      ) -> list[NearDuplicate] | None:
+        """`find`'s list from what `_store` answered; None when either failed."""
+        if stored is None:
+            return None
+        try:
+            return await self._judged(agent, stored)
         except Exception:
             log.warning("near duplicates of cell %s not computed", cell.id, exc_info=True)
             return None
 
-    async def _find(self, agent: str, cell: MemoryCell) -> list[NearDuplicate]:
-        """One embedding, one call storing it and fetching the owner's vectors, one product
-        scoring them all. A cell that passes THRESHOLD is judged by its index record when its
-        vector, record and entry are of one version, else read and judged by its text."""
-        cells, recall, identity = self.cells, self.recall, cell.identity
-        vector = await recall.query_vector(cell.content.text)
-        embedder = recall.embedder
-        assert embedder is not None  # ready() checked it
-        now = cells.clock()
-        found = await recall.vectors.save_new(
-            VectorWrite(cell.id, cell_key(cell), NEW_VERSION, embedder.model,
-                        int(vector.shape[0]), text_digest(cell.content.text),
-                        vector.tobytes()),
-            f"cells/{identity.owner_type}/{identity.owner_id}/", MAX_COMPARED, now)
+    async def _judged(self, agent: str, stored: _Stored) -> list[NearDuplicate]:
+        """One product scoring the owner's vectors. A cell that passes THRESHOLD is judged by
+        its index record when its vector, record and entry are of one version, else read and
+        judged by its text."""
+        cells, found, vector = self.cells, stored.found, stored.vector
         if not found.ids:
             return []
-        scores = np.frombuffer(found.vectors, dtype=np.float32).reshape(
-            len(found.ids), -1) @ vector
+        rows = await self._rows(found, vector) if stored.served else \
+            np.frombuffer(found.vectors, dtype=np.float32).reshape(len(found.ids), -1)
+        scores = rows @ vector
         close = [int(i) for i in np.argsort(-scores, kind="stable")[:MAX_LISTED * 2]
                  if scores[i] >= THRESHOLD]
-        unsure = [found.ids[at] for at in close if found.standings[at] is None]
+        standings = {at: found.standing(at) for at in close}
+        unsure = [found.ids[at] for at in close if standings[at] is None]
         loaded = await cells.index.load(unsure) if unsure else {}
+        now = cells.clock()
         listed: list[NearDuplicate] = []
         for at in close:
-            standing, cell_id = found.standings[at], found.ids[at]
+            standing, cell_id = standings[at], found.ids[at]
             if standing is not None:
                 keep = _standing_listable(standing, agent, now)
             else:
@@ -106,6 +165,28 @@ class NearDuplicates:
             if keep:
                 listed.append(NearDuplicate(cell_id, round(float(scores[at]), 4)))
         return listed[:MAX_LISTED]
+
+    async def _rows(self, found: Neighbours, vector: Vectors) -> Vectors:
+        """The vectors of `found`'s cells from the vector index, those it does not hold with
+        the digest stored loaded from Redis; a row left zero (its vector changed since the
+        call, or the index changed model) scores 0, below THRESHOLD."""
+        recall = self.recall
+        assert recall.index is not None and recall.embedder is not None
+        model = recall.embedder.model
+        taken = recall.index.rows(model, found.ids, found.digests)
+        if taken is None or taken[0].shape[1] != vector.shape[0]:
+            rows: Vectors = np.zeros((len(found.ids), vector.shape[0]), dtype=np.float32)
+            missing = list(range(len(found.ids)))
+        else:
+            rows, missing = taken
+        if missing:
+            stored = await recall.vectors.load([found.ids[at] for at in missing])
+            for at in missing:
+                one = stored.get(found.ids[at])
+                if one is not None and one.model == model and \
+                        one.digest == found.digests[at] and len(one.vector) == vector.nbytes:
+                    rows[at] = np.frombuffer(one.vector, dtype=np.float32)
+        return rows
 
 
 def _listable(cell: MemoryCell, agent: str, now: int) -> bool:

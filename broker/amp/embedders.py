@@ -39,16 +39,24 @@ class Embedder(Protocol):
         ...
 
 
-def unit_rows(matrix: Any) -> Vectors:
-    """Rows scaled to length 1 (a zero row stays zero), as float32; a value that is not finite
-    counts as 0. (Checked before replaced, and the norms summed directly: a create embeds one
-    sentence, where numpy's per-call overheads are most of the cost.)"""
-    rows = np.asarray(matrix, dtype=np.float32)
-    if not np.isfinite(rows).all():
-        rows = np.nan_to_num(rows, posinf=0.0, neginf=0.0)
-    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))[:, None]
-    scaled: Vectors = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+def unit(row: Vectors) -> Vectors:
+    """One float32 row scaled to length 1 (a zero row stays zero); a value that is not finite
+    counts as 0. A handful of numpy calls: a create embeds one sentence, where numpy's
+    per-call overheads are most of the cost."""
+    if not np.isfinite(row).all():
+        row = np.nan_to_num(row, posinf=0.0, neginf=0.0)
+    norm = np.sqrt(np.dot(row, row))
+    scaled: Vectors = row / norm if norm > 0 else np.zeros_like(row)
     return scaled
+
+
+def unit_rows(matrix: Any) -> Vectors:
+    """Rows scaled to length 1 as float32, each by `unit`, so that a text's vector is the same
+    to the bit whether it was embedded alone or in a batch."""
+    rows = np.asarray(matrix, dtype=np.float32)
+    if not len(rows):
+        return rows.reshape(0, rows.shape[-1] if rows.ndim == 2 else 0)
+    return np.stack([unit(row) for row in rows])
 
 
 @functools.cache
@@ -62,14 +70,16 @@ def _wordllama() -> Any:
 
 
 def embed_one(model: Any, text: str) -> Vectors:
-    """One text's row, as wordllama's `embed` makes it (its tokens' embeddings averaged; the
-    same vector to the bit) without the per-batch work around it: a create embeds one sentence
-    at a time (near duplicates), where that work was most of the cost."""
-    ids = np.asarray(model.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.intp)
+    """One text's unit vector, as wordllama's `embed` pools it (its tokens' embeddings
+    averaged; the same vector to the bit) without the per-batch work around it: a create embeds
+    one sentence at a time (near duplicates), where that work was most of the cost. The
+    tokenizer's batch call without offsets is the cheaper one, even for one text."""
+    ids = model.tokenizer.encode_batch_fast([text], add_special_tokens=False)[0].ids
     table = model.embedding
-    np.clip(ids, 0, table.shape[0] - 1, out=ids)
+    if ids and max(ids) >= table.shape[0]:
+        ids = [min(i, table.shape[0] - 1) for i in ids]
     pooled: Vectors = table[ids].sum(axis=0, dtype=np.float32) / np.float32(max(len(ids), 1))
-    return pooled[None, :]
+    return unit(pooled)
 
 
 class BuiltinEmbedder:
@@ -95,7 +105,7 @@ class BuiltinEmbedder:
                     except Exception as exc:
                         raise EmbedderUnavailable(f"wordllama did not load: {exc}") from exc
         if len(texts) == 1:
-            return unit_rows(embed_one(self._loaded, texts[0]))
+            return embed_one(self._loaded, texts[0])[None, :]
         return unit_rows(self._loaded.embed(list(texts)))
 
     async def close(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from broker.amp.embedders import Vectors
 from broker.amp.vector_index import VectorIndex
@@ -22,6 +23,11 @@ log = logging.getLogger("memp.amp.nearest")
 _READ_BATCH = 1000  # vectors read per round trip when (re)building
 _FOLLOW_BATCH = 1000  # log records read at once
 _WAIT_MS = 1000  # how long one read of the log waits for a record
+# After a read that found records, the next waits this long (s), so that records written
+# meanwhile are read and their vectors loaded together: a process following creates one by
+# one would otherwise spend three round trips per create (bench/README.md, "Near-duplicate
+# threshold").
+FOLLOW_GAP = 0.1
 REREAD_SECONDS = 600.0
 
 
@@ -46,6 +52,26 @@ class NearestCells:
             return None
         return self.index.nearest(query, limit)
 
+    def rows(self, model: str, cell_ids: Sequence[str], digests: Sequence[str]
+             ) -> tuple[Vectors, list[int]] | None:
+        """`VectorIndex.rows` of the cells named, when the index is ready and of `model`;
+        else None."""
+        if self.index is None or model != self.model or not self.index.dims:
+            return None
+        return self.index.rows(cell_ids, digests)
+
+    def add_new(self, cell_id: str, vector: bytes, digest: str) -> None:
+        """Put the vector this process just stored for a new cell, when the index is ready and
+        does not hold the cell yet (what the log brings is never overwritten), so that this
+        process scores its own recent cells without waiting for the log."""
+        index = self.index
+        if index is None or cell_id in index:
+            return
+        if not index.dims:
+            index = self.index = VectorIndex(len(vector) // 4)
+        if index.put(cell_id, vector, digest):
+            self._count()
+
     async def run_forever(self) -> None:
         """Read every vector (unless following the log from a position still kept), then
         follow the log, and read every vector again each REREAD_SECONDS (what a lost record
@@ -69,6 +95,8 @@ class NearestCells:
             if ids and self.index is not None:
                 self._apply(self.index, await self.vectors.load(sorted(set(ids))), ids)
                 self._count()
+            if ids:
+                await asyncio.sleep(FOLLOW_GAP)
 
     async def rebuild(self) -> int:
         """Read every cell's vector into a new index, then use it; how many it holds. The log
@@ -115,5 +143,6 @@ class NearestCells:
                 self.index = index = fresh
         for cell_id in ids:
             found = stored.get(cell_id)
-            if found is None or found.model != self.model or not index.put(cell_id, found.vector):
+            if found is None or found.model != self.model or \
+                    not index.put(cell_id, found.vector, found.digest):
                 index.remove(cell_id)

@@ -4,7 +4,9 @@ change is versioned and reaches MEMP subscribers."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import msgspec
@@ -251,7 +253,12 @@ class CellService:
             cell.lifecycle.last_accessed_at = iso(record.accessed)
         return record, cell, entry
 
-    async def create(self, by: Principal, agent: str, body: NewCell) -> MemoryCell:
+    async def create(self, by: Principal, agent: str, body: NewCell,
+                     beside: Callable[[MemoryCell], Awaitable[object]] | None = None
+                     ) -> MemoryCell:
+        """Write a new cell. `beside(cell)`, when given, starts in the same turn as the write,
+        after it, so that a call it sends first thing leaves with the write in one round trip
+        (storage/pipe.py) and runs after it; it must not raise (near duplicates)."""
         if body.identity.created_by not in (None, agent):
             raise MempError("forbidden", "identity.created_by must be the acting agent",
                             {"field": "identity.created_by"})
@@ -274,7 +281,15 @@ class CellService:
         await self._gated(agent, cell_key(cell), cell, None, "amp-create", limit)
         update = index_update(cell, cell_key(cell), now, count=0)
         written = self.request(cell, agent, None, now, "amp-create")
-        if not await self._write((update, written), limit):
+        write = self._write((update, written), limit)
+        if beside is None:
+            landed = await write
+        else:
+            outcome, _ = await asyncio.gather(write, beside(cell), return_exceptions=True)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            landed = outcome
+        if not landed:
             raise MempError("write_conflict", "a cell with this id already exists; retry")
         return cell
 

@@ -1,8 +1,12 @@
 """An in-memory index of unit vectors of one model, searched exactly: one float32 matrix whose
 rows are the cells' vectors, scored against a query by one matrix-vector product (docs/design.md,
-"Recall by meaning"). Rows of removed cells are reused by the next ones added."""
+"Recall by meaning"). Rows of removed cells are reused by the next ones added. Each row keeps
+the digest of the text its vector was made from, so that a caller holding a stored vector's
+digest can take the row for it (`rows`) only when it is that vector."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,6 +23,7 @@ class VectorIndex:
         self._matrix: Vectors = np.zeros((_FIRST_ROWS, dims), dtype=np.float32)
         self._live = np.zeros(_FIRST_ROWS, dtype=bool)
         self._ids: list[str | None] = []
+        self._digests: list[str] = []
         self._rows: dict[str, int] = {}
         self._free: list[int] = []
 
@@ -28,9 +33,9 @@ class VectorIndex:
     def __contains__(self, cell_id: object) -> bool:
         return cell_id in self._rows
 
-    def put(self, cell_id: str, vector: bytes) -> bool:
-        """Add or replace a cell's vector (float32 bytes); False, and the cell left out, when
-        it is not of this index's dimensions."""
+    def put(self, cell_id: str, vector: bytes, digest: str = "") -> bool:
+        """Add or replace a cell's vector (float32 bytes, made from a text of `digest`);
+        False, and the cell left out, when it is not of this index's dimensions."""
         row = np.frombuffer(vector, dtype=np.float32)
         if row.shape != (self.dims,):
             self.remove(cell_id)
@@ -42,12 +47,14 @@ class VectorIndex:
             self._ids[at] = cell_id
             self._live[at] = True
         self._matrix[at] = row
+        self._digests[at] = digest
         return True
 
     def remove(self, cell_id: str) -> None:
         at = self._rows.pop(cell_id, None)
         if at is not None:
             self._ids[at] = None
+            self._digests[at] = ""
             self._live[at] = False
             self._matrix[at] = 0.0
             self._free.append(at)
@@ -66,6 +73,25 @@ class VectorIndex:
         return [(ids[i] or "", s) for i, s in zip(order.tolist(), scores[order].tolist(),
                                                    strict=True)]
 
+    def rows(self, cell_ids: Sequence[str], digests: Sequence[str]) -> tuple[Vectors, list[int]]:
+        """The vectors of the cells named, one row each in their order, taken only where the
+        index holds the cell with the digest given beside it (a row of an older text, or of
+        no known text, is never used); and the positions of those not taken, whose rows are
+        zero, for the caller to fill or drop."""
+        at = [-1] * len(cell_ids)
+        rows, held = self._rows, self._digests
+        for n, (cell_id, digest) in enumerate(zip(cell_ids, digests, strict=True)):
+            row = rows.get(cell_id)
+            if row is not None and digest and held[row] == digest:
+                at[n] = row
+        picked = np.asarray(at, dtype=np.intp)
+        missing = [n for n, row in enumerate(at) if row < 0]
+        matrix: Vectors = self._matrix[picked] if len(picked) else \
+            np.zeros((0, self.dims), dtype=np.float32)
+        if missing:
+            matrix[missing] = 0.0
+        return matrix, missing
+
     def _grow(self) -> int:
         """A new row at the end, the matrix doubled when full."""
         at = len(self._ids)
@@ -77,4 +103,5 @@ class VectorIndex:
             live[:at] = self._live
             self._matrix, self._live = matrix, live
         self._ids.append(None)
+        self._digests.append("")
         return at

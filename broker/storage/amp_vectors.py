@@ -19,7 +19,7 @@ VECTOR_SAVE = Fields("vector_save", ("id", "version", "model", "dims", "digest",
 NEW_VECTOR_KEYS = Fields("new_vector_keys", ("entry", "vector", "unembedded", "index", "log"))
 NEW_VECTOR = Fields("new_vector", ("id", "version", "model", "dims", "digest", "vector",
                                    "vectors", "records", "entries", "owner", "limit", "now",
-                                   "keep"))
+                                   "keep", "send"))
 LOG_KEEP = 200_000  # records of the vector log kept (approximately): a follower that falls
 # further behind than this (or starts) reads every vector again
 
@@ -65,21 +65,29 @@ class Standing:
 class Neighbours:
     """What storing a new cell's vector answered: whether it was stored, and the other cells
     of its owner with a vector of its model and size: their ids, text digests, vectors
-    (float32 bytes, one after another, in the order of `ids`) and standing, None where the
-    record might not describe the text the vector was made from (the cell must be read)."""
+    (float32 bytes, one after another, in the order of `ids`; empty when not asked for) and
+    standing (`standing(at)`), None where the record might not describe the text the vector
+    was made from (the cell must be read)."""
 
     stored: bool
     ids: list[str]
     digests: list[str]
     vectors: bytes
-    standings: list[Standing | None]
+    states: list[bytes]  # as the script answered them, read by `standing` when needed
+    readers: list[bytes]
 
+    def standing(self, at: int) -> Standing | None:
+        """The standing of the cell at `at` in `ids`."""
+        state = self.states[at]
+        if not state:
+            return None
+        status, _, expires = text(state).partition(" ")
+        return Standing(status, int(expires) if expires.isdigit() else None,
+                        text(self.readers[at]).split())
 
-def _standing(state: bytes, readers: bytes) -> Standing | None:
-    if not state:
-        return None
-    status, _, expires = text(state).partition(" ")
-    return Standing(status, int(expires) if expires.isdigit() else None, text(readers).split())
+    @property
+    def standings(self) -> list[Standing | None]:
+        return [self.standing(at) for at in range(len(self.ids))]
 
 
 class CellVectorStore:
@@ -96,6 +104,14 @@ class CellVectorStore:
         self._load = scripts.register(self.redis, ["amp_vector_load.lua"], [])
         self._unembedded = layout.amp_unembedded(namespace)
         self._log = layout.amp_vector_log(namespace)
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether a cell's write and a call issued after it in the same turn of the event loop
+        leave together, in that order: on the auto-pipelined connection to one server
+        (`redis://`), when writes wait for no replicas (a write that waits goes in a pipeline
+        of its own)."""
+        return self.backend.pipe is not None and not self.backend.replicas
 
     async def take(self, limit: int) -> list[str]:
         """Remove and return up to `limit` cells waiting for their vector."""
@@ -122,11 +138,12 @@ class CellVectorStore:
                  for w in writes]
         return sum(int(r) for r in await self.backend.run(calls)) if calls else 0
 
-    async def save_new(self, write: VectorWrite, owner_prefix: str, limit: int, now: int
-                       ) -> Neighbours:
+    async def save_new(self, write: VectorWrite, owner_prefix: str, limit: int, now: int,
+                       send: bool = True) -> Neighbours:
         """Store a new cell's vector (only while its entry is still at `write.version`; the
-        embedder loop then skips it) and fetch the vectors of the other cells among the first
-        `limit` keys under `owner_prefix`, with their standing, in one call."""
+        embedder loop then skips it) and list the other cells among the first `limit` keys
+        under `owner_prefix` with a vector of its model and size, with their standing and
+        (`send`) their vectors, in one call."""
         ns = self.namespace
         reply = await self.backend.call(
             self._save_new,
@@ -138,12 +155,11 @@ class CellVectorStore:
                             dims=write.dims, digest=write.digest, vector=write.vector,
                             vectors=layout.amp_vector(ns, ""), records=layout.amp_cell(ns, ""),
                             entries=layout.entry_prefix(ns), owner=owner_prefix, limit=limit,
-                            now=now, keep=LOG_KEEP))
+                            now=now, keep=LOG_KEEP, send="1" if send else "0"))
         rest = reply[1:]
         return Neighbours(stored=int(reply[0]) == 1, ids=[text(i) for i in rest[0::5]],
                           digests=[text(d) for d in rest[1::5]], vectors=b"".join(rest[2::5]),
-                          standings=[_standing(s, r) for s, r in zip(rest[3::5], rest[4::5],
-                                                                      strict=True)])
+                          states=rest[3::5], readers=rest[4::5])
 
     async def drop(self, cell_ids: Sequence[str]) -> None:
         """Remove the vectors of cells that are gone or deleted, and log that they changed."""

@@ -1,6 +1,8 @@
 """`near_duplicates` on a create's reply: the same owner's cells that mean nearly the same, that
 the agent may read and that are active or stale; null when the embedder could make the write
-wait (not the builtin one, or not loaded); two processes creating and patching at once."""
+wait (not the builtin one, or not loaded); two processes creating and patching at once. The
+owner's vectors come from the broker's vector index where it holds them with the digest stored,
+else from Redis: the same list either way."""
 
 from __future__ import annotations
 
@@ -12,10 +14,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import redis
 
 from broker.amp.embedding import text_digest
+from broker.amp.nearest import NearestCells
 from broker.storage import layout
 from tests.support.amp import (
     NO_BACKGROUND_RUNS,
@@ -24,7 +28,7 @@ from tests.support.amp import (
     run_threads,
     started_amp,
 )
-from tests.support.brokers import BACKENDS, BrokerProcess, start_broker
+from tests.support.brokers import BACKENDS, BrokerProcess, data_client, start_broker
 from tests.support.waiting import wait_until
 
 CAT = "Ana has a grey cat named Nube who hates the vacuum cleaner"
@@ -207,3 +211,87 @@ def test_two_processes_creating_while_cells_are_patched_keep_each_vector_current
         one.close()
         two.close()
         store.close()
+def index_of(amp: Amp) -> NearestCells:
+    nearest = amp.app.state.services.amp_recall.index
+    assert isinstance(nearest, NearestCells)
+    return nearest
+
+
+def indexed(amp: Amp, *cell_ids: str) -> bool:
+    """Whether the broker's vector index holds each cell's vector with the digest stored."""
+    store = data_client(amp.app)
+    digests = [(store.hget(layout.amp_vector(amp.namespace, i), "digest") or b"").decode()
+               for i in cell_ids]
+    nearest = index_of(amp)
+    taken = nearest.rows(nearest.model, list(cell_ids), digests)
+    return taken is not None and not taken[1]
+
+
+def listed(response: httpx.Response) -> list[tuple[str, float]]:
+    assert response.status_code == 201, response.text
+    return [(d["id"], d["similarity"]) for d in response.json()["near_duplicates"]]
+
+
+def test_the_index_and_the_stored_vectors_list_the_same(amp: Amp) -> None:
+    owner = f"u-{uuid.uuid4().hex[:8]}"
+    cat = amp.create(CAT, owner=owner)
+    others = [amp.create(text, owner=owner)["id"] for text in OTHERS]
+    embedded(amp, owner, 3)
+    wait_until(lambda: indexed(amp, cat["id"], *others), "the owner's cells indexed")
+    first = create(amp, SAME_CAT, owner)
+    from_index = listed(first)
+    assert [i for i, _ in from_index] == [cat["id"]]
+    nearest = index_of(amp)
+    index, nearest.index = nearest.index, None  # as before the index is read in full
+    try:
+        from_store = listed(create(amp, SAME_CAT, owner))
+    finally:
+        nearest.index = index
+    # The same similarity to the cat's cell; the first restatement (same text) is listed too.
+    assert from_store == [(created(first)["id"], 1.0), *from_index]
+
+
+def test_a_row_not_of_the_stored_vector_is_not_used(amp: Amp) -> None:
+    owner = f"u-{uuid.uuid4().hex[:8]}"
+    cat = amp.create(CAT, owner=owner)
+    car = amp.create(CAR, owner=owner)
+    embedded(amp, owner, 2)
+    wait_until(lambda: indexed(amp, cat["id"], car["id"]), "the owner's cells indexed")
+    expected = listed(create(amp, SAME_CAT, owner))
+    assert [i for i, _ in expected] == [cat["id"]]
+    index = index_of(amp).index
+    assert index is not None
+    # The cat's row now holds the car's vector under an older text's digest, and the car's
+    # row the cat's vector under none: neither is used, both vectors are read from Redis.
+    store = data_client(amp.app)
+    vectors = {i: store.hget(layout.amp_vector(amp.namespace, i), "vec")
+               for i in (cat["id"], car["id"])}
+    index.put(cat["id"], vectors[car["id"]], "an-older-text")
+    index.put(car["id"], vectors[cat["id"]])
+    again = listed(create(amp, SAME_CAT, owner))
+    assert again[1:] == expected and again[0][1] == 1.0
+    assert not np.array_equal(np.frombuffer(vectors[car["id"]], dtype=np.float32),
+                              np.frombuffer(vectors[cat["id"]], dtype=np.float32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_creates_vector_is_stored_with_the_write(backend: str, redis_url: str) -> None:
+    """The call storing the new cell's vector runs after the cell's write (on one Redis, it
+    leaves in the same round trip): the vector is there when the 201 is, though the background
+    loop here waits an hour."""
+    with started_amp(backend, redis_url, amp_embed_interval_seconds=3600) as slow:
+        owner = f"u-{uuid.uuid4().hex[:8]}"
+        # A search by meaning loads the builtin model (the loop would, but waits an hour).
+        assert slow.search_response(owner_id=owner, query="cats", mode="semantic"
+                                    ).status_code == 200
+        # The process's first write notes its namespace first, a round trip of its own: the
+        # vector's call may then run before the write, and the cell waits for the loop.
+        slow.create(CAR, owner=owner)
+        response = create(slow, CAT, owner)
+        assert response.json()["near_duplicates"] == []
+        cell_id = created(response)["id"]
+        store = data_client(slow.app)
+        assert store.hget(layout.amp_vector(slow.namespace, cell_id), "ver") == b"1"
+        assert not store.sismember(layout.amp_unembedded(slow.namespace), cell_id)
+        again = listed(create(slow, SAME_CAT, owner))
+        assert [i for i, _ in again] == [cell_id]

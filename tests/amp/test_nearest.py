@@ -102,6 +102,26 @@ def test_the_index_ranks_by_cosine_replaces_removes_and_reuses_rows() -> None:
     assert len(index) == 2
 
 
+def test_rows_are_taken_only_for_the_digest_given() -> None:
+    index = VectorIndex(2)
+    index.put("east", unit(1, 0), "d-east")
+    index.put("north", unit(0, 1), "d-north")
+    index.put("blank", unit(1, 1))  # a row of no known text
+    rows, missing = index.rows(["north", "east", "blank", "gone", "east"],
+                               ["d-north", "d-old", "", "d-gone", "d-east"])
+    # east under an older digest, the row of no digest and a cell not held are not taken.
+    assert missing == [1, 2, 3]
+    expected = np.stack([np.frombuffer(unit(0, 1), dtype=np.float32),
+                         np.zeros(2, dtype=np.float32), np.zeros(2, dtype=np.float32),
+                         np.zeros(2, dtype=np.float32),
+                         np.frombuffer(unit(1, 0), dtype=np.float32)])
+    assert np.array_equal(rows, expected)
+    index.remove("north")
+    index.put("west", unit(-1, 0), "d-west")  # takes north's row, with its own digest
+    assert index.rows(["north", "west"], ["d-north", "d-west"])[1] == [0]
+    assert index.rows([], [])[0].shape == (0, 2)
+
+
 def test_the_index_grows_past_its_first_rows_and_finds_each_vector() -> None:
     rng = np.random.default_rng(7)
     rows = rng.standard_normal((3000, 16)).astype(np.float32)

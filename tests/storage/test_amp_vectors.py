@@ -56,6 +56,11 @@ def test_a_new_cells_vector_is_stored_with_its_owners_others(backend: str, redis
             assert await redis.hgetall(layout.amp_vector(ns, "A")) == {
                 b"model": b"m", b"dims": b"4", b"digest": b"dA", b"vec": mine, b"ver": b"1"}
             assert await redis.smembers(layout.amp_unembedded(ns)) == {b"B"}
+            # Without the vectors (the caller has them in its index): the same cells.
+            light = await store.save_new(VectorWrite("A", OWNER + "A", 1, "m", 4, "dA", mine),
+                                         OWNER, 500, NOW, send=False)
+            assert (light.ids, light.digests, light.vectors, light.standings) == (
+                ["B"], ["dB"], b"", [Standing("stale", None, ["x", "y*"])])
             # Only the first `limit` keys of the owner are looked at (A itself is the first).
             assert (await store.save_new(VectorWrite("A", OWNER + "A", 1, "m", 4, "dA", mine),
                                          OWNER, 1, NOW)).ids == []

@@ -5,11 +5,12 @@
 -- ARGV: read_new_vector (cell id, entry version embedded, model, dimensions, text digest, the
 --   vector's float32 bytes, the key prefixes of vector hashes, index records and entries, the
 --   owner's key prefix, how many of the owner's keys to look at, the time now, how many records
---   the vector log keeps). The vector is stored, announced in the vector log, and the cell taken
+--   the vector log keeps, '1' to return the owner's vectors or '0' to leave them out: the caller
+--   has them in its process's vector index and checks them by their digest). The vector is stored, announced in the vector log, and the cell taken
 --   out of the unembedded set (the embedder loop need not embed it again), only while the entry
 --   still holds the version embedded.
 -- Returns {1 when stored else 0, then per other cell of the owner whose vector has the model and
--- size given: id, text digest, vector, and the cell's status, expiry ('' = none) and readers'
+-- size given: id, text digest, vector ('' when left out), and the cell's status, expiry ('' = none) and readers'
 -- globs from its index record when they are current: the vector, the record and the live entry
 -- all of one version; else '' (the caller reads the cell itself)}.
 local k = read_new_vector_keys(KEYS, 1)
@@ -39,7 +40,8 @@ for _, key in ipairs(keys) do
           and not (expiry and expiry <= now) then
         state, readers = r[2] .. ' ' .. (r[3] or ''), r[4]
       end
-      out[#out + 1], out[#out + 2], out[#out + 3] = id, v[2], v[3]
+      out[#out + 1], out[#out + 2] = id, v[2]
+      out[#out + 1] = a.send == '1' and v[3] or ''
       out[#out + 1], out[#out + 2] = state, readers
     end
   end

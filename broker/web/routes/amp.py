@@ -68,9 +68,8 @@ def _field_of(message: str) -> str | None:
 async def create_memory(request: Request) -> Response:
     principal, agent = await _acting(request)
     body = await _body(request, NewCell)
-    found = services(request)
-    cell = await found.amp_cells.create(principal, agent, body)
-    return json_response(await found.amp_duplicates.reply(agent, cell), 201)
+    return json_response(await services(request).amp_duplicates.create(principal, agent, body),
+                         201)
 
 
 async def merge_memories(request: Request) -> Response:
