@@ -452,7 +452,7 @@ def test_amp_merge_on_two_processes_at_once_archives_each_source_once(
             return sum(v["value"]["lifecycle"]["status"] == "archived"
                        for v in versions.json()["versions"] if v.get("value"))
 
-        for round_ in range(5):
+        for round_ in range(3):
             owner = f"u-{ns}-{round_}"
             outcome: dict[str, Any] = {}
 
