@@ -36,6 +36,9 @@ from tests.support.brokers import (
 from tests.support.relay import RelayProxy
 from tests.support.streams import Stream
 from tests.support.topologies import Credentials, RedisCluster, RedisSentinel, TlsRedis
+from tests.support.trust import share_default_trust
+
+share_default_trust()
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,10 @@ import hashlib
 import logging
 
 from broker.amp.embedders import Embedder, EmbedderUnavailable
+from broker.amp.poster import IDLE_SECONDS
 from broker.amp.service import loaded_cell
 from broker.core.clock import Clock
+from broker.core.doorbell import Doorbell
 from broker.runtime.metrics import Metrics
 from broker.storage.amp import CellIndexStore
 from broker.storage.amp_vectors import CellVectorStore, VectorWrite
@@ -44,8 +46,16 @@ class CellEmbedding:
         self.batch = batch
 
     async def run_forever(self, interval: float) -> None:
-        """Embed batches; wait `interval` when there was less than a batch, longer while the
-        embedder fails. A store failure ends the run (the supervisor restarts it)."""
+        """Embed batches; after less than a batch, wait until this process writes a cell
+        again (or IDLE_SECONDS pass), then `interval` more; longer while the embedder fails.
+        A store failure ends the run (the supervisor restarts it)."""
+        listener = self.index.marked.listen()
+        try:
+            await self._run(interval, listener)
+        finally:
+            self.index.marked.forget(listener)
+
+    async def _run(self, interval: float, listener: asyncio.Event) -> None:
         pause: float | None = None
         rechecked = -RECHECK_SECONDS
         loop = asyncio.get_running_loop()
@@ -68,6 +78,7 @@ class CellEmbedding:
                 log.warning("AMP embedder available again")
                 pause = None
             if taken < self.batch:
+                await Doorbell.wait(listener, IDLE_SECONDS)
                 await asyncio.sleep(interval)
 
     async def embed_batch(self) -> int:

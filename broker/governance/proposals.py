@@ -178,6 +178,8 @@ class ProposalService:
             namespace, proposal.key, request, limit, cell, id=proposal.id, decision="approve",
             operation=proposal.operation, base=str(base), decided_by=principal.writer_id,
             doc=msgspec.json.encode(decided), details="")
+        if cell is not None:
+            self.cells.index.marked.ring()
         if verdict == "ok":
             entry = WriteOutcome.decode(["ok", reply]).entry(namespace, proposal.key,
                                                              request.value or None)

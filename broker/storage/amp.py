@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from broker.core.doorbell import Doorbell
 from broker.storage import layout, resend, scripts
 from broker.storage.amp_status import (
     CELL_STATUS,
@@ -146,6 +147,9 @@ class CellIndexStore:
         self.redis = client = backend.redis
         self.entries = entries
         self.namespace = namespace
+        # Rung after every write of this process that marks cells for the background loops
+        # (their terms to post, their vectors to make).
+        self.marked = Doorbell()
         ns = namespace
         self._load = scripts.register(client, ["amp_load.lua"], [CELL_LOAD])
         self._read = scripts.register(client, ["amp_common.lua", "amp_read.lua"],
@@ -264,8 +268,11 @@ class CellIndexStore:
             return []
         await self.entries.note_namespace(self.namespace)
         # Each call keeps its first reply for a second sending: safe to send again.
-        replies = await self.backend.run(self._commit_calls(changes, gate, kept=True),
-                                         durable=True, replayable=True)
+        try:
+            replies = await self.backend.run(self._commit_calls(changes, gate, kept=True),
+                                             durable=True, replayable=True)
+        finally:
+            self.marked.ring()
         return self._commit_verdicts(changes, replies)
 
     async def change_status(self, changes: Sequence[StatusChange], now: int, agent: str,
@@ -286,7 +293,10 @@ class CellIndexStore:
             log_maxlen=self.entries.changelog_maxlen)]
         calls = status_calls(self._status, keys, args, ns, changes)
         plain = [(update, None) for update in looks]
-        replies = await self.backend.run([*calls, *self._commit_calls(plain)], durable=True)
+        try:
+            replies = await self.backend.run([*calls, *self._commit_calls(plain)], durable=True)
+        finally:
+            self.marked.ring()
         return [v == b"ok" for call in replies[:len(calls)] for v in call]
 
     def _commit_calls(self, changes: Sequence[tuple[IndexUpdate, WriteRequest | None]],

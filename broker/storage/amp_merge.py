@@ -64,8 +64,11 @@ class CellMergeStore:
             args += change.args()
         await index.entries.note_namespace(ns)
         # The call keeps its first reply for a second sending: safe to send again.
-        reply = await index.backend.call(self._script, keys, args, durable=True,
-                                         replayable=True)
+        try:
+            reply = await index.backend.call(self._script, keys, args, durable=True,
+                                             replayable=True)
+        finally:
+            index.marked.ring()
         verdict = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
         if verdict == "ok":
             return MergeVerdict(ok=True)

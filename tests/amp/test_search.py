@@ -391,6 +391,22 @@ def test_a_rarer_word_ranks_first_before_any_term_is_posted(
         assert sorted(ranked[1:]) == sorted([*common, alone])
 
 
+def test_cells_another_process_wrote_are_posted_by_an_idle_poster(
+        broker_factory: Callable[..., Broker], redis_url: str, ns: str) -> None:
+    # The writer's own poster waits an hour; the other broker's was never rung by a write of
+    # its own, and still posts the cell at its next idle look (a second at most).
+    with amp_broker(broker_factory, "redis", ns, amp_post_interval_seconds=3600) as writer, \
+            amp_broker(broker_factory, "redis", ns) as idle:
+        cell = writer.create("the heron nests by the river")
+        client = sync_redis(writer, redis_url)
+        try:
+            wait_posted(client, ns)
+            assert client.smembers(layout.amp_term(ns, "heron")) == {cell["id"].encode()}
+        finally:
+            client.close()
+        assert idle.search_ids(query="heron") == [cell["id"]]
+
+
 def test_posting_takes_out_the_words_a_record_from_an_older_broker_had(
         amp: Amp, redis_url: str) -> None:
     # Older brokers posted terms as they wrote and kept no `posted` list: the record's terms

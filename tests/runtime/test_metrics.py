@@ -142,8 +142,12 @@ def workers(redis_url: str, tmp_path: Path) -> Iterator[str]:
     try:
         wait_for_port(port, timeout=30)
         url = f"http://127.0.0.1:{port}"
-        # The port listens before the workers have started: wait until they answer.
+        # The port listens before the workers have started: wait until both answer (a
+        # worker's process metrics appear in every scrape once it runs).
         assert httpx.get(f"{url}/readyz", timeout=60).status_code == 200
+        eventually(lambda: len({dict(labels)["pid"] for name, labels in scrape(url)
+                                if name == "process_cpu_seconds_total"}) == 2,
+                   "both workers running")
         yield url
     finally:
         process.terminate()
