@@ -76,7 +76,7 @@ def build(settings: Settings, clock: Clock, storage: Storage) -> Services:
     failures = Failures()
     # Store errors that mean it is out of reach are expected: a warning, not a traceback, and
     # one a period while it lasts (the outage throttle), then a line when the store is back.
-    supervisor = Supervisor(transient=(*STORE_DOWN, OSError), outage=failures.outage)
+    supervisor = Supervisor(transient=(*STORE_DOWN, OSError), throttle=failures.throttle)
     metrics = Metrics()
     storage.observe(metrics)
     activity = AgentActivity(storage.accounts)

@@ -4,7 +4,7 @@ Loops run as arq's worker and uvicorn's supervisors run theirs, so none can end 
 loop that raises (anything, not only a store error) or returns is logged and started again
 after a pause that doubles up to a cap, and starts over from the shortest once a run has stayed
 up `healthy_after` seconds (supervisord's `startsecs`). The store being out of reach is expected
-and logged as a one-line warning (one a period, when given an outage `Throttle`); anything else
+and logged as a one-line warning (one a period, when given a `Throttle` for it); anything else
 is an error with its traceback. Stopping is bounded: a loop that shrugs off its cancel is
 cancelled again, and one still running after the timeout is named in the log and left behind
 rather than holding up shutdown."""
@@ -57,9 +57,10 @@ class Supervisor:
     without a traceback. Everything else a loop raises is logged as an error with one."""
 
     def __init__(self, transient: tuple[type[BaseException], ...] = (),
-                 outage: Throttle | None = None) -> None:
+                 throttle: Callable[[BaseException], Throttle] | None = None) -> None:
         self.transient = transient
-        self.outage = outage  # where transient failures go: one line a period, not each
+        # Where a transient failure's warning goes: one line a period, not each.
+        self.throttle = throttle
         self.tasks: set[asyncio.Task[None]] = set()
         self._stopping: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -163,8 +164,9 @@ class Supervisor:
         if failure is None:
             log.error("%s returned; %s", name, then)
         elif isinstance(failure, self.transient):
-            if self.outage is not None:
-                self.outage.failure("%s failed: %s; %s", name, _describe(failure), then)
+            if self.throttle is not None:
+                self.throttle(failure).failure("%s failed: %s; %s", name, _describe(failure),
+                                               then)
             else:
                 log.warning("%s failed: %s; %s", name, _describe(failure), then)
         else:

@@ -28,6 +28,10 @@ class Failures:
         self.outage = Throttle(store, OUTAGE_LOG_SECONDS)  # the store watch ends it
         self.store_full = Throttle(store, OUTAGE_LOG_SECONDS)
 
+    def throttle(self, exc: BaseException) -> Throttle:
+        """Where a store failure's warning goes: out of memory has its own throttle."""
+        return self.store_full if out_of_memory(exc) else self.outage
+
     def error(self, exc: Exception, where: str) -> MempError:
         """The error for `exc` (one of FAILURES), raised while serving `where`."""
         if isinstance(exc, MempError):
