@@ -387,9 +387,8 @@ def test_with_an_owner_filter_semantic_ranks_the_owners_cells_alone_by_cosine(am
     for text in texts:
         amp.create(text, owner=owner)
         amp.create(text, owner=other)
-    for who in (owner, other):
-        wait_until(lambda who=who: len(recall(amp, who, "anything", mode="semantic"))
-                   == len(texts), "every cell embedded")
+    wait_until(lambda: all(len(recall(amp, who, "anything", mode="semantic")) == len(texts)
+                           for who in (owner, other)), "every cell embedded")
     question = "which musical instrument is being studied?"
     rows = _wordllama().embed([question, *texts], norm=True)
     cosine = rows[1:] @ rows[0]
