@@ -36,8 +36,9 @@ from broker.storage.amp import CellRecord
 from broker.storage.amp_vectors import StoredVector
 
 MAX_CANDIDATES = 5_000
-# Candidates ranked by meaning (`_best_by_meaning`) are loaded this many times the hits the page
-# needs at a time, at most _EAGER: an owner's hundred cells are mostly never loaded.
+# Candidates ranked by `semantic` (`_best_by_meaning`) are loaded _BATCH_PER_HIT times the hits
+# the page needs at a time, at most _EAGER: for a page of five, about half of an owner's hundred
+# cells are loaded (bench/README.md, "Recall benchmark").
 _EAGER = 200
 _BATCH_PER_HIT = 4
 _WALK_BATCH = 500
