@@ -3,12 +3,13 @@
 Starts redis-server and one broker (the builtin embedder), creates the labelled memories of
 bench/recall_corpus.py through POST /amp/memories, waits until every one has its vector, then
 asks every labelled question in each mode (`keyword`, `semantic`, `hybrid`) of the owner's
-cells and reports Recall@5 per kind of question, beside Reciprocal Rank Fusion (k = 60) of the
-keyword and semantic rankings computed here, for comparison. Then `min_score`: how many
-no-answer probes come back empty, and what it costs the answered questions. Last, recall
-latency over HTTP (one connection, sequential) at the corpus's size and, with --cells, after
-importing that many more cells; and the broker's CPU per create with the embedder and with
-MEMP_EMBEDDER=none.
+cells, and again of all cells (where a question naming its owner only by a pronoun names them:
+the corpus's `NAMED`), and reports Recall@5 per kind of question, beside Reciprocal Rank Fusion
+(k = 60) of the keyword and semantic rankings computed here, for comparison. Then `min_score`:
+how many no-answer probes come back empty, and what it costs the answered questions. Last,
+recall latency over HTTP (one connection, sequential) at the corpus's size and, with --cells,
+after importing that many more cells; and the broker's CPU per create with the embedder and
+with MEMP_EMBEDDER=none.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import httpx
 import redis
 
 from bench import amp_cells, replay
-from bench.recall_corpus import MEMORIES, QUESTIONS
+from bench.recall_corpus import MEMORIES, QUESTIONS, asked
 from bench.servers import (
     Processes,
     cpu_since,
@@ -118,8 +119,9 @@ def accuracy(session: Session, ids: dict[str, str], owner_filter: bool) -> dict[
     found: dict[str, dict[str, list[float]]] = {}
     probes: dict[float, list[bool]] = {f: [] for f in FLOORS}
     kept: dict[float, list[float]] = {f: [] for f in FLOORS}
-    for kind, owner, question, labels in QUESTIONS:
+    for kind, owner, text, labels in QUESTIONS:
         scope = {"owner_id": owner} if owner_filter else {}
+        question = asked(text, owner_filter)
         ranked = {mode: session.search(query=question, mode=mode, limit=100, **scope)
                   for mode in ("keyword", "semantic", "hybrid")}
         ranked["rrf"] = _rrf(ranked["keyword"], ranked["semantic"])
@@ -164,13 +166,15 @@ def latency(session: Session, bodies: list[dict[str, Any]], count: int) -> dict[
             **({"errors": errors} if errors else {})}
 
 
-def _latencies(session: Session, owners: list[str], questions: list[str], count: int
-               ) -> dict[str, Any]:
+def _latencies(session: Session, owners: list[str], questions: list[str], count: int,
+               unowned: list[str] | None = None) -> dict[str, Any]:
+    """Latency per mode with an owner filter (`questions` of `owners`) and without one
+    (`unowned`, by default the same questions)."""
     out: dict[str, Any] = {}
     for mode in ("keyword", "semantic", "hybrid"):
         with_owner = [{"query": q, "mode": mode, "owner_id": o, "limit": 5}
                       for q, o in zip(questions, owners, strict=True)]
-        without = [{"query": q, "mode": mode, "limit": 5} for q in questions]
+        without = [{"query": q, "mode": mode, "limit": 5} for q in unowned or questions]
         out[mode] = {"owner": latency(session, with_owner, count),
                      "no_owner": latency(session, without, count)}
         print(f"  {mode}: {json.dumps(out[mode])}", flush=True)
@@ -248,7 +252,8 @@ def run(args: argparse.Namespace, procs: Processes) -> dict[str, Any]:
         "no_owner": accuracy(session, ids, owner_filter=False)}
     questions = [q for _, _, q, _ in QUESTIONS]
     owners = [o for _, o, _, _ in QUESTIONS]
-    results["latency_corpus"] = _latencies(session, owners, questions, args.requests)
+    named = [asked(q, owner_filter=False) for q in questions]
+    results["latency_corpus"] = _latencies(session, owners, questions, args.requests, named)
     if args.cells:
         started = time.perf_counter()
         owner_list, queries = _import(session, args.cells, args.owners)

@@ -1,7 +1,9 @@
 """The labelled set of `python -m bench.recall`: memories of five owners and the questions
 an agent asks about them, each naming the memories that answer it. Kinds: `reworded` (the
 answer in other words, few or no shared words), `exact` (words of the answer), `several` (more
-than one memory answers) and `none` (nothing the owner has answers it)."""
+than one memory answers) and `none` (nothing the owner has answers it). A question that
+names its owner only by a pronoun ("her", "we") or as "the company" is asked over every owner's
+memories in the form of `NAMED`, which says whom it means."""
 
 from __future__ import annotations
 
@@ -228,3 +230,59 @@ QUESTIONS: list[tuple[str, str, str, list[str]]] = [
     ("none", "acme", "what is the company stock price?", []),
     ("none", "acme", "quantum chromodynamics lecture notes", []),
 ]
+
+# The form a question takes when asked without an owner filter, over every owner's memories,
+# for each question that names its owner only by a pronoun or as "the child" / "the company":
+# the owner named, the question otherwise unchanged (with an owner filter the question is asked
+# as above, as an agent recalling about its user would).
+NAMED: dict[str, str] = {
+    "does she eat meat?": "does Ana eat meat?",
+    "how old is her child?": "how old is Ana's child?",
+    "who is her spouse?": "who is Ana's spouse?",
+    "what is her profession?": "what is Ana's profession?",
+    "which evenings is she at the hospital overnight?":
+        "which evenings is Ana at the hospital overnight?",
+    "what race is she preparing for?": "what race is Ana preparing for?",
+    "which vehicle does she own?": "which vehicle does Ana own?",
+    "does she have any pets?": "does Ana have any pets?",
+    "what instrument can she play?": "what instrument can Ana play?",
+    "where is she travelling this autumn?": "where is Ana travelling this autumn?",
+    "who are the members of her family?": "who are the members of Ana's family?",
+    "what is her favourite football club?": "what is Ana's favourite football club?",
+    "which programming language does she use?": "which programming language does Ana use?",
+    "which grains can he not eat?": "which grains can Bob not eat?",
+    "who is his manager?": "who is Bob's manager?",
+    "what sport does he play at the weekend?": "what sport does Bob play at the weekend?",
+    "which medication does he take?": "which medication does Bob take?",
+    "which team does he cheer for?": "which team does Bob cheer for?",
+    "when is their wedding anniversary?": "when is Bob's wedding anniversary?",
+    "what does he drink?": "what does Bob drink?",
+    "what is his shoe size?": "what is Bob's shoe size?",
+    "what instrument does the child practice?": "what instrument does Carla's child practice?",
+    "what vegetables does she grow?": "what vegetables does Carla grow?",
+    "what kind of dog does she have?": "what kind of dog does Carla have?",
+    "how much does she ask for her work?": "how much does Carla ask for her work?",
+    "what gives her headaches?": "what gives Carla headaches?",
+    "how does she get around town?": "how does Carla get around town?",
+    "what does she eat and drink?": "what does Carla eat and drink?",
+    "what is her weekly exercise?": "what is Carla's weekly exercise?",
+    "what car does she drive?": "what car does Carla drive?",
+    "which bank holds her mortgage?": "which bank holds Carla's mortgage?",
+    "which cloud region hosts us?": "which cloud region hosts ops-bot?",
+    "how much do we spend on infrastructure?": "how much does ops-bot spend on infrastructure?",
+    "how do we monitor and observe the system?": "how does ops-bot monitor and observe the "
+                                                 "system?",
+    "when are we not allowed to ship changes?": "when is ops-bot not allowed to ship changes?",
+    "can I work remotely?": "can I work remotely at Acme?",
+    "how often do I get a new computer?": "how often do I get a new computer at Acme?",
+    "who runs the company?": "who runs Acme?",
+    "what is the company stock price?": "what is Acme's stock price?",
+}
+_UNKNOWN = NAMED.keys() - {question for _, _, question, _ in QUESTIONS}
+if _UNKNOWN:
+    raise ValueError(f"NAMED holds questions the corpus does not ask: {sorted(_UNKNOWN)}")
+
+
+def asked(question: str, owner_filter: bool) -> str:
+    """The question as asked with an owner filter, or over every owner's memories."""
+    return question if owner_filter else NAMED.get(question, question)

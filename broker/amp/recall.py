@@ -108,17 +108,11 @@ class Recall:
         scores = np.stack(rows) @ query
         return {cell_id: float(s) for cell_id, s in zip(ids, scores, strict=True)}
 
-    async def nearest(self, query: Vectors, cell_ids: Sequence[str]) -> list[tuple[str, float]]:
-        """The cells with a vector of the configured model, by falling cosine to `query`,
-        without loading the cells (whether a vector still matches its cell's text is checked
-        when the cell is ranked)."""
-        if self.embedder is None or not cell_ids:
-            return []
-        return self.ranked(query, await self.vectors.load(cell_ids))
-
     def ranked(self, query: Vectors, stored: Mapping[str, StoredVector]
                ) -> list[tuple[str, float]]:
-        """`nearest` over vectors already loaded."""
+        """The cells of `stored` with a vector of the configured model, by falling cosine to
+        `query` (whether a vector still matches its cell's text is checked when the cell is
+        ranked)."""
         if self.embedder is None:
             return []
         ids, rows = [], []

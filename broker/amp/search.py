@@ -36,7 +36,11 @@ from broker.storage.amp import CellRecord
 from broker.storage.amp_vectors import StoredVector
 
 MAX_CANDIDATES = 5_000
-_EAGER = 200  # candidates ranked by meaning that are loaded at once (`_best_by_meaning`)
+# Candidates ranked by `semantic` (`_best_by_meaning`) are loaded _BATCH_PER_HIT times the hits
+# the page needs at a time, at most _EAGER: for a page of five, about half of an owner's hundred
+# cells are loaded (bench/README.md, "Recall benchmark").
+_EAGER = 200
+_BATCH_PER_HIT = 4
 _WALK_BATCH = 500
 _ACCESS_BATCH = 2_000  # index records looked at per round trip when picking readable cells
 # Search by meaning over every cell, from the vector index (`_by_index`): the cells nearest in
@@ -225,19 +229,23 @@ class CellSearch:
 
     async def _best_by_meaning(self, candidates: list[str], query: _Query, want: int
                                ) -> list[SearchHit] | None:
-        """The best `want` hits of many candidates ranked by `semantic`, sorted, without
-        loading every candidate (`_falling`). None: rank them all (few candidates, or a mode
-        whose relevance depends on the other ranked cells)."""
-        if query.mode != "semantic" or query.vector is None or len(candidates) <= _EAGER:
+        """The best `want` hits of the candidates ranked by `semantic`, sorted: their stored
+        vectors scored first, then cells loaded by falling cosine only as far as the page
+        needs (`_falling`). None: a mode whose relevance depends on the other ranked cells."""
+        if query.mode != "semantic" or query.vector is None:
             return None
-        nearest = await self.recall.nearest(query.vector, candidates)
-        return await self._falling(_chunks(nearest, _EAGER), query, want)
+        stored = await self.recall.stored(candidates)
+        nearest = self.recall.ranked(query.vector, stored)
+        size = min(_EAGER, _BATCH_PER_HIT * want)
+        return await self._falling(_chunks(nearest, size), query, want, stored=stored)
 
     async def _falling(self, batches: Iterable[list[tuple[str, float]]], query: _Query,
-                       want: int, most: int | None = None) -> list[SearchHit]:
+                       want: int, most: int | None = None,
+                       stored: Mapping[str, StoredVector] | None = None) -> list[SearchHit]:
         """The best `want` semantic hits, sorted, of batches of cells by falling cosine:
         loaded a batch at a time until the `want`-th score beats the next cosine (a score is
-        at most its cosine), or once `most` are ranked (None: no such cut)."""
+        at most its cosine), or once `most` are ranked (None: no such cut); `stored`: the
+        cells' vectors, when already loaded."""
         floor = query.body.min_score
         hits: list[SearchHit] = []
         for batch in batches:
@@ -246,20 +254,22 @@ class CellSearch:
                     floor is not None and left < floor) or (
                     most is not None and len(hits) >= most):
                 break
-            hits += await self._hits(sorted(i for i, _ in batch), query)
+            hits += await self._hits(sorted(i for i, _ in batch), query, stored)
             hits.sort(key=lambda h: (-h.score, h.cell.id))
         return hits
 
-    async def _hits(self, candidates: list[str], query: _Query) -> list[SearchHit]:
+    async def _hits(self, candidates: list[str], query: _Query,
+                    stored: Mapping[str, StoredVector] | None = None) -> list[SearchHit]:
         """The candidates that pass every filter (the caller's right to read included), scored,
-        in candidate order. A word's weight comes from how many of these cells have it: the
-        statistics of cells the caller may read, whatever else the namespace holds."""
-        if query.vector is not None and query.terms:  # their vectors asked for at once
+        in candidate order (with their `stored` vectors when already loaded). A word's weight
+        comes from how many of these cells have it: the statistics of cells the caller may
+        read, whatever else the namespace holds."""
+        if stored is None and query.vector is not None and query.terms:  # asked for at once
             kept, stored = await asyncio.gather(self._kept(candidates, query),
                                                 self.recall.stored(candidates))
-            hits = await self._scored(kept, query, stored)
         else:
-            hits = await self._scored(await self._kept(candidates, query), query)
+            kept = await self._kept(candidates, query)
+        hits = await self._scored(kept, query, stored)
         return [hits[i] for i in candidates if i in hits]
 
     async def _kept(self, candidates: list[str], query: _Query

@@ -340,9 +340,9 @@ def test_a_text_changed_without_an_embedder_is_embedded_again_later(redis_url: s
 
 def test_many_candidates_are_ranked_by_meaning_as_if_all_were_loaded(
         amp: Amp, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over 200 candidates (16 here), semantic search loads cells by falling similarity only
-    as far as the page needs: its pages must be the full ranking's (every cell here decays
-    alike, so the ranking is by cosine, computed here with the same model)."""
+    """Semantic search loads cells by falling similarity, at most 200 at a time (16 here),
+    only as far as the page needs: its pages must be the full ranking's (every cell here
+    decays alike, so the ranking is by cosine, computed here with the same model)."""
     from broker.amp import search
     from broker.amp.embedders import _wordllama
 
@@ -369,3 +369,38 @@ def test_many_candidates_are_ranked_by_meaning_as_if_all_were_loaded(
                     cursor=first["next_cursor"])
     ranked = [hit["cell"]["content"]["text"] for hit in first["results"]] + second
     assert ranked == expected[:20]
+
+
+def test_with_an_owner_filter_semantic_ranks_the_owners_cells_alone_by_cosine(amp: Amp) -> None:
+    """Semantic search with `owner_id` scores the owner's cells and loads them a few at a time
+    (four times the page's hits): one page at a time, the hits must be the owner's cells in
+    exact cosine order to the end, and another owner's cells with the very same texts (the
+    same cosines) must never appear."""
+    from broker.amp.embedders import _wordllama
+
+    owner, other = (f"u-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    topics = ["peanut allergy", "Friday deploys", "window seats", "cello lessons",
+              "tomato garden", "tax returns", "golf handicap", "night shifts", "rent increase",
+              "marathon training", "visa renewal", "broken laptop"]
+    texts = [f"Note {n}: {topic} came up again in meeting {n * 7}"
+             for n, topic in enumerate(topics)]  # each with a cosine above 0 to the question
+    for text in texts:
+        amp.create(text, owner=owner)
+        amp.create(text, owner=other)
+    wait_until(lambda: all(len(recall(amp, who, "anything", mode="semantic")) == len(texts)
+                           for who in (owner, other)), "every cell embedded")
+    question = "which musical instrument is being studied?"
+    rows = _wordllama().embed([question, *texts], norm=True)
+    cosine = rows[1:] @ rows[0]
+    expected = [texts[i] for i in sorted(range(len(texts)), key=lambda i: -cosine[i])]
+    ranked: list[str] = []
+    cursor = None
+    for _ in texts:
+        page = amp.http.post("/amp/memories/search", headers={"X-AMP-Agent-ID": "agent-1"},
+                             json={"query": question, "owner_id": owner, "mode": "semantic",
+                                   "limit": 1, **({"cursor": cursor} if cursor else {})}).json()
+        assert [hit["cell"]["identity"]["owner_id"] for hit in page["results"]] == [owner]
+        ranked += [hit["cell"]["content"]["text"] for hit in page["results"]]
+        cursor = page["next_cursor"]
+    assert ranked == expected
+    assert cursor is None
