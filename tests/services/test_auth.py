@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from broker.services.auth import hash_api_key
 from tests.support.brokers import ADMIN_KEY, BACKENDS, Broker, data_client, start_broker
 from tests.support.clients import assert_error, create_key
+from tests.support.stored import stored
 
 JWT_SECRET = "jwt-secret-for-tests-0123456789-abcdef"
 OTHER_SECRET = "another-secret-for-tests-0123456789-xyz"
@@ -137,30 +138,8 @@ def _sync_redis(broker: Broker, redis_url: str) -> Any:
 
 def _everything_stored(client: Any) -> bytes:
     """Every key name and value in the database, concatenated."""
-    dump: list[bytes] = []
-    for name in client.scan_iter(count=1000):
-        dump.append(name)
-        kind = client.type(name).decode()
-        if kind == "string":
-            dump.append(client.get(name) or b"")
-        elif kind == "hash":
-            for field, value in client.hgetall(name).items():
-                dump += [field, value]
-        elif kind == "list":
-            dump += client.lrange(name, 0, -1)
-        elif kind == "set":
-            dump += list(client.smembers(name))
-        elif kind == "zset":
-            dump += [m for m, _ in client.zrange(name, 0, -1, withscores=True)]
-        elif kind == "stream":
-            for _, fields in client.xrange(name, "-", "+"):
-                for field, value in fields.items():
-                    dump += [field, value]
-        elif kind == "none":  # expired since the scan named it (an AMP write's reply key)
-            continue
-        else:
-            raise AssertionError(f"unexpected Redis type {kind} at {name!r}")
-    return b"\n".join(dump)
+    return b"\n".join(part if isinstance(part, bytes) else str(part).encode()
+                      for _, key, values in stored(client) for part in (key, *values))
 
 
 def test_api_keys_are_stored_hashed(broker: Broker, admin: httpx.Client, ns: str,

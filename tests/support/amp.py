@@ -28,6 +28,7 @@ from tests.support.brokers import (
     free_port,
     start_broker,
 )
+from tests.support.stored import stored
 
 WAIT = 15.0  # seconds any single expectation may take before the test fails
 DAY_MS = 86_400_000
@@ -352,33 +353,9 @@ def wait_posted(client: Any, namespace: str) -> None:
 def traces(client: Any, marker: str) -> list[str]:
     """Every key whose name or any value (of any type) contains `marker`."""
     needle = marker.encode()
-    found: list[str] = []
-    for raw_key in client.scan_iter(count=1000):
-        key = raw_key if isinstance(raw_key, bytes) else str(raw_key).encode()
-        kind = client.type(key)
-        kind = kind.decode() if isinstance(kind, bytes) else str(kind)
-        parts: list[Any] = [key]
-        if kind == "string":
-            parts.append(client.get(key))
-        elif kind == "hash":
-            for field, value in client.hgetall(key).items():
-                parts += [field, value]
-        elif kind == "list":
-            parts += client.lrange(key, 0, -1)
-        elif kind == "set":
-            parts += list(client.smembers(key))
-        elif kind == "zset":
-            parts += [member for member, _ in client.zrange(key, 0, -1, withscores=True)]
-        elif kind == "stream":
-            for entry_id, fields in client.xrange(key, "-", "+"):
-                parts.append(entry_id)
-                for field, value in fields.items():
-                    parts += [field, value]
-        elif kind != "none":
-            raise AssertionError(f"key {key!r} has a type this check does not read: {kind}")
-        if any(needle in (p if isinstance(p, bytes) else str(p).encode()) for p in parts):
-            found.append(f"{kind} {key.decode(errors='replace')}")
-    return sorted(found)
+    return sorted(f"{kind} {key.decode(errors='replace')}" for kind, key, values in stored(client)
+                  if any(needle in (p if isinstance(p, bytes) else str(p).encode())
+                         for p in (key, *values)))
 
 
 # ---- a MEMP subscription read on a thread ----
