@@ -16,6 +16,7 @@ from tests.support.amp import (
     DAY_MS,
     Amp,
     amp_broker,
+    assert_posted_alone,
     iso,
     ms_of,
     now_ms,
@@ -398,12 +399,7 @@ def test_cells_another_process_wrote_are_posted_by_an_idle_poster(
     with amp_broker(broker_factory, "redis", ns, amp_post_interval_seconds=3600) as writer, \
             amp_broker(broker_factory, "redis", ns) as idle:
         cell = writer.create("the heron nests by the river")
-        client = sync_redis(writer, redis_url)
-        try:
-            wait_posted(client, ns)
-            assert client.smembers(layout.amp_term(ns, "heron")) == {cell["id"].encode()}
-        finally:
-            client.close()
+        assert_posted_alone(writer, redis_url, "heron", cell["id"])
         assert idle.search_ids(query="heron") == [cell["id"]]
 
 

@@ -19,10 +19,9 @@ import pytest
 
 from broker.runtime.metrics import Metrics
 from broker.runtime.supervisor import Backoff, Supervisor
-from broker.storage import layout
 from broker.streaming import revocation
 from broker.web.sse import EventStreamResponse, SendWatchdog
-from tests.support.amp import amp_broker, iso, now_ms, sync_redis, wait_posted
+from tests.support.amp import amp_broker, assert_posted_alone, iso, now_ms
 from tests.support.brokers import ADMIN_KEY, BACKENDS, Broker, read_changelog
 from tests.support.clients import sync_client
 from tests.support.streams import Stream
@@ -344,12 +343,7 @@ def test_the_term_poster_posts_after_a_failed_batch(
         fault = Fault(monkeypatch, amp.app.state.services.amp_cells.index, "post")
         wait_until(fault.fired.is_set, "the poster to try")
         cell = amp.create("the heron nests by the river")
-        client = sync_redis(amp, redis_url)
-        try:
-            wait_posted(client, ns)
-            assert client.smembers(layout.amp_term(ns, "heron")) == {cell["id"].encode()}
-        finally:
-            client.close()
+        assert_posted_alone(amp, redis_url, "heron", cell["id"])
     assert_restarted(caplog, fault, "AMP term poster")
 
 

@@ -350,6 +350,16 @@ def wait_posted(client: Any, namespace: str) -> None:
         time.sleep(0.01)
 
 
+def assert_posted_alone(amp: Amp, redis_url: str, word: str, cell_id: str) -> None:
+    """Wait until every cell's terms are posted; then `word`'s term set holds `cell_id` alone."""
+    client = sync_redis(amp, redis_url)
+    try:
+        wait_posted(client, amp.namespace)
+        assert client.smembers(layout.amp_term(amp.namespace, word)) == {cell_id.encode()}
+    finally:
+        client.close()
+
+
 def traces(client: Any, marker: str) -> list[str]:
     """Every key whose name or any value (of any type) contains `marker`."""
     needle = marker.encode()
