@@ -136,35 +136,44 @@ class NearDuplicates:
             return None
 
     async def _judged(self, agent: str, stored: _Stored) -> list[NearDuplicate]:
-        """One product scoring the owner's vectors. A cell that passes THRESHOLD is judged by
-        its index record when its vector, record and entry are of one version, else read and
-        judged by its text."""
+        """One product scoring the owner's vectors. The cells that pass THRESHOLD are judged
+        in falling similarity until MAX_LISTED are listed (none after them could be): each by
+        its index record when its vector, record and entry are of one version, else read
+        (all such in one call) and judged by its text."""
         cells, found, vector = self.cells, stored.found, stored.vector
         if not found.ids:
             return []
         rows = await self._rows(found, vector) if stored.served else \
             np.frombuffer(found.vectors, dtype=np.float32).reshape(len(found.ids), -1)
         scores = rows @ vector
-        close = [int(i) for i in np.argsort(-scores, kind="stable")[:MAX_LISTED * 2]
-                 if scores[i] >= THRESHOLD]
-        standings = {at: found.standing(at) for at in close}
-        unsure = [found.ids[at] for at in close if standings[at] is None]
-        loaded = await cells.index.load(unsure) if unsure else {}
+        passed = np.flatnonzero(scores >= THRESHOLD)
+        if not len(passed):
+            return []
+        passed = passed[np.argsort(-scores[passed], kind="stable")][:MAX_LISTED * 2]
         now = cells.clock()
-        listed: list[NearDuplicate] = []
-        for at in close:
-            standing, cell_id = standings[at], found.ids[at]
-            if standing is not None:
-                keep = _standing_listable(standing, agent, now)
-            else:
+        judged: list[tuple[int, float, bool | None]] = []  # position, score, listable
+        listed = 0
+        for at, score in zip(passed.tolist(), scores[passed].tolist(), strict=True):
+            standing = found.standing(at)
+            keep = None if standing is None else _standing_listable(standing, agent, now)
+            judged.append((at, score, keep))
+            listed += keep is True
+            if listed == MAX_LISTED:
+                break
+        unsure = [found.ids[at] for at, _, keep in judged if keep is None]
+        loaded = await cells.index.load(unsure) if unsure else {}
+        out: list[NearDuplicate] = []
+        for at, score, keep in judged:
+            cell_id = found.ids[at]
+            if keep is None:
                 record = loaded.get(cell_id)
                 other = stored_cell(cells.namespace, *record, now) if record else None
                 # A vector of a text since patched is not the cell's: only current ones count.
                 keep = other is not None and _listable(other[0], agent, now) and \
                     found.digests[at] == text_digest(other[0].content.text)
             if keep:
-                listed.append(NearDuplicate(cell_id, round(float(scores[at]), 4)))
-        return listed[:MAX_LISTED]
+                out.append(NearDuplicate(cell_id, round(score, 4)))
+        return out[:MAX_LISTED]
 
     async def _rows(self, found: Neighbours, vector: Vectors) -> Vectors:
         """The vectors of `found`'s cells from the vector index, those it does not hold with
@@ -197,6 +206,7 @@ def _listable(cell: MemoryCell, agent: str, now: int) -> bool:
 
 def _standing_listable(standing: Standing, agent: str, now: int) -> bool:
     """`_listable` from an index record in line with the cell."""
+    readers = standing.readers
     return standing.status in ("active", "stale") and \
         (standing.expires is None or standing.expires > now) and \
-        any(glob_match(g, agent) for g in standing.readers)
+        (agent in readers or any(glob_match(g, agent) for g in readers))

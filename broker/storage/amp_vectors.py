@@ -81,9 +81,9 @@ class Neighbours:
         state = self.states[at]
         if not state:
             return None
-        status, _, expires = text(state).partition(" ")
+        status, _, expires = state.decode().partition(" ")
         return Standing(status, int(expires) if expires.isdigit() else None,
-                        text(self.readers[at]).split())
+                        self.readers[at].decode().split())
 
     @property
     def standings(self) -> list[Standing | None]:
@@ -156,10 +156,10 @@ class CellVectorStore:
                             vectors=layout.amp_vector(ns, ""), records=layout.amp_cell(ns, ""),
                             entries=layout.entry_prefix(ns), owner=owner_prefix, limit=limit,
                             now=now, keep=LOG_KEEP, send="1" if send else "0"))
-        rest = reply[1:]
-        return Neighbours(stored=int(reply[0]) == 1, ids=[text(i) for i in rest[0::5]],
-                          digests=[text(d) for d in rest[1::5]], vectors=b"".join(rest[2::5]),
-                          states=rest[3::5], readers=rest[4::5])
+        rest = reply[1:]  # a script's strings: bytes
+        return Neighbours(stored=int(reply[0]) == 1, ids=[i.decode() for i in rest[0::5]],
+                          digests=[d.decode() for d in rest[1::5]],
+                          vectors=b"".join(rest[2::5]), states=rest[3::5], readers=rest[4::5])
 
     async def drop(self, cell_ids: Sequence[str]) -> None:
         """Remove the vectors of cells that are gone or deleted, and log that they changed."""
