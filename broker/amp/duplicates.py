@@ -27,6 +27,7 @@ log = logging.getLogger("memp.amp")
 # `python -m bench.duplicates`: no two distinct memories of one owner in bench/recall's corpus
 # reach 0.62, while most restatements of one of them in other words pass 0.8.
 THRESHOLD = 0.8
+_FLOOR = float(np.float32(THRESHOLD))  # a float32 score passes as it would in float32
 MAX_COMPARED = 500  # the owner's cells compared, in key (id, so creation) order
 MAX_LISTED = 10
 NEW_VERSION = 1  # a new cell's entry version: its vector is stored unless it changed since
@@ -146,14 +147,13 @@ class NearDuplicates:
         rows = await self._rows(found, vector) if stored.served else \
             np.frombuffer(found.vectors, dtype=np.float32).reshape(len(found.ids), -1)
         scores = rows @ vector
-        passed = np.flatnonzero(scores >= THRESHOLD)
-        if not len(passed):
-            return []
-        passed = passed[np.argsort(-scores[passed], kind="stable")][:MAX_LISTED * 2]
+        top = np.argsort(-scores, kind="stable")[:MAX_LISTED * 2]
         now = cells.clock()
         judged: list[tuple[int, float, bool | None]] = []  # position, score, listable
         listed = 0
-        for at, score in zip(passed.tolist(), scores[passed].tolist(), strict=True):
+        for at, score in zip(top.tolist(), scores[top].tolist(), strict=True):
+            if not score >= _FLOOR:  # falling from here (a NaN sorts last)
+                break
             standing = found.standing(at)
             keep = None if standing is None else _standing_listable(standing, agent, now)
             judged.append((at, score, keep))
