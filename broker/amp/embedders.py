@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from broker.amp.token_ids import token_ids
+from broker.amp.token_ids import prepare, token_ids
 from broker.runtime.settings import Settings
 
 Vectors = npt.NDArray[np.float32]
@@ -67,14 +67,16 @@ def _wordllama() -> Any:
     import wordllama  # type: ignore[import-untyped]
 
     folder = Path(wordllama.__file__).parent
-    return wordllama.WordLlama.load(cache_dir=folder, disable_download=True)
+    model = wordllama.WordLlama.load(cache_dir=folder, disable_download=True)
+    prepare(model.tokenizer)
+    return model
 
 
 def embed_one(model: Any, text: str) -> Vectors:
     """One text's unit vector, as wordllama's `embed` pools it (its tokens' embeddings
     averaged; the same vector to the bit) without the per-batch work around it: a create embeds
-    one sentence at a time (near duplicates), where that work was most of the cost; so is the
-    tokenizer's (`token_ids`)."""
+    one sentence at a time (near duplicates), where that work was most of the cost. Its tokens
+    come from `token_ids`: the tokenizer's ids, mostly from a table of words seen."""
     ids = token_ids(model.tokenizer, text)
     table = model.embedding
     if ids and max(ids) >= table.shape[0]:

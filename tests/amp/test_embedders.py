@@ -26,9 +26,9 @@ def test_one_text_is_embedded_as_in_a_batch() -> None:
 
 
 def test_token_ids_are_the_tokenizers_own() -> None:
-    """The model asked directly, or the tokenizer's call where the text holds an added token
-    or is empty: the same ids for texts of words, spaces in runs, other whitespace, '▁' itself,
-    accents, scripts and emoji (byte fallback)."""
+    """Words' ids kept from earlier texts or asked of the model, or the tokenizer's call where
+    the text holds an added token or is empty: the same ids for texts of words, spaces in runs,
+    other whitespace, '▁' itself, accents, scripts and emoji (byte fallback)."""
     tokenizer = _wordllama().tokenizer
     rng = random.Random(28)
     pieces = ["Ana", "cat", "the", "invoice", "2016", "naïve", "東京", "😀", "don't", "<s>",
