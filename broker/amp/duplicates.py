@@ -18,9 +18,8 @@ from broker.amp.recall import Recall
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, cell_key, stored_cell
 from broker.core.errors import MempError
-from broker.core.grammar import glob_match
 from broker.services.auth import Principal
-from broker.storage.amp_vectors import Neighbours, Standing, VectorWrite
+from broker.storage.amp_vectors import Neighbours, VectorWrite
 
 log = logging.getLogger("memp.amp")
 # Cosine similarity at or above which two cells are near duplicates. Measured with
@@ -79,7 +78,7 @@ class NearDuplicates:
         kept: list[_Stored | None] = []
 
         async def beside(cell: MemoryCell) -> None:
-            kept.append(await self._store(cell))
+            kept.append(await self._store(cell, agent))
 
         ready = self.ready()
         try:
@@ -100,12 +99,12 @@ class NearDuplicates:
         would make the write wait, or failed: the write stands either way)."""
         if not self.ready():
             return None
-        return await self._listed(agent, cell, await self._store(cell))
+        return await self._listed(agent, cell, await self._store(cell, agent))
 
-    async def _store(self, cell: MemoryCell) -> _Stored | None:
-        """One embedding and one call storing it and listing the owner's cells with a vector:
-        with their vectors only while this process's vector index is not ready (else they
-        are taken from it). None when that failed."""
+    async def _store(self, cell: MemoryCell, agent: str) -> _Stored | None:
+        """One embedding and one call storing it and listing the owner's cells with a vector,
+        with whether `agent` may see each listed: with their vectors only while this process's
+        vector index is not ready (else they are taken from it). None when that failed."""
         recall, identity = self.recall, cell.identity
         embedder, index = recall.embedder, recall.index
         try:
@@ -117,7 +116,7 @@ class NearDuplicates:
                 VectorWrite(cell.id, cell_key(cell), NEW_VERSION, embedder.model,
                             int(vector.shape[0]), digest, data),
                 f"cells/{identity.owner_type}/{identity.owner_id}/", MAX_COMPARED,
-                self.cells.clock(), send=not served)
+                self.cells.clock(), agent, send=not served)
         except Exception:
             log.warning("near duplicates of cell %s not computed", cell.id, exc_info=True)
             return None
@@ -138,9 +137,9 @@ class NearDuplicates:
 
     async def _judged(self, agent: str, stored: _Stored) -> list[NearDuplicate]:
         """One product scoring the owner's vectors. The cells that pass THRESHOLD are judged
-        in falling similarity until MAX_LISTED are listed (none after them could be): each by
-        its index record when its vector, record and entry are of one version, else read
-        (all such in one call) and judged by its text."""
+        in falling similarity until MAX_LISTED are listed (none after them could be): each as
+        the vector-storing call judged it by its index record, when its vector, record and
+        entry are of one version, else read (all such in one call) and judged by its text."""
         cells, found, vector = self.cells, stored.found, stored.vector
         if not found.ids:
             return []
@@ -154,8 +153,7 @@ class NearDuplicates:
         for at, score in zip(top.tolist(), scores[top].tolist(), strict=True):
             if not score >= _FLOOR:  # falling from here (a NaN sorts last)
                 break
-            standing = found.standing(at)
-            keep = None if standing is None else _standing_listable(standing, agent, now)
+            keep = found.listable[at]
             judged.append((at, score, keep))
             listed += keep is True
             if listed == MAX_LISTED:
@@ -203,10 +201,3 @@ def _listable(cell: MemoryCell, agent: str, now: int) -> bool:
     return cell.lifecycle.status in ("active", "stale") and can_read(cell, agent) \
         and (expires is None or parse_time(expires, "expires_at") > now)
 
-
-def _standing_listable(standing: Standing, agent: str, now: int) -> bool:
-    """`_listable` from an index record in line with the cell."""
-    readers = standing.readers
-    return standing.status in ("active", "stale") and \
-        (standing.expires is None or standing.expires > now) and \
-        (agent in readers or any(glob_match(g, agent) for g in readers))
