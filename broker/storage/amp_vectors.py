@@ -68,7 +68,7 @@ class Neighbours:
     listable: list[bool | None]
 
 
-_LISTABLE = {b"1": True, b"0": False, b"": None}
+_LISTABLE = {ord("1"): True, ord("0"): False, ord("?"): None}
 
 
 class CellVectorStore:
@@ -137,11 +137,13 @@ class CellVectorStore:
                             vectors=layout.amp_vector(ns, ""), records=layout.amp_cell(ns, ""),
                             entries=layout.entry_prefix(ns), owner=owner_prefix, limit=limit,
                             now=now, keep=LOG_KEEP, send="1" if send else "0", agent=agent))
-        rest = reply[1:]  # a script's strings: bytes
-        return Neighbours(stored=int(reply[0]) == 1, ids=[i.decode() for i in rest[0::4]],
-                          digests=[d.decode() for d in rest[1::4]],
-                          vectors=b"".join(rest[2::4]),
-                          listable=[_LISTABLE[flag] for flag in rest[3::4]])
+        stored, ids, digests, vectors, listable = reply
+        found = Neighbours(stored=int(stored) == 1, ids=ids.decode().split(),
+                           digests=digests.decode().split(), vectors=vectors,
+                           listable=[_LISTABLE[flag] for flag in listable])
+        if not len(found.ids) == len(found.digests) == len(found.listable):
+            raise ValueError("amp_vector_new.lua answered lists of different lengths")
+        return found
 
     async def drop(self, cell_ids: Sequence[str]) -> None:
         """Remove the vectors of cells that are gone or deleted, and log that they changed."""
