@@ -18,15 +18,15 @@ from broker.amp.recall import Recall
 from broker.amp.rules import can_read
 from broker.amp.service import CellService, cell_key, stored_cell
 from broker.core.errors import MempError
-from broker.core.grammar import glob_match
 from broker.services.auth import Principal
-from broker.storage.amp_vectors import Neighbours, Standing, VectorWrite
+from broker.storage.amp_vectors import Neighbours, VectorWrite
 
 log = logging.getLogger("memp.amp")
 # Cosine similarity at or above which two cells are near duplicates. Measured with
 # `python -m bench.duplicates`: no two distinct memories of one owner in bench/recall's corpus
 # reach 0.62, while most restatements of one of them in other words pass 0.8.
 THRESHOLD = 0.8
+_FLOOR = float(np.float32(THRESHOLD))  # a float32 score passes as it would in float32
 MAX_COMPARED = 500  # the owner's cells compared, in key (id, so creation) order
 MAX_LISTED = 10
 NEW_VERSION = 1  # a new cell's entry version: its vector is stored unless it changed since
@@ -78,7 +78,7 @@ class NearDuplicates:
         kept: list[_Stored | None] = []
 
         async def beside(cell: MemoryCell) -> None:
-            kept.append(await self._store(cell))
+            kept.append(await self._store(cell, agent))
 
         ready = self.ready()
         try:
@@ -99,12 +99,12 @@ class NearDuplicates:
         would make the write wait, or failed: the write stands either way)."""
         if not self.ready():
             return None
-        return await self._listed(agent, cell, await self._store(cell))
+        return await self._listed(agent, cell, await self._store(cell, agent))
 
-    async def _store(self, cell: MemoryCell) -> _Stored | None:
-        """One embedding and one call storing it and listing the owner's cells with a vector:
-        with their vectors only while this process's vector index is not ready (else they
-        are taken from it). None when that failed."""
+    async def _store(self, cell: MemoryCell, agent: str) -> _Stored | None:
+        """One embedding and one call storing it and listing the owner's cells with a vector,
+        with whether `agent` may see each listed: with their vectors only while this process's
+        vector index is not ready (else they are taken from it). None when that failed."""
         recall, identity = self.recall, cell.identity
         embedder, index = recall.embedder, recall.index
         try:
@@ -116,7 +116,7 @@ class NearDuplicates:
                 VectorWrite(cell.id, cell_key(cell), NEW_VERSION, embedder.model,
                             int(vector.shape[0]), digest, data),
                 f"cells/{identity.owner_type}/{identity.owner_id}/", MAX_COMPARED,
-                self.cells.clock(), send=not served)
+                self.cells.clock(), agent, send=not served)
         except Exception:
             log.warning("near duplicates of cell %s not computed", cell.id, exc_info=True)
             return None
@@ -136,35 +136,42 @@ class NearDuplicates:
             return None
 
     async def _judged(self, agent: str, stored: _Stored) -> list[NearDuplicate]:
-        """One product scoring the owner's vectors. A cell that passes THRESHOLD is judged by
-        its index record when its vector, record and entry are of one version, else read and
-        judged by its text."""
+        """One product scoring the owner's vectors. The cells that pass THRESHOLD are judged
+        in falling similarity until MAX_LISTED are listed (none after them could be): each as
+        the vector-storing call judged it by its index record, when its vector, record and
+        entry are of one version, else read (all such in one call) and judged by its text."""
         cells, found, vector = self.cells, stored.found, stored.vector
         if not found.ids:
             return []
         rows = await self._rows(found, vector) if stored.served else \
             np.frombuffer(found.vectors, dtype=np.float32).reshape(len(found.ids), -1)
         scores = rows @ vector
-        close = [int(i) for i in np.argsort(-scores, kind="stable")[:MAX_LISTED * 2]
-                 if scores[i] >= THRESHOLD]
-        standings = {at: found.standing(at) for at in close}
-        unsure = [found.ids[at] for at in close if standings[at] is None]
-        loaded = await cells.index.load(unsure) if unsure else {}
+        top = np.argsort(-scores, kind="stable")[:MAX_LISTED * 2]
         now = cells.clock()
-        listed: list[NearDuplicate] = []
-        for at in close:
-            standing, cell_id = standings[at], found.ids[at]
-            if standing is not None:
-                keep = _standing_listable(standing, agent, now)
-            else:
+        judged: list[tuple[int, float, bool | None]] = []  # position, score, listable
+        listed = 0
+        for at, score in zip(top.tolist(), scores[top].tolist(), strict=True):
+            if not score >= _FLOOR:  # falling from here (a NaN sorts last)
+                break
+            keep = found.listable[at]
+            judged.append((at, score, keep))
+            listed += keep is True
+            if listed == MAX_LISTED:
+                break
+        unsure = [found.ids[at] for at, _, keep in judged if keep is None]
+        loaded = await cells.index.load(unsure) if unsure else {}
+        out: list[NearDuplicate] = []
+        for at, score, keep in judged:
+            cell_id = found.ids[at]
+            if keep is None:
                 record = loaded.get(cell_id)
                 other = stored_cell(cells.namespace, *record, now) if record else None
                 # A vector of a text since patched is not the cell's: only current ones count.
                 keep = other is not None and _listable(other[0], agent, now) and \
                     found.digests[at] == text_digest(other[0].content.text)
             if keep:
-                listed.append(NearDuplicate(cell_id, round(float(scores[at]), 4)))
-        return listed[:MAX_LISTED]
+                out.append(NearDuplicate(cell_id, round(score, 4)))
+        return out[:MAX_LISTED]
 
     async def _rows(self, found: Neighbours, vector: Vectors) -> Vectors:
         """The vectors of `found`'s cells from the vector index, those it does not hold with
@@ -194,9 +201,3 @@ def _listable(cell: MemoryCell, agent: str, now: int) -> bool:
     return cell.lifecycle.status in ("active", "stale") and can_read(cell, agent) \
         and (expires is None or parse_time(expires, "expires_at") > now)
 
-
-def _standing_listable(standing: Standing, agent: str, now: int) -> bool:
-    """`_listable` from an index record in line with the cell."""
-    return standing.status in ("active", "stale") and \
-        (standing.expires is None or standing.expires > now) and \
-        any(glob_match(g, agent) for g in standing.readers)

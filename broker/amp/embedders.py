@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from broker.amp.token_ids import prepare, token_ids
 from broker.runtime.settings import Settings
 
 Vectors = npt.NDArray[np.float32]
@@ -66,15 +67,17 @@ def _wordllama() -> Any:
     import wordllama  # type: ignore[import-untyped]
 
     folder = Path(wordllama.__file__).parent
-    return wordllama.WordLlama.load(cache_dir=folder, disable_download=True)
+    model = wordllama.WordLlama.load(cache_dir=folder, disable_download=True)
+    prepare(model.tokenizer)
+    return model
 
 
 def embed_one(model: Any, text: str) -> Vectors:
     """One text's unit vector, as wordllama's `embed` pools it (its tokens' embeddings
     averaged; the same vector to the bit) without the per-batch work around it: a create embeds
-    one sentence at a time (near duplicates), where that work was most of the cost. The
-    tokenizer's batch call without offsets is the cheaper one, even for one text."""
-    ids = model.tokenizer.encode_batch_fast([text], add_special_tokens=False)[0].ids
+    one sentence at a time (near duplicates), where that work was most of the cost. Its tokens
+    come from `token_ids`: the tokenizer's ids, mostly from a table of words seen."""
+    ids = token_ids(model.tokenizer, text)
     table = model.embedding
     if ids and max(ids) >= table.shape[0]:
         ids = [min(i, table.shape[0] - 1) for i in ids]

@@ -285,10 +285,12 @@ class CellService:
         if beside is None:
             landed = await write
         else:
-            outcome, _ = await asyncio.gather(write, beside(cell), return_exceptions=True)
-            if isinstance(outcome, BaseException):
-                raise outcome
-            landed = outcome
+            # `beside` starts in the next turn, when the write (run here) has queued its call.
+            alongside = asyncio.ensure_future(beside(cell))
+            try:
+                landed = await write
+            finally:
+                await alongside
         if not landed:
             raise MempError("write_conflict", "a cell with this id already exists; retry")
         return cell

@@ -78,15 +78,16 @@ class VectorIndex:
         index holds the cell with the digest given beside it (a row of an older text, or of
         no known text, is never used); and the positions of those not taken, whose rows are
         zero, for the caller to fill or drop."""
-        at = [-1] * len(cell_ids)
-        rows, held = self._rows, self._digests
+        rows, held = self._rows.get, self._digests
+        at: list[int] = []
+        missing: list[int] = []
         for n, (cell_id, digest) in enumerate(zip(cell_ids, digests, strict=True)):
-            row = rows.get(cell_id)
-            if row is not None and digest and held[row] == digest:
-                at[n] = row
-        picked = np.asarray(at, dtype=np.intp)
-        missing = [n for n, row in enumerate(at) if row < 0]
-        matrix: Vectors = self._matrix[picked] if len(picked) else \
+            row = rows(cell_id)
+            if row is None or not digest or held[row] != digest:
+                missing.append(n)
+                row = 0
+            at.append(row)
+        matrix: Vectors = self._matrix.take(at, axis=0) if at else \
             np.zeros((0, self.dims), dtype=np.float32)
         if missing:
             matrix[missing] = 0.0

@@ -19,7 +19,7 @@ VECTOR_SAVE = Fields("vector_save", ("id", "version", "model", "dims", "digest",
 NEW_VECTOR_KEYS = Fields("new_vector_keys", ("entry", "vector", "unembedded", "index", "log"))
 NEW_VECTOR = Fields("new_vector", ("id", "version", "model", "dims", "digest", "vector",
                                    "vectors", "records", "entries", "owner", "limit", "now",
-                                   "keep", "send"))
+                                   "keep", "send", "agent"))
 LOG_KEEP = 200_000  # records of the vector log kept (approximately): a follower that falls
 # further behind than this (or starts) reads every vector again
 
@@ -53,41 +53,22 @@ class VectorWrite:
 
 
 @dataclass(frozen=True, slots=True)
-class Standing:
-    """A cell's status, expiry (ms, None: none) and readers' globs, from its index record."""
-
-    status: str
-    expires: int | None
-    readers: list[str]
-
-
-@dataclass(frozen=True, slots=True)
 class Neighbours:
     """What storing a new cell's vector answered: whether it was stored, and the other cells
     of its owner with a vector of its model and size: their ids, text digests, vectors
     (float32 bytes, one after another, in the order of `ids`; empty when not asked for) and
-    standing (`standing(at)`), None where the record might not describe the text the vector
-    was made from (the cell must be read)."""
+    whether each may be listed among the creating agent's near duplicates by its index record
+    (active or stale, not expired, readable by the agent); None where the record might not
+    describe the text the vector was made from (the cell must be read)."""
 
     stored: bool
     ids: list[str]
     digests: list[str]
     vectors: bytes
-    states: list[bytes]  # as the script answered them, read by `standing` when needed
-    readers: list[bytes]
+    listable: list[bool | None]
 
-    def standing(self, at: int) -> Standing | None:
-        """The standing of the cell at `at` in `ids`."""
-        state = self.states[at]
-        if not state:
-            return None
-        status, _, expires = text(state).partition(" ")
-        return Standing(status, int(expires) if expires.isdigit() else None,
-                        text(self.readers[at]).split())
 
-    @property
-    def standings(self) -> list[Standing | None]:
-        return [self.standing(at) for at in range(len(self.ids))]
+_LISTABLE = {ord("1"): True, ord("0"): False, ord("?"): None}
 
 
 class CellVectorStore:
@@ -99,7 +80,7 @@ class CellVectorStore:
         self._reader = waiting or backend.redis  # the client of blocking reads of the log
         self.namespace = namespace
         self._save = scripts.register(self.redis, ["amp_vector.lua"], [VECTOR_KEYS, VECTOR_SAVE])
-        self._save_new = scripts.register(self.redis, ["amp_vector_new.lua"],
+        self._save_new = scripts.register(self.redis, ["amp_common.lua", "amp_vector_new.lua"],
                                           [NEW_VECTOR_KEYS, NEW_VECTOR])
         self._load = scripts.register(self.redis, ["amp_vector_load.lua"], [])
         self._unembedded = layout.amp_unembedded(namespace)
@@ -139,11 +120,11 @@ class CellVectorStore:
         return sum(int(r) for r in await self.backend.run(calls)) if calls else 0
 
     async def save_new(self, write: VectorWrite, owner_prefix: str, limit: int, now: int,
-                       send: bool = True) -> Neighbours:
+                       agent: str, send: bool = True) -> Neighbours:
         """Store a new cell's vector (only while its entry is still at `write.version`; the
         embedder loop then skips it) and list the other cells among the first `limit` keys
-        under `owner_prefix` with a vector of its model and size, with their standing and
-        (`send`) their vectors, in one call."""
+        under `owner_prefix` with a vector of its model and size, whether `agent` may see
+        each listed at `now`, and (`send`) their vectors, in one call."""
         ns = self.namespace
         reply = await self.backend.call(
             self._save_new,
@@ -155,11 +136,14 @@ class CellVectorStore:
                             dims=write.dims, digest=write.digest, vector=write.vector,
                             vectors=layout.amp_vector(ns, ""), records=layout.amp_cell(ns, ""),
                             entries=layout.entry_prefix(ns), owner=owner_prefix, limit=limit,
-                            now=now, keep=LOG_KEEP, send="1" if send else "0"))
-        rest = reply[1:]
-        return Neighbours(stored=int(reply[0]) == 1, ids=[text(i) for i in rest[0::5]],
-                          digests=[text(d) for d in rest[1::5]], vectors=b"".join(rest[2::5]),
-                          states=rest[3::5], readers=rest[4::5])
+                            now=now, keep=LOG_KEEP, send="1" if send else "0", agent=agent))
+        stored, ids, digests, vectors, listable = reply
+        found = Neighbours(stored=int(stored) == 1, ids=ids.decode().split(),
+                           digests=digests.decode().split(), vectors=vectors,
+                           listable=[_LISTABLE[flag] for flag in listable])
+        if not len(found.ids) == len(found.digests) == len(found.listable):
+            raise ValueError("amp_vector_new.lua answered lists of different lengths")
+        return found
 
     async def drop(self, cell_ids: Sequence[str]) -> None:
         """Remove the vectors of cells that are gone or deleted, and log that they changed."""
