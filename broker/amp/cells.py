@@ -31,7 +31,8 @@ OwnerId = Annotated[str, Meta(min_length=1, max_length=128,
 # An agent id or a pattern of them: `*` stands for any run of characters (spec section 4).
 AgentGlob = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@+*-]+\Z")]
 Text = Annotated[str, Meta(max_length=64 * 1024)]
-# Globs a request may put in each of `readable_by` and `writable_by` (docs/amp.md, "Access policy limits").
+# Globs a request may send in each of `readable_by` and `writable_by` (docs/amp.md, "Access
+# policy limits"); held by check_policy, not by AccessPolicy, which also decodes stored cells.
 MAX_POLICY_GLOBS = 64
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
