@@ -31,6 +31,9 @@ OwnerId = Annotated[str, Meta(min_length=1, max_length=128,
 # An agent id or a pattern of them: `*` stands for any run of characters (spec section 4).
 AgentGlob = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@+*-]+\Z")]
 Text = Annotated[str, Meta(max_length=64 * 1024)]
+# Globs a request may send in each of `readable_by` and `writable_by` (docs/amp.md, "Access
+# policy limits"); held by check_policy, not by AccessPolicy, which also decodes stored cells.
+MAX_POLICY_GLOBS = 64
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
@@ -103,6 +106,21 @@ class AccessPolicy(Struct, forbid_unknown_fields=True):
     readable_by: list[AgentGlob] = []
     writable_by: list[AgentGlob] = []
     public: bool = False
+
+
+def check_policy(policy: AccessPolicy | None, where: str = "") -> None:
+    """Refuse (400, naming the field) a policy sent with more than MAX_POLICY_GLOBS globs in
+    a list: every one is matched for each cell a search or a MEMP view looks at. Input only
+    (`where` prefixes the field): a cell stored with more is still decoded, read and found."""
+    if policy is None:
+        return
+    for name in ("readable_by", "writable_by"):
+        count = len(getattr(policy, name))
+        if count > MAX_POLICY_GLOBS:
+            field = f"{where}access_policy.{name}"
+            raise MempError("invalid_request", f"{field} holds {count} agent patterns: at "
+                            f"most {MAX_POLICY_GLOBS}", {"field": field,
+                                                          "limit": MAX_POLICY_GLOBS})
 
 
 class Provenance(Struct, forbid_unknown_fields=True):

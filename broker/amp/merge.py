@@ -19,6 +19,7 @@ from broker.amp.cells import (
     Provenance,
     Scoring,
     Text,
+    check_policy,
     iso,
     new_ulid,
     parse_time,
@@ -77,6 +78,7 @@ class CellMerger:
         meanwhile (a patch, another merge) makes the merge look again: an archived source
         then answers 409."""
         _check_ids(body.ids)
+        check_policy(body.access_policy)
         cells = self.cells
         for attempt in range(_ATTEMPTS):
             sources = await self._sources(agent, body.ids)

@@ -19,6 +19,7 @@ from broker.amp.cells import (
     Lifecycle,
     MemoryCell,
     NewCell,
+    check_policy,
     decode_stored_cell,
     iso,
     new_ulid,
@@ -259,6 +260,7 @@ class CellService:
         """Write a new cell. `beside(cell)`, when given, starts in the same turn as the write,
         after it, so that a call it sends first thing leaves with the write in one round trip
         (storage/pipe.py) and runs after it; it must not raise (near duplicates)."""
+        check_policy(body.access_policy)
         if body.identity.created_by not in (None, agent):
             raise MempError("forbidden", "identity.created_by must be the acting agent",
                             {"field": "identity.created_by"})
@@ -321,6 +323,7 @@ class CellService:
                     ) -> MemoryCell:
         """A patch takes its tokens once: a retry after a lost compare-and-set is the same
         write."""
+        check_policy(patch.access_policy)
         for attempt in range(_CAS_ATTEMPTS):
             record, cell, entry = await self.load(cell_id)
             now = self.clock()
@@ -376,7 +379,10 @@ class CellService:
         and stored together (one look for existing ids, one round trip of writes); each cell is
         still its own compare-and-set, so a cell imported meanwhile is refused, not replaced,
         and each takes its own write token and room, so a batch crossing a limit stores the
-        cells before it and refuses the rest."""
+        cells before it and refuses the rest. A cell whose access policy is over its bound
+        refuses the whole batch (400), as a malformed body does."""
+        for position, cell in enumerate(cells):
+            check_policy(cell.access_policy, f"cells[{position}].")
         outcome: list[MempError | None] = [None] * len(cells)
         wanted: dict[str, int] = {}
         for position, cell in enumerate(cells):

@@ -14,7 +14,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from broker.amp.acting import acting_agent
-from broker.amp.cells import NewCell
+from broker.amp.cells import MAX_POLICY_GLOBS, NewCell
 from broker.amp.merge import MAX_SOURCES, CellMerger, MergeBody
 from broker.amp.recall import Recall
 from broker.amp.search import CellSearch, SearchBody
@@ -100,6 +100,10 @@ class MemoryHistory(Struct, forbid_unknown_fields=True, kw_only=True):
     limit: Annotated[Version | None, Meta(description="At most this many versions.")] = None
 
 
+_READABLE_BY = ("Agents that may read it besides you and the owner; '*' matches any run of "
+                f"characters, as in 'team-*'. At most {MAX_POLICY_GLOBS}.")
+
+
 class AmpRemember(Struct, forbid_unknown_fields=True, kw_only=True):
     """Remember something as an AMP memory cell: a piece of text with its kind, who it is
     about, how important and how certain it is, and who else may read it. Cells fade as they
@@ -121,9 +125,7 @@ class AmpRemember(Struct, forbid_unknown_fields=True, kw_only=True):
         "How much it matters, 0 to 1."))] = 0.5
     confidence: Annotated[float, Meta(ge=0.0, le=1.0, description=(
         "How sure you are, 0 to 1."))] = 1.0
-    readable_by: Annotated[list[str], Meta(description=(
-        "Agents that may read it besides you and the owner; '*' matches any run of "
-        "characters, as in 'team-*'."))] = []
+    readable_by: Annotated[list[str], Meta(description=_READABLE_BY)] = []
     public: Annotated[bool, Meta(description="Let every agent read it.")] = False
     expires_at: Annotated[str | None, Meta(description=(
         "When to forget it, as an ISO 8601 time."))] = None
@@ -179,9 +181,7 @@ class AmpMerge(Struct, forbid_unknown_fields=True, kw_only=True):
         "How much it matters, 0 to 1 (0.5 unless given)."))] = None
     confidence: Annotated[Annotated[float, Meta(ge=0.0, le=1.0)] | None, Meta(description=(
         "How sure you are, 0 to 1 (1 unless given)."))] = None
-    readable_by: Annotated[list[str], Meta(description=(
-        "Agents that may read it besides you and the owner; '*' matches any run of "
-        "characters, as in 'team-*'."))] = []
+    readable_by: Annotated[list[str], Meta(description=_READABLE_BY)] = []
     public: Annotated[bool, Meta(description="Let every agent read it.")] = False
     agent: ActingAgent = None
 

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.amp import DAY_MS, Amp, created, error_of, iso, now_ms
-from tests.support.brokers import BACKENDS, start_broker
+from broker.amp.cells import MAX_POLICY_GLOBS, new_ulid
+from broker.storage import layout
+from tests.support.amp import DAY_MS, Amp, cell_key, created, error_of, iso, now_ms
+from tests.support.brokers import BACKENDS, data_client, start_broker
 
 NAMESPACE = "amp-cells"
 
@@ -371,3 +373,78 @@ def test_import_refuses_a_body_that_is_not_json(amp: Amp) -> None:
                              headers={"Content-Type": "application/json"})
     assert response.status_code == 400, response.text
     assert error_of(response)["code"] == "invalid_json"
+
+
+# ---- access policy lists: at most MAX_POLICY_GLOBS globs each in what requests send ----
+
+def globs(count: int) -> list[str]:
+    return [f"team-{n}-*" for n in range(count)]
+
+
+def to_import(text: str, policy: dict[str, Any]) -> dict[str, Any]:
+    return {"id": new_ulid(), "type": "semantic", "content": {"text": text},
+            "identity": {"owner_id": "importer", "owner_type": "user"},
+            "lifecycle": {"created_at": iso(now_ms())}, "access_policy": policy}
+
+
+def merge_response(amp: Amp, ids: list[str], policy: dict[str, Any]) -> Any:
+    return amp.http.post("/amp/memories/merge", json={
+        "ids": ids, "text": "merged", "access_policy": policy},
+        headers={"X-AMP-Agent-ID": "agent-1"})
+
+
+@pytest.mark.parametrize("name", ["readable_by", "writable_by"])
+def test_a_policy_over_the_glob_bound_is_refused_on_every_way_in(amp: Amp, name: str) -> None:
+    over = {name: globs(MAX_POLICY_GLOBS + 1)}
+    field = f"access_policy.{name}"
+    owner = f"bound-{name}"
+    sources = [amp.create(f"source {n}", owner=owner) for n in range(2)]
+    before = all_keys(amp)
+    history = [amp.history(cell) for cell in sources]
+    refusals = {
+        "create": amp.post_cell(with_change("access_policy", over)),
+        "patch": amp.patch(sources[0]["id"], {"access_policy": over}),
+        "import": amp.import_cells([to_import("fine", {}), to_import("too wide", over)]),
+        "merge": merge_response(amp, [cell["id"] for cell in sources], over),
+    }
+    for way, response in refusals.items():
+        assert response.status_code == 400, (way, response.text)
+        error = error_of(response)
+        expected = f"cells[1].{field}" if way == "import" else field
+        assert (error["code"], error["details"]["field"]) == ("invalid_request", expected), way
+        assert expected in error["message"], way
+    assert all_keys(amp) == before  # nothing created, imported or merged
+    assert [amp.history(cell) for cell in sources] == history  # nor patched or archived
+
+
+def test_a_policy_at_the_glob_bound_is_accepted_on_every_way_in(amp: Amp) -> None:
+    full = {"readable_by": globs(MAX_POLICY_GLOBS), "writable_by": globs(MAX_POLICY_GLOBS)}
+    made = created(amp.post_cell(with_change("access_policy", full)))
+    assert made["access_policy"] == {**full, "public": False}
+    sources = [amp.create(f"full source {n}", owner="bound-full") for n in range(2)]
+    patched = amp.patch(sources[0]["id"], {"access_policy": full})
+    assert patched.status_code == 200, patched.text
+    assert amp.stored(sources[0])["access_policy"] == {**full, "public": False}
+    imported = amp.import_cells([to_import("full import", full)])
+    assert imported.json() == {"imported": 1, "errors": []}, imported.text
+    merged = merge_response(amp, [cell["id"] for cell in sources], full)
+    assert merged.status_code == 201, merged.text
+    assert merged.json()["access_policy"] == {**full, "public": False}
+
+
+def test_a_cell_stored_over_the_glob_bound_is_still_read_patched_and_found(amp: Amp) -> None:
+    """A cell written before the bound existed: the bound is on input only."""
+    cell = amp.create("a legacy wide policy", owner="bound-legacy")
+    wide = {"readable_by": globs(1000), "writable_by": globs(MAX_POLICY_GLOBS + 1),
+            "public": False}
+    stored = {**amp.stored(cell), "access_policy": wide}
+    data_client(amp.app).hset(layout.entry(amp.namespace, cell_key(cell)), "val",
+                              json.dumps(stored))
+    assert amp.read(cell["id"])["access_policy"] == wide
+    patched = amp.patch(cell["id"], {"content": {"text": "a legacy wide policy, patched"}})
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["access_policy"] == wide
+    assert amp.stored(cell)["access_policy"] == wide
+    assert amp.stored(cell)["content"]["text"] == "a legacy wide policy, patched"
+    assert amp.search_ids(query="legacy", owner_id="bound-legacy", owner_type="user") == [
+        cell["id"]]

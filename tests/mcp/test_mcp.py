@@ -18,6 +18,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
+from broker.amp.cells import MAX_POLICY_GLOBS
 from broker.mcp.resources import entry_uri, parse_uri
 from broker.mcp.tools import TOOLS
 from tests.support.brokers import ADMIN_KEY, BACKENDS, Broker, BrokerProcess
@@ -345,6 +346,13 @@ def test_amp_tools_follow_the_amp_rules(broker: Broker, ns: str) -> None:
             # Acting as another agent needs the impersonate permission.
             assert (await refused(client, "amp_recall", agent="someone-else"))["code"] == \
                 "forbidden"
+            # At most MAX_POLICY_GLOBS readers, as on /amp; nothing stored over it.
+            wide = await refused(client, "amp_remember", text="The user's shoe size is 42",
+                                 readable_by=[f"team-{n}" for n in range(MAX_POLICY_GLOBS + 1)])
+            assert (wide["code"], wide["details"]["field"]) == ("invalid_request",
+                                                               "access_policy.readable_by")
+            assert (await call(client, "amp_recall", query="shoe size", mode="keyword")
+                    )["results"] == []
             mine = await call(client, "amp_remember", text="I summarise tickets", public=True,
                               type="procedural")
             assert mine["identity"]["owner_id"] == agent_id
@@ -387,6 +395,9 @@ def test_amp_merge_merges_one_owners_cells_and_refuses_bad_sources_whole(broker:
                 ({"ids": [a["id"], b["id"]], "text": ""}, "invalid_request", "text"),
                 ({"ids": [a["id"], b["id"]], "importance": 2}, "invalid_request",
                  "importance"),
+                ({"ids": [a["id"], b["id"]],
+                  "readable_by": [f"team-{n}" for n in range(MAX_POLICY_GLOBS + 1)]},
+                 "invalid_request", "access_policy.readable_by"),
             ]
             for arguments, code, field in refusals:
                 error = await refused(client, "amp_merge", **{"text": "Ana likes tea",

@@ -580,6 +580,13 @@ def test_amp_enums_and_ids_are_the_cells(contract: Contract) -> None:
     assert schemas["CellId"]["pattern"] == f"^{amp.ULID_RE.pattern}$"
     version = contract.at("/components/schemas/MemoryCellFields/properties/amp_version")
     assert version["const"] == amp.AMP_VERSION
+    # What requests send is bounded; cells stored before the bound are returned as they are.
+    bound = schemas["AccessPolicyInput"]["properties"]
+    assert bound["readable_by"]["maxItems"] == bound["writable_by"]["maxItems"] \
+        == amp.MAX_POLICY_GLOBS
+    wide = {"writable_by": ["agent-1"] * (amp.MAX_POLICY_GLOBS + 1)}
+    assert contract.errors("/components/schemas/AccessPolicyInput", wide)
+    assert not contract.errors("/components/schemas/AccessPolicy", wide)
     for _ in range(20):
         assert not contract.errors("/components/schemas/CellId", amp.new_ulid())
     now = int(time.time() * 1000)
