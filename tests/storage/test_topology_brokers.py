@@ -22,6 +22,7 @@ import httpx
 import pytest
 from redis.commands.core import AsyncScript
 
+from broker.amp.poster import IDLE_SECONDS
 from broker.storage import layout
 from broker.storage.client import STORE_DOWN, Backend
 from tests.support.brokers import (
@@ -679,6 +680,10 @@ def test_every_client_follows_the_sentinels_announcement_without_a_command(
         topology.wait_ready()
 
 
+QUIET_LOOPS = {"amp_post_interval_seconds": 3600, "amp_embed_interval_seconds": 3600,
+               "sweep_interval_seconds": 3600, "amp_lifecycle_interval_seconds": 3600}
+
+
 def test_a_write_in_flight_across_a_sentinel_failover_is_sent_again_to_the_new_primary(
         fresh_sentinel: RedisSentinel, ns: str, caplog: pytest.LogCaptureFixture) -> None:
     """A put with a message id sent to a primary that then stops (SIGSTOP) until the sentinels
@@ -690,7 +695,10 @@ def test_a_write_in_flight_across_a_sentinel_failover_is_sent_again_to_the_new_p
     topology = fresh_sentinel
     topology.wait_ready()
     # Redis's answer may take the whole failover: no timeout may end the write first.
-    broker = start_broker("redis", topology.url, write_replicas=0, redis_timeout_seconds=60)
+    # The background loops look at the store at start and then stay out of the way, so that
+    # the put is what is in flight on the paused primary.
+    broker = start_broker("redis", topology.url, write_replicas=0, redis_timeout_seconds=60,
+                          **QUIET_LOOPS)
     pool: Any = broker.app.state.services.storage.backend.redis.connection_pool
     replies: list[httpx.Response] = []
     paused: RedisProcess | None = None
@@ -698,6 +706,8 @@ def test_a_write_in_flight_across_a_sentinel_failover_is_sent_again_to_the_new_p
         with httpx.Client(base_url=broker.url, headers=broker.admin_headers,
                           timeout=90) as client:
             assert put(client, ns, "warm", 0).status_code == 201  # caches and pool warm
+            time.sleep(IDLE_SECONDS + 0.5)  # the idle loops' last look before their long wait
+            assert put(client, ns, "warm", 1).status_code == 200
             epoch = pool.epoch
             caplog.set_level(logging.INFO, logger="memp.store")
             paused = topology.pause_primary()
