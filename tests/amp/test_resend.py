@@ -14,33 +14,18 @@ import pytest
 import redis
 
 from broker.storage import layout
-from tests.support.amp import NO_BACKGROUND_RUNS, Amp, cell_key
-from tests.support.brokers import RedisServer, start_broker
-from tests.support.relay import RelayProxy
+from tests.support.amp import Amp, cell_key, started_amp
+from tests.support.brokers import RedisServer
+from tests.support.relay import ANSWERED, RelayProxy
 
 AGENT = {"X-AMP-Agent-ID": "agent-1"}
-ANSWERED = [
-    pytest.param(False, id="closed-before-redis-ran-it"),
-    pytest.param(True, id="closed-after-redis-ran-it"),
-]
 
 
 @pytest.fixture
 def amp(relay: RelayProxy) -> Iterator[Amp]:
     """An AMP broker whose Redis connections go through the relay."""
-    namespace = f"a-{uuid.uuid4().hex[:10]}"
-    broker = start_broker(
-        "redis",
-        relay.url,
-        amp_namespace=namespace,
-        amp_lifecycle_interval_seconds=NO_BACKGROUND_RUNS,
-    )
-    client = Amp(broker.url, namespace, app=broker.app)
-    try:
+    with started_amp("redis", relay.url) as client:
         yield client
-    finally:
-        client.close()
-        broker.stop()
 
 
 def versions(store: RedisServer, amp: Amp, owner: str) -> dict[str, list[int]]:

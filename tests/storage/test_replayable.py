@@ -15,7 +15,7 @@ import redis
 
 from broker.storage import layout
 from tests.support.brokers import Broker, RedisServer, start_broker
-from tests.support.relay import RelayProxy
+from tests.support.relay import ANSWERED, RelayProxy
 from tests.support.waiting import wait_until
 
 
@@ -47,13 +47,7 @@ def warm_up(client: httpx.Client, ns: str) -> None:
     assert client.put(entry_url(ns, "warm"), json={"value": 0}).status_code in (200, 201)
 
 
-@pytest.mark.parametrize(
-    "answered",
-    [
-        pytest.param(False, id="closed-before-redis-ran-it"),
-        pytest.param(True, id="closed-after-redis-ran-it"),
-    ],
-)
+@pytest.mark.parametrize("answered", ANSWERED)
 @pytest.mark.parametrize("method", ["put", "delete"])
 def test_a_write_with_a_message_id_is_sent_again_and_applied_once(
     relay: RelayProxy,
@@ -141,13 +135,7 @@ def test_a_write_whose_connection_redis_kills_is_sent_again(private_redis: Redis
     assert versions_written(private_redis, ns, "k") == [1]
 
 
-@pytest.mark.parametrize(
-    "answered",
-    [
-        pytest.param(False, id="closed-before-redis-ran-it"),
-        pytest.param(True, id="closed-after-redis-ran-it"),
-    ],
-)
+@pytest.mark.parametrize("answered", ANSWERED)
 def test_a_batch_message_and_a_proposal_with_message_ids_are_sent_again(
     relay: RelayProxy,
     relayed_broker: Broker,
@@ -194,13 +182,7 @@ def test_a_batch_message_and_a_proposal_with_message_ids_are_sent_again(
         assert (again.status_code, again.json()) == (202, proposed.json())
 
 
-@pytest.mark.parametrize(
-    "answered",
-    [
-        pytest.param(False, id="closed-before-redis-ran-it"),
-        pytest.param(True, id="closed-after-redis-ran-it"),
-    ],
-)
+@pytest.mark.parametrize("answered", ANSWERED)
 def test_an_approval_is_sent_again_and_applied_once(
     relay: RelayProxy,
     relayed_broker: Broker,

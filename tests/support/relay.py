@@ -8,6 +8,8 @@ import socket
 import struct
 import threading
 
+import pytest
+
 
 class RelayProxy:
     """Relays TCP to Redis. `reset()` resets every relayed connection at once; `go_silent()`
@@ -96,3 +98,10 @@ def _reset(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.shutdown(socket.SHUT_RD)
     sock.close()
+
+
+# Where a relay cut falls: before Redis ran the command sent, or after (its reply lost).
+ANSWERED = [
+    pytest.param(False, id="closed-before-redis-ran-it"),
+    pytest.param(True, id="closed-after-redis-ran-it"),
+]

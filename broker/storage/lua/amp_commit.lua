@@ -7,9 +7,7 @@
 --   (read_write) when it does, and its index update (read_cell_update).
 -- A cell's index update applies only when its write succeeded. Returns each write's verdict
 -- ('ok', 'precondition_failed', ...; a refusal by the gate as {verdict, its encoded details}).
-local sk, key_at = read_sent_keys(KEYS, 1)
-local s, at = read_sent(ARGV, 1)
-local first = sent_before(sk, s)
+local sk, s, key_at, at, first = read_sending()
 if first then
   return first
 end

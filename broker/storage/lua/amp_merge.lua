@@ -11,9 +11,7 @@
 --   read_cell_status per source (see amp_status.lua).
 -- Returns {'ok'}; {'changed', id} when a source is no longer the version decided from;
 -- {verdict} or {verdict, its encoded details} when the new cell's write is refused.
-local sk, key_at = read_sent_keys(KEYS, 1)
-local s, at = read_sent(ARGV, 1)
-local first = sent_before(sk, s)
+local sk, s, key_at, at, first = read_sending()
 if first then
   return first
 end

@@ -6,9 +6,7 @@
 -- ('precondition_failed': the key moved; 'write_conflict'; 'quota_exceeded', 'uncounted'),
 -- with nothing changed. The KEYS and ARGV begin with read_sent_keys and read_sent
 -- (resend.lua): a second sending of the call gets its first reply.
-local sk, key_at = read_sent_keys(KEYS, 1)
-local s, at = read_sent(ARGV, 1)
-local first = sent_before(sk, s)
+local sk, s, key_at, at, first = read_sending()
 if first then
   return first
 end

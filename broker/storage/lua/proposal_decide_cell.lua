@@ -3,9 +3,7 @@
 -- same call. KEYS: read_sent_keys, read_write_keys, read_proposal_keys, read_gate_keys,
 -- read_cell_index_keys. ARGV: read_sent (resend.lua: a second sending of the call gets its
 -- first reply), read_write, read_decide, read_gate, read_cell_prefixes, read_cell_update.
-local sk, key_at = read_sent_keys(KEYS, 1)
-local s, at = read_sent(ARGV, 1)
-local first = sent_before(sk, s)
+local sk, s, key_at, at, first = read_sending()
 if first then
   return first
 end
